@@ -1,0 +1,10 @@
+//! One file per subcommand; each exposes `Args` (clap) and `run(Args) -> anyhow::Result<()>`.
+pub mod bench;
+pub mod bench_grade;
+pub mod bench_grpo;
+pub mod bench_sample;
+pub mod bench_train;
+pub mod check_vectors;
+pub mod convert;
+pub mod grade;
+pub mod score;

@@ -1,0 +1,41 @@
+//! `temper`: reinforcement-learning post-training for language models.
+mod cmd;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(name = "temper", version, about = "RL post-training for LLMs on libtorch")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Print per-token logprobs of a text under a model, and the top-5 next tokens.
+    Score(cmd::score::Args),
+    /// Convert a GGUF file into a Hugging Face folder (safetensors + config + tokenizer).
+    Convert(cmd::convert::Args),
+    /// Run the algorithm test vectors in a folder (see VECTORS.md).
+    CheckVectors(cmd::check_vectors::Args),
+    /// Grade predictions against gold answers with the math grader.
+    Grade(cmd::grade::Args),
+    /// Benchmarks (not tests): `temper bench train`.
+    Bench(cmd::bench::Args),
+}
+
+fn main() {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Score(a) => cmd::score::run(a),
+        Command::Convert(a) => cmd::convert::run(a),
+        Command::CheckVectors(a) => cmd::check_vectors::run(a),
+        Command::Grade(a) => cmd::grade::run(a),
+        Command::Bench(a) => cmd::bench::run(a),
+    };
+    if let Err(e) = result {
+        // One line: the chain of contexts, outermost first.
+        eprintln!("error: {e:#}");
+        std::process::exit(1);
+    }
+}

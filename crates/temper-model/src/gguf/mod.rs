@@ -1,0 +1,1 @@
+//! GGUF import: parse, dequantize, write an HF folder. (owner: gguf engineer)

@@ -1,0 +1,1 @@
+//! temper-reward: see Cargo.toml description.

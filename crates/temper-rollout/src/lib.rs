@@ -1,0 +1,1 @@
+//! temper-rollout: see Cargo.toml description.

@@ -1,0 +1,1 @@
+//! temper-train: see Cargo.toml description.

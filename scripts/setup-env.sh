@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# Creates the project-local Python venv that provides libtorch (from PyTorch's PyPI wheel) and the
+# reference libraries the tests compare against (transformers, gguf). Idempotent and quick when done.
+#
+#   scripts/setup-env.sh                 # CPU build (also what CI runs)
+#   TEMPER_CUDA=1 scripts/setup-env.sh   # link libtorch_cuda too (auto when nvidia-smi sees a GPU)
+#
+# PyPI's Linux torch wheel is the CUDA one. The Rust build alone would need only libtorch_cpu (+ two small
+# CUDA runtime packages), but `import torch` in the reference scripts loads libtorch_cuda and all its
+# libraries, so the full wheel is installed (about 1 minute, 5 GB).
+#
+# Layout it leaves behind (read by .cargo/config.toml):
+#   .venv/site      -> site-packages of the venv
+#   .venv/libtorch  -> what tch links against: with CUDA the real torch folder; on CPU a folder of
+#                      links to torch's include/, libtorch_cpu.so, libc10.so, libgomp and an empty
+#                      stand-in libtorch.so, so that libtorch_cuda.so is never linked.
+set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+venv="$root/.venv"
+TORCH_VERSION=2.13.0          # tch 0.26.0 pairs with torch 2.13.0
+stamp="$venv/.temper-env-v1"
+cuda="${TEMPER_CUDA:-}"
+if [[ -z "$cuda" ]] && command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then cuda=1; fi
+want="torch=$TORCH_VERSION cuda=${cuda:-0}"
+
+if [[ -f "$stamp" && "$(cat "$stamp")" == "$want" ]]; then exit 0; fi
+
+py="${PYTHON:-python3}"
+echo "temper: setting up $venv ($want); first time only" >&2
+[[ -x "$venv/bin/python" ]] || "$py" -m venv "$venv"
+pip=("$venv/bin/python" -m pip install --quiet --disable-pip-version-check)
+"${pip[@]}" "torch==$TORCH_VERSION"
+# Independent reference implementations used by tests, tools/ and benchmarks.
+"${pip[@]}" numpy "transformers==5.23.0" "gguf==0.19.0" safetensors sentencepiece protobuf
+
+site="$("$venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
+ln -sfn "$site" "$venv/site"
+rm -rf "$venv/libtorch"
+if [[ -n "$cuda" ]]; then
+  ln -sfn "$site/torch" "$venv/libtorch"
+else
+  mkdir -p "$venv/libtorch/lib"
+  ln -sfn "$site/torch/include" "$venv/libtorch/include"
+  for f in libtorch_cpu.so libc10.so; do ln -sfn "$site/torch/lib/$f" "$venv/libtorch/lib/$f"; done
+  for f in "$site"/torch/lib/libgomp*.so*; do ln -sfn "$f" "$venv/libtorch/lib/$(basename "$f")"; done
+  gcc -shared -fPIC -o "$venv/libtorch/lib/libtorch.so" -x c /dev/null
+fi
+echo "$want" > "$stamp"
+echo "temper: environment ready" >&2
