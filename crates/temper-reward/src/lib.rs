@@ -1,1 +1,9 @@
-//! temper-reward: see Cargo.toml description.
+//! temper-reward: the math grader (r1_zero, GSM8K, MATH answers), procedural tasks with their
+//! verifiers, and rewards computed by an external command. Rewards implement [`Reward`] and are
+//! chosen by name with [`reward_by_name`].
+pub mod expr;
+pub mod extract;
+pub mod grader;
+pub mod normalize;
+
+pub use grader::{answers_match, extract_answer, gold_answer, grade, Extraction, Graded, Grader};

@@ -1,0 +1,306 @@
+//! The math grader: extract the final answer from a text, then decide whether two answers are
+//! the same (plain-number fast path, normalised strings, then the expression engine).
+use crate::expr::{equivalent, parse, EquivOptions, Expr};
+use crate::extract::{after_hashes, answer_block, answer_is, has_boxed, last_boxed, last_number, math_spans};
+use crate::normalize::{normalize, plain_equal, plain_number};
+use serde::Serialize;
+use std::time::{Duration, Instant};
+
+/// Longest answer handed to the expression engine; longer ones are compared as strings only.
+const MAX_PARSE_LEN: usize = 1000;
+
+/// How far answer extraction may go when the text has no `\boxed{}` / `####` / answer marker.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Extraction {
+    /// The whole text if it is an answer, else "the answer is ...", else the last math span.
+    Strict,
+    /// As `Strict`, then the last number in the text.
+    LastNumber,
+}
+
+/// The result of grading one prediction.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct Graded {
+    pub correct: bool,
+    pub gold_answer: Option<String>,
+    pub pred_answer: Option<String>,
+}
+
+/// Grader settings: the time limit per comparison.
+#[derive(Clone, Debug)]
+pub struct Grader {
+    pub timeout: Duration,
+}
+
+impl Default for Grader {
+    fn default() -> Self {
+        Grader {
+            timeout: Duration::from_secs(1),
+        }
+    }
+}
+
+/// Replace `\text{...}` groups by a placeholder so their words do not count as prose.
+fn without_text_groups(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    let mut rest = s;
+    while let Some(k) = rest.find("\\text") {
+        out.push_str(&rest[..k]);
+        let after = &rest[k..];
+        match after.find('{').and_then(|o| {
+            let mut depth = 0;
+            for (i, c) in after[o..].char_indices() {
+                match c {
+                    '{' => depth += 1,
+                    '}' => {
+                        depth -= 1;
+                        if depth == 0 {
+                            return Some(o + i + 1);
+                        }
+                    }
+                    _ => {}
+                }
+            }
+            None
+        }) {
+            Some(end) => {
+                out.push('T');
+                rest = &after[end..];
+            }
+            None => {
+                rest = "";
+            }
+        }
+    }
+    out.push_str(rest);
+    out
+}
+
+const MATH_WORDS: &[&str] = &[
+    "sqrt", "sin", "cos", "tan", "sec", "csc", "cot", "arcsin", "arccos", "arctan", "sinh",
+    "cosh", "tanh", "log", "ln", "exp", "pi", "inf", "infty", "oo", "abs",
+];
+
+/// Whether the text reads as words: a run of four or more plain letters that is not a math name,
+/// or two runs of two or more (`xy` and `2ab` are products of variables, `the answer` is prose).
+fn is_prose(s: &str) -> bool {
+    let s = without_text_groups(s);
+    let mut short_runs = 0;
+    let b = s.as_bytes();
+    let mut i = 0;
+    while i < b.len() {
+        if b[i].is_ascii_alphabetic() {
+            let st = i;
+            while i < b.len() && b[i].is_ascii_alphabetic() {
+                i += 1;
+            }
+            let escaped = st > 0 && b[st - 1] == b'\\';
+            // `\begin{pmatrix}` names an environment.
+            let env = st > 0 && b[st - 1] == b'{' && s[..st].ends_with("\\begin{")
+                || s[..st].ends_with("\\end{");
+            let run = &s[st..i];
+            if !escaped && !env && run.len() >= 2 && !MATH_WORDS.contains(&run) {
+                short_runs += 1;
+                if run.len() >= 4 || short_runs >= 2 {
+                    return true;
+                }
+            }
+        } else {
+            i += 1;
+        }
+    }
+    false
+}
+
+/// Whether the whole text reads as one answer (`18`, `$18`, `18 dollars`, `x = 3`).
+pub fn looks_like_answer(s: &str) -> bool {
+    let t = s.trim();
+    if t.is_empty() || t.len() > MAX_PARSE_LEN {
+        return false;
+    }
+    let n = normalize(t);
+    if plain_number(&n).is_some() {
+        return true;
+    }
+    !is_prose(&n) && parse(&n).is_ok()
+}
+
+/// Whether a math span is worth taking as the answer (not a lone variable like `$n$`).
+fn meaningful_span(s: &str) -> bool {
+    let n = normalize(s);
+    !n.is_empty() && !(n.chars().count() == 1 && n.chars().all(|c| c.is_alphabetic()))
+        && parse(&n).is_ok()
+}
+
+/// Pick the answer inside a region that may still contain words.
+fn resolve(region: &str, mode: Extraction) -> String {
+    if looks_like_answer(region) {
+        return region.trim().to_string();
+    }
+    if let Some(span) = math_spans(region).into_iter().rev().find(|s| meaningful_span(s)) {
+        return span;
+    }
+    if mode == Extraction::LastNumber || region.chars().any(|c| c.is_ascii_digit()) {
+        if let Some(n) = last_number(region) {
+            return n;
+        }
+    }
+    region.trim().to_string()
+}
+
+/// The final answer in a text: `<answer>` block, then `\boxed{}`, `####`, the whole text,
+/// "the answer is", the last math span, and (in `LastNumber` mode) the last number. `None` when
+/// nothing qualifies, including an unbalanced `\boxed{`.
+pub fn extract_answer(text: &str, mode: Extraction) -> Option<String> {
+    let block;
+    let text = match answer_block(text) {
+        Some(b) => {
+            block = b;
+            block.as_str()
+        }
+        None => text,
+    };
+    if has_boxed(text) {
+        return last_boxed(text);
+    }
+    if let Some(h) = after_hashes(text) {
+        return Some(h.to_string());
+    }
+    if looks_like_answer(text) {
+        return Some(text.trim().to_string());
+    }
+    if let Some(region) = answer_is(text) {
+        return Some(resolve(&region, mode));
+    }
+    if let Some(span) = math_spans(text).into_iter().rev().find(|s| meaningful_span(s)) {
+        return Some(span);
+    }
+    match mode {
+        Extraction::LastNumber => last_number(text),
+        Extraction::Strict => None,
+    }
+}
+
+/// The answer in a ground truth: GSM8K `####`, `\boxed{}`, or the text itself.
+pub fn gold_answer(gold: &str) -> String {
+    if let Some(h) = after_hashes(gold) {
+        return h.to_string();
+    }
+    if let Some(b) = last_boxed(gold) {
+        return b;
+    }
+    if looks_like_answer(gold) {
+        return gold.trim().to_string();
+    }
+    extract_answer(gold, Extraction::Strict).unwrap_or_else(|| gold.trim().to_string())
+}
+
+fn text_key(s: &str) -> String {
+    without_text_braces(s)
+        .chars()
+        .filter(|c| !c.is_whitespace() && !matches!(c, '(' | ')' | '{' | '}' | '.'))
+        .collect::<String>()
+        .to_lowercase()
+}
+
+fn without_text_braces(s: &str) -> String {
+    s.replace("\\text", "").replace("\\mathrm", "").replace("\\textbf", "")
+}
+
+impl Grader {
+    /// Grade a prediction text against a ground-truth text (both may be full solutions).
+    pub fn grade(&self, gold: &str, pred: &str) -> Graded {
+        let g = gold_answer(gold);
+        let p = extract_answer(pred, Extraction::LastNumber);
+        let correct = match &p {
+            Some(p) => self.answers_match(&g, p),
+            None => false,
+        };
+        Graded {
+            correct,
+            gold_answer: Some(g),
+            pred_answer: p,
+        }
+    }
+
+    /// Whether two extracted answers are equivalent.
+    pub fn answers_match(&self, gold: &str, pred: &str) -> bool {
+        if let (Some(a), Some(b)) = (plain_number(gold), plain_number(pred)) {
+            if let Some(eq) = plain_equal(a, b) {
+                return eq;
+            }
+        }
+        let g = normalize(gold);
+        let p = normalize(pred);
+        if g.is_empty() || p.is_empty() {
+            return false;
+        }
+        if g == p {
+            return true;
+        }
+        if let (Some(a), Some(b)) = (plain_number(&g), plain_number(&p)) {
+            if let Some(eq) = plain_equal(a, b) {
+                return eq;
+            }
+        }
+        let (gk, pk) = (text_key(&g), text_key(&p));
+        if !gk.is_empty() && gk == pk {
+            return true;
+        }
+        if g.len() > MAX_PARSE_LEN || p.len() > MAX_PARSE_LEN {
+            return false;
+        }
+        let opts = EquivOptions::with_deadline(Instant::now() + self.timeout);
+        let (Ok(ge), Ok(pe)) = (parse(&g), parse(&p)) else {
+            return self.decimal_comma(&g, &p, &opts);
+        };
+        if equivalent(&ge, &pe, &opts) {
+            return true;
+        }
+        // A percentage on one side only: `28\%` also answers `0.28`.
+        let (gp, pp) = (g.contains('%'), p.contains('%'));
+        if gp != pp && ge.is_scalar() && pe.is_scalar() {
+            let hundredth = |e: Expr| Expr::Div(Box::new(e), Box::new(Expr::int(100)));
+            let (a, b) = if gp {
+                (hundredth(ge), pe)
+            } else {
+                (ge, hundredth(pe))
+            };
+            if equivalent(&a, &b, &opts) {
+                return true;
+            }
+        }
+        self.decimal_comma(&g, &p, &opts)
+    }
+
+    /// European decimal comma (`1,5` for 1.5) on one side against a number on the other.
+    fn decimal_comma(&self, g: &str, p: &str, opts: &EquivOptions) -> bool {
+        let swap = |s: &str| -> Option<String> {
+            let (a, b) = s.split_once(',')?;
+            let digits = |x: &str| !x.is_empty() && x.bytes().all(|c| c.is_ascii_digit());
+            (digits(a.trim_start_matches('-')) && digits(b) && !b.contains(','))
+                .then(|| format!("{a}.{b}"))
+        };
+        for (x, y) in [(swap(g), p.to_string()), (swap(p), g.to_string())] {
+            if let Some(x) = x {
+                if let (Some(a), Some(b)) = (plain_number(&x), plain_number(&y)) {
+                    if plain_equal(a, b) == Some(true) {
+                        return true;
+                    }
+                }
+            }
+        }
+        let _ = opts;
+        false
+    }
+}
+
+/// Grade with default settings.
+pub fn grade(gold: &str, pred: &str) -> Graded {
+    Grader::default().grade(gold, pred)
+}
+
+/// Compare two extracted answers with default settings.
+pub fn answers_match(gold: &str, pred: &str) -> bool {
+    Grader::default().answers_match(gold, pred)
+}

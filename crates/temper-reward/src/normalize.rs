@@ -1,0 +1,301 @@
+//! String-level clean-up of an extracted answer before parsing: dollar signs, degree marks,
+//! thousands separators, trailing punctuation, units (`\text{ cm}^2`, `18 dollars`), `and` lists.
+
+/// Plain number with thousands commas, currency and trailing period, as an exact decimal
+/// `(mantissa, scale)` meaning `mantissa / 10^scale`. `None` for anything else. This is the fast
+/// path: GSM8K answers and most predictions are plain numbers.
+pub fn plain_number(s: &str) -> Option<(i128, u32)> {
+    let mut s = s.trim();
+    s = s.strip_prefix("\\$").or_else(|| s.strip_prefix('$')).unwrap_or(s);
+    s = s.strip_suffix('$').unwrap_or(s).trim();
+    s = s.strip_suffix('.').unwrap_or(s);
+    let (neg, body) = match s.strip_prefix('-') {
+        Some(r) => (true, r),
+        None => (false, s),
+    };
+    let b = body.as_bytes();
+    if b.is_empty() {
+        return None;
+    }
+    let mut mant: i128 = 0;
+    let mut scale = 0u32;
+    let mut seen_dot = false;
+    let mut digits_in_group = 0usize;
+    let mut saw_comma = false;
+    let mut n_digits = 0usize;
+    for (i, &c) in b.iter().enumerate() {
+        match c {
+            b'0'..=b'9' => {
+                mant = mant.checked_mul(10)?.checked_add((c - b'0') as i128)?;
+                n_digits += 1;
+                if seen_dot {
+                    scale += 1;
+                } else {
+                    digits_in_group += 1;
+                }
+            }
+            b',' if !seen_dot => {
+                // Thousands separator: 1-3 digits before the first, exactly 3 between.
+                if digits_in_group == 0
+                    || (saw_comma && digits_in_group != 3)
+                    || (!saw_comma && digits_in_group > 3)
+                {
+                    return None;
+                }
+                saw_comma = true;
+                digits_in_group = 0;
+                if i + 1 >= b.len() {
+                    return None;
+                }
+            }
+            b'.' if !seen_dot => {
+                if saw_comma && digits_in_group != 3 {
+                    return None;
+                }
+                seen_dot = true;
+            }
+            _ => return None,
+        }
+    }
+    if n_digits == 0 || (saw_comma && !seen_dot && digits_in_group != 3) {
+        return None;
+    }
+    Some((if neg { -mant } else { mant }, scale))
+}
+
+/// Compare two plain numbers exactly. `None` if scaling would overflow.
+pub fn plain_equal(a: (i128, u32), b: (i128, u32)) -> Option<bool> {
+    let (ma, sa) = a;
+    let (mb, sb) = b;
+    if sa == sb {
+        return Some(ma == mb);
+    }
+    let (lo, hi, d) = if sa < sb {
+        (ma, mb, sb - sa)
+    } else {
+        (mb, ma, sa - sb)
+    };
+    let f = 10i128.checked_pow(d)?;
+    Some(lo.checked_mul(f)? == hi)
+}
+
+/// Words dropped after a number (`18 dollars`, `5 cm`); compared case-insensitively, with an
+/// optional plural `s`.
+const UNIT_WORDS: &[&str] = &[
+    "dollar", "cent", "euro", "pound", "yuan", "rupee", "unit", "meter", "metre", "cm", "mm",
+    "km", "m", "inch", "inches", "foot", "feet", "ft", "yard", "mile", "mph", "kg", "g", "gram",
+    "lb", "ounce", "oz", "liter", "litre", "ml", "gallon", "second", "sec", "minute", "min",
+    "hour", "hr", "day", "week", "month", "year", "degree", "point", "way", "item", "people",
+    "person", "student", "child", "children", "apple", "egg", "book", "page", "time", "piece",
+    "square", "sq", "cubic", "times", "percent", "pct", "percentage", "mile", "calorie",
+];
+
+fn is_unit_word(w: &str) -> bool {
+    let w = w.to_ascii_lowercase();
+    let singular = w.strip_suffix('s').unwrap_or(&w);
+    UNIT_WORDS.contains(&w.as_str()) || UNIT_WORDS.contains(&singular)
+}
+
+/// Clean an extracted answer for parsing.
+pub fn normalize(s: &str) -> String {
+    let mut s = s.trim().to_string();
+    // Enclosing math delimiters.
+    for (open, close) in [("\\(", "\\)"), ("\\[", "\\]"), ("$$", "$$")] {
+        if s.starts_with(open) && s.ends_with(close) && s.len() >= open.len() + close.len() {
+            s = s[open.len()..s.len() - close.len()].to_string();
+        }
+    }
+    let percent_words = ["percentage", "percent", "pct"];
+    let mut t = s
+        .replace("\\$", "")
+        .replace('$', "")
+        .replace("{,}", "")
+        .replace(",\\!", "")
+        .replace("\\!", "")
+        .replace("\\dfrac", "\\frac")
+        .replace("\\tfrac", "\\frac")
+        .replace("^{\\circ}", "")
+        .replace("^\\circ", "")
+        .replace("{}^\\circ", "")
+        .replace("\\circ", "")
+        .replace("\\text{ and }", ",")
+        .replace("\\text{and}", ",")
+        .replace("\\text{ or }", ",")
+        .replace("\\,", " ")
+        .replace("\\;", " ")
+        .replace("\\ ", " ")
+        .replace('\n', " ");
+    for w in percent_words {
+        if let Some(k) = t.find(w) {
+            t.replace_range(k..k + w.len(), "%");
+        }
+    }
+    t = t.replace(" and ", ",").replace(" or ", ",");
+    t = strip_trailing_punct(&t);
+    t = strip_text_units(&t);
+    t = strip_unit_words(&t);
+    t = strip_trailing_punct(&t);
+    t = join_space_thousands(&t);
+    t = strip_comma_thousands(&t);
+    t.trim().to_string()
+}
+
+fn strip_trailing_punct(s: &str) -> String {
+    let mut t = s.trim();
+    loop {
+        let before = t;
+        if !t.ends_with("..") {
+            t = t.strip_suffix('.').unwrap_or(t).trim_end();
+        }
+        t = t.strip_suffix(',').unwrap_or(t).trim_end();
+        t = t.strip_suffix(';').unwrap_or(t).trim_end();
+        t = t.strip_suffix("\\.").unwrap_or(t).trim_end();
+        if t == before {
+            break;
+        }
+    }
+    t.to_string()
+}
+
+/// `15\mbox{ cm}^2` -> `15`: a trailing text group after something else is a unit.
+fn strip_text_units(s: &str) -> String {
+    let mut t = s.trim_end().to_string();
+    for _ in 0..3 {
+        let mut changed = false;
+        for cmd in ["\\text", "\\mbox", "\\textnormal", "\\textrm", "\\mathrm", "\\textbf"] {
+            if let Some(k) = t.rfind(cmd) {
+                let after = &t[k + cmd.len()..];
+                if !after.trim_start().starts_with('{') {
+                    continue;
+                }
+                let Some(close) = matching_brace(after) else {
+                    continue;
+                };
+                let rest = after[close + 1..].trim();
+                let rest_ok = rest.is_empty()
+                    || rest.starts_with('^') && rest.len() <= 4
+                    || rest == "%";
+                let head = t[..k].trim_end();
+                if rest_ok && !head.is_empty() && !head.ends_with(['=', '(', ',', '{', '+', '-']) {
+                    let pct = if rest == "%" { "%" } else { "" };
+                    t = format!("{head}{pct}");
+                    changed = true;
+                }
+            }
+        }
+        if !changed {
+            break;
+        }
+    }
+    t
+}
+
+/// Index of the `}` closing the first `{` in `s`.
+fn matching_brace(s: &str) -> Option<usize> {
+    let mut depth = 0i32;
+    for (i, c) in s.char_indices() {
+        match c {
+            '{' => depth += 1,
+            '}' => {
+                depth -= 1;
+                if depth == 0 {
+                    return Some(i);
+                }
+            }
+            _ => {}
+        }
+    }
+    None
+}
+
+/// `18 dollars`, `5 square feet` -> `18`, `5` (only when a number or closing bracket precedes).
+fn strip_unit_words(s: &str) -> String {
+    let mut words: Vec<&str> = s.split(' ').filter(|w| !w.is_empty()).collect();
+    let mut dropped = false;
+    while words.len() > 1 {
+        let last = words[words.len() - 1].trim_end_matches(['.', ',']);
+        if last.chars().all(|c| c.is_ascii_alphabetic()) && is_unit_word(last) {
+            words.pop();
+            dropped = true;
+        } else if last == "%" && dropped {
+            break;
+        } else {
+            break;
+        }
+    }
+    if !dropped {
+        return s.to_string();
+    }
+    let head = words.join(" ");
+    if head.ends_with(|c: char| c.is_ascii_digit() || c == '}' || c == ')' || c == '%') {
+        head
+    } else {
+        s.to_string()
+    }
+}
+
+/// `1 000 000` -> `1000000` when the whole answer is such a number.
+fn join_space_thousands(s: &str) -> String {
+    let parts: Vec<&str> = s.split(' ').collect();
+    if parts.len() < 2 {
+        return s.to_string();
+    }
+    let first = parts[0].trim_start_matches('-');
+    let ok_first = !first.is_empty() && first.len() <= 3 && first.bytes().all(|c| c.is_ascii_digit());
+    let ok_rest = parts[1..].iter().enumerate().all(|(i, p)| {
+        let p = if i == parts.len() - 2 {
+            p.split('.').next().unwrap_or(p)
+        } else {
+            p
+        };
+        p.len() == 3 && p.bytes().all(|c| c.is_ascii_digit())
+    });
+    if ok_first && ok_rest {
+        parts.concat()
+    } else {
+        s.to_string()
+    }
+}
+
+/// Remove thousands commas inside numbers (`7,425,000`, `1,000.5`) but not list commas
+/// (`1,2`, `32, 349`).
+fn strip_comma_thousands(s: &str) -> String {
+    let b = s.as_bytes();
+    let mut out = String::with_capacity(s.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i].is_ascii_digit() && (i == 0 || !(b[i - 1].is_ascii_digit() || b[i - 1] == b'.')) {
+            // Scan a candidate number with comma groups.
+            let st = i;
+            while i < b.len() && b[i].is_ascii_digit() {
+                i += 1;
+            }
+            let lead = i - st;
+            let mut j = i;
+            let mut groups = 0;
+            while j + 3 < b.len()
+                && b[j] == b','
+                && b[j + 1..j + 4].iter().all(|c| c.is_ascii_digit())
+                && (j + 4 >= b.len() || !b[j + 4].is_ascii_digit())
+            {
+                groups += 1;
+                j += 4;
+            }
+            if groups > 0 && lead <= 3 && !(lead == 1 && b[st] == b'0') {
+                for k in st..j {
+                    if b[k] != b',' {
+                        out.push(b[k] as char);
+                    }
+                }
+                i = j;
+            } else {
+                out.push_str(&s[st..i]);
+            }
+            continue;
+        }
+        let ch = s[i..].chars().next().unwrap_or(' ');
+        out.push(ch);
+        i += ch.len_utf8();
+    }
+    out
+}
