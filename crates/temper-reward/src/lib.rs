@@ -7,3 +7,12 @@ pub mod grader;
 pub mod normalize;
 
 pub use grader::{answers_match, extract_answer, gold_answer, grade, Extraction, Graded, Grader};
+pub mod command;
+pub mod math_reward;
+pub mod reward;
+pub mod tasks;
+
+pub use command::CommandReward;
+pub use math_reward::{r1_zero, R1ZeroScore};
+pub use reward::{reward_by_name, Reward, RewardOutput, REWARD_NAMES};
+pub use tasks::{task_by_name, Task, TaskExample, TASK_NAMES};

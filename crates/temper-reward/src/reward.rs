@@ -1,0 +1,114 @@
+//! The [`Reward`] trait the trainer calls, and the registry that builds a reward from its name
+//! and options in the config.
+use anyhow::{bail, Context, Result};
+use serde_json::Value;
+use std::collections::BTreeMap;
+
+/// A scalar reward plus named metrics (logged as `reward/<name>` by the trainer).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct RewardOutput {
+    pub reward: f64,
+    pub metrics: BTreeMap<String, f64>,
+}
+
+impl RewardOutput {
+    pub fn new(reward: f64) -> Self {
+        RewardOutput {
+            reward,
+            metrics: BTreeMap::new(),
+        }
+    }
+
+    pub fn with(mut self, key: &str, value: f64) -> Self {
+        self.metrics.insert(key.to_string(), value);
+        self
+    }
+}
+
+/// A reward function. `score` is called from several threads at once.
+pub trait Reward: Send + Sync {
+    fn name(&self) -> &str;
+    fn score(
+        &self,
+        prompt: &str,
+        completion: &str,
+        ground_truth: &str,
+        metadata: &Value,
+    ) -> RewardOutput;
+}
+
+/// Names accepted by [`reward_by_name`].
+pub const REWARD_NAMES: &[&str] = &[
+    "r1_zero",
+    "math",
+    "gsm8k",
+    "arith",
+    "countdown",
+    "chain_sum",
+    "command",
+];
+
+/// Build a reward from its config name and options (a JSON object, or null for defaults).
+///
+/// Options: `r1_zero`, `math`, `gsm8k`: `timeout_s` (per comparison, default 1). `math`/`gsm8k`:
+/// `extraction` = `"last_number"` (default) or `"strict"`. Task verifiers (`arith`,
+/// `countdown`, `chain_sum`): the task's own options (see [`crate::tasks`]). `command`: `cmd`
+/// (argv array, required), `timeout_s` (default 10).
+pub fn reward_by_name(name: &str, opts: &Value) -> Result<Box<dyn Reward>> {
+    let opts = if opts.is_null() {
+        &Value::Object(Default::default())
+    } else {
+        opts
+    };
+    if !opts.is_object() {
+        bail!("reward {name:?}: options must be a JSON object, got {opts}");
+    }
+    let r: Box<dyn Reward> = match name {
+        "r1_zero" => Box::new(crate::math_reward::R1Zero::from_opts(opts)?),
+        "math" | "gsm8k" => Box::new(crate::math_reward::AnswerReward::from_opts(name, opts)?),
+        "arith" | "countdown" | "chain_sum" => {
+            Box::new(crate::tasks::TaskReward::new(crate::tasks::task_by_name(name, opts)?))
+        }
+        "command" => Box::new(
+            crate::command::CommandReward::from_opts(opts).context("reward \"command\"")?,
+        ),
+        _ => bail!(
+            "unknown reward {name:?}; known rewards: {}",
+            REWARD_NAMES.join(", ")
+        ),
+    };
+    Ok(r)
+}
+
+/// Read an optional positive number of seconds from the options.
+pub(crate) fn opt_seconds(opts: &Value, key: &str, default: f64) -> Result<std::time::Duration> {
+    let v = match opts.get(key) {
+        None | Some(Value::Null) => default,
+        Some(v) => v
+            .as_f64()
+            .with_context(|| format!("option {key:?} must be a number of seconds, got {v}"))?,
+    };
+    if !(v > 0.0 && v.is_finite()) {
+        bail!("option {key:?} must be positive, got {v}");
+    }
+    Ok(std::time::Duration::from_secs_f64(v))
+}
+
+/// Read an optional string option.
+pub(crate) fn opt_str<'a>(opts: &'a Value, key: &str, default: &'a str) -> Result<&'a str> {
+    match opts.get(key) {
+        None | Some(Value::Null) => Ok(default),
+        Some(Value::String(s)) => Ok(s),
+        Some(v) => bail!("option {key:?} must be a string, got {v}"),
+    }
+}
+
+/// Read an optional unsigned integer option.
+pub(crate) fn opt_u64(opts: &Value, key: &str, default: u64) -> Result<u64> {
+    match opts.get(key) {
+        None | Some(Value::Null) => Ok(default),
+        Some(v) => v
+            .as_u64()
+            .with_context(|| format!("option {key:?} must be a non-negative integer, got {v}")),
+    }
+}

@@ -1,0 +1,158 @@
+//! Procedural tasks generated from a seed (as grail does): each is a generator plus a verifier,
+//! deterministic for `(seed, index)`, with difficulty knobs in its options.
+mod arith;
+mod chain_sum;
+mod countdown;
+
+pub use arith::Arith;
+pub use chain_sum::ChainSum;
+pub use countdown::Countdown;
+
+use crate::grader::{extract_answer, Extraction, Grader};
+use crate::extract::{answer_block, last_boxed, last_number};
+use crate::reward::{opt_str, Reward, RewardOutput};
+use anyhow::{bail, Result};
+use rand::SeedableRng;
+use rand_chacha::ChaCha8Rng;
+use serde::Serialize;
+use serde_json::Value;
+
+/// One generated problem: the prompt text, its reference answer, and task data the verifier
+/// needs (numbers, target, expression).
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct TaskExample {
+    pub prompt: String,
+    pub answer: String,
+    pub metadata: Value,
+}
+
+/// A procedural task: generator + verifier.
+pub trait Task: Send + Sync {
+    fn name(&self) -> &str;
+    /// The `index`-th example of the stream for `seed` (same inputs, same example).
+    fn generate(&self, seed: u64, index: u64) -> TaskExample;
+    /// Reward in [0, 1] for a completion, given the example's answer and metadata.
+    fn verify(&self, completion: &str, answer: &str, metadata: &Value) -> f64;
+}
+
+/// Names accepted by [`task_by_name`].
+pub const TASK_NAMES: &[&str] = &["arith", "countdown", "chain_sum"];
+
+/// Build a task from its name and options (see each task's `from_opts` for the knobs).
+pub fn task_by_name(name: &str, opts: &Value) -> Result<Box<dyn Task>> {
+    let empty = Value::Object(Default::default());
+    let opts = if opts.is_null() { &empty } else { opts };
+    Ok(match name {
+        "arith" => Box::new(Arith::from_opts(opts)?),
+        "countdown" => Box::new(Countdown::from_opts(opts)?),
+        "chain_sum" => Box::new(ChainSum::from_opts(opts)?),
+        _ => bail!("unknown task {name:?}; known tasks: {}", TASK_NAMES.join(", ")),
+    })
+}
+
+/// The random stream of one example: ChaCha8 seeded by `seed`, stream `index`.
+pub(crate) fn example_rng(seed: u64, index: u64) -> ChaCha8Rng {
+    let mut r = ChaCha8Rng::seed_from_u64(seed);
+    r.set_stream(index);
+    r
+}
+
+/// Where a numeric verifier reads the model's answer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AnswerMode {
+    /// `<answer>` block, `\boxed{}`, "the answer is", the whole text, else the last number.
+    Auto,
+    /// The last number anywhere in the completion.
+    LastNumber,
+    /// Only `\boxed{}`.
+    Boxed,
+    /// Only the `<answer>...</answer>` block.
+    AnswerTag,
+}
+
+impl AnswerMode {
+    pub fn from_opts(opts: &Value) -> Result<Self> {
+        Ok(match opt_str(opts, "answer_mode", "auto")? {
+            "auto" => AnswerMode::Auto,
+            "last_number" => AnswerMode::LastNumber,
+            "boxed" => AnswerMode::Boxed,
+            "answer_tag" => AnswerMode::AnswerTag,
+            other => bail!(
+                "option \"answer_mode\" must be auto, last_number, boxed or answer_tag, got {other:?}"
+            ),
+        })
+    }
+
+    /// The answer text a completion gives under this mode.
+    pub fn extract(self, completion: &str) -> Option<String> {
+        match self {
+            AnswerMode::Auto => extract_answer(completion, Extraction::LastNumber),
+            AnswerMode::LastNumber => last_number(completion),
+            AnswerMode::Boxed => last_boxed(completion),
+            AnswerMode::AnswerTag => {
+                if !completion.contains("</answer>") {
+                    return None;
+                }
+                answer_block(completion).map(|s| s.trim().to_string())
+            }
+        }
+    }
+}
+
+/// 1.0 if the completion's answer (under `mode`) equals `answer` as a number or expression.
+pub(crate) fn verify_number(mode: AnswerMode, completion: &str, answer: &str) -> f64 {
+    match mode.extract(completion) {
+        Some(a) if Grader::default().answers_match(answer, &a) => 1.0,
+        _ => 0.0,
+    }
+}
+
+/// A task's verifier as a [`Reward`]: the ground truth is the example's answer, and the
+/// metadata the example's metadata.
+pub struct TaskReward {
+    task: Box<dyn Task>,
+}
+
+impl TaskReward {
+    pub fn new(task: Box<dyn Task>) -> Self {
+        TaskReward { task }
+    }
+}
+
+impl Reward for TaskReward {
+    fn name(&self) -> &str {
+        self.task.name()
+    }
+
+    fn score(&self, _prompt: &str, completion: &str, gt: &str, meta: &Value) -> RewardOutput {
+        let r = self.task.verify(completion, gt, meta);
+        RewardOutput::new(r).with("answer_reward", r)
+    }
+}
+
+/// Replace `{key}` placeholders in a prompt template.
+pub(crate) fn fill(template: &str, pairs: &[(&str, String)]) -> String {
+    let mut s = template.to_string();
+    for (k, v) in pairs {
+        s = s.replace(&format!("{{{k}}}"), v);
+    }
+    s
+}
+
+/// A uniformly random integer with exactly `digits` digits (0-9 for one digit).
+pub(crate) fn random_operand(rng: &mut impl rand::Rng, digits: u32) -> i64 {
+    if digits <= 1 {
+        return rng.random_range(0..=9);
+    }
+    let lo = 10i64.pow(digits - 1);
+    rng.random_range(lo..lo * 10)
+}
+
+/// Number of digits option, checked to a range where results fit in i64.
+pub(crate) fn opt_digits(opts: &Value, key: &str, default: u64) -> Result<u32> {
+    let d = crate::reward::opt_u64(opts, key, default)?;
+    if !(1..=9).contains(&d) {
+        bail!("option {key:?} must be between 1 and 9, got {d}");
+    }
+    Ok(d as u32)
+}
