@@ -5,7 +5,7 @@ use anyhow::{bail, Result};
 use rand::Rng;
 use serde_json::{json, Value};
 
-/// Options: `digits` (1), `operands` (2), `ops` (`"+"`; any of `+-*/`), `allow_negative`
+/// Options: `digits` (1; a dividend is divisor x quotient and may be longer), `operands` (2), `ops` (`"+"`; any of `+-*/`), `allow_negative`
 /// (true), `template` (`"What is {expr}?"`), `answer_mode` (`auto`).
 pub struct Arith {
     digits: u32,
@@ -85,20 +85,18 @@ impl Task for Arith {
 
     fn generate(&self, seed: u64, index: u64) -> TaskExample {
         let mut rng = example_rng(seed, index);
-        // Rejection sampling for exact divisions and non-negative results; division by a
-        // random operand is then made exact by construction if sampling keeps failing.
-        for attempt in 0.. {
+        // Divisions are made exact by construction (the dividend is the divisor times an operand
+        // of `digits` digits, so it may have more digits); rejection sampling handles the rest
+        // (chained divisions, negative results when they are not allowed).
+        loop {
             let ops: Vec<char> = (1..self.operands)
                 .map(|_| self.ops[rng.random_range(0..self.ops.len())])
                 .collect();
             let mut nums: Vec<i64> = (0..self.operands).map(|_| random_operand(&mut rng, self.digits)).collect();
-            if attempt > 200 {
-                // Make every division exact: divisor nonzero, dividend a multiple of it.
-                for k in 0..ops.len() {
-                    if ops[k] == '/' {
-                        nums[k + 1] = nums[k + 1].max(1);
-                        nums[k] = nums[k + 1] * random_operand(&mut rng, self.digits);
-                    }
+            for k in (0..ops.len()).rev() {
+                if ops[k] == '/' {
+                    nums[k + 1] = nums[k + 1].max(1);
+                    nums[k] = nums[k + 1] * random_operand(&mut rng, self.digits);
                 }
             }
             let Some(v) = evaluate(&nums, &ops) else { continue };
@@ -112,7 +110,6 @@ impl Task for Arith {
                 metadata: json!({"task": "arith", "expr": expr, "digits": self.digits}),
             };
         }
-        unreachable!("the loop returns")
     }
 
     fn verify(&self, completion: &str, answer: &str, _metadata: &Value) -> f64 {

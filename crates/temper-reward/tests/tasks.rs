@@ -1,0 +1,117 @@
+//! Procedural tasks: generation reproduces the fixture checked in Python by
+//! tools/reward_task_fixtures.py, and the verifiers accept right answers in the forms a small
+//! model writes and reject wrong ones.
+use serde_json::{json, Value};
+use temper_reward::task_by_name;
+
+fn fixture() -> Vec<Value> {
+    let text = include_str!("fixtures/tasks.jsonl");
+    text.lines().map(|l| serde_json::from_str(l).unwrap()).collect()
+}
+
+#[test]
+fn generation_matches_python_checked_fixture() {
+    let rows = fixture();
+    assert_eq!(rows.len(), 192);
+    for r in &rows {
+        let task = task_by_name(r["task"].as_str().unwrap(), &r["opts"]).unwrap();
+        let ex = task.generate(r["seed"].as_u64().unwrap(), r["index"].as_u64().unwrap());
+        assert_eq!(ex.prompt, r["prompt"].as_str().unwrap());
+        assert_eq!(ex.answer, r["answer"].as_str().unwrap());
+        assert_eq!(ex.metadata, r["metadata"]);
+    }
+}
+
+#[test]
+fn numeric_verifiers_accept_answer_forms() {
+    for r in fixture().iter().filter(|r| r["task"] != "countdown") {
+        let task = task_by_name(r["task"].as_str().unwrap(), &r["opts"]).unwrap();
+        let ans = r["answer"].as_str().unwrap();
+        let n: i64 = ans.parse().unwrap();
+        let meta = &r["metadata"];
+        for good in [
+            format!("The answer is {n}."),
+            ans.to_string(),
+            format!("\\boxed{{{n}}}"),
+            format!("<think> easy </think> <answer> {n} </answer>"),
+            format!("Let me add them up: result is {n}"),
+        ] {
+            assert_eq!(task.verify(&good, ans, meta), 1.0, "{good:?} for {ans}");
+        }
+        for bad in [format!("The answer is {}.", n + 1), "I don't know".to_string(), format!("{n} or maybe {}", n - 1)] {
+            assert_eq!(task.verify(&bad, ans, meta), 0.0, "{bad:?} for {ans}");
+        }
+    }
+}
+
+#[test]
+fn answer_modes() {
+    let boxed = task_by_name("arith", &json!({"answer_mode": "boxed"})).unwrap();
+    assert_eq!(boxed.verify("\\boxed{12}", "12", &Value::Null), 1.0);
+    assert_eq!(boxed.verify("The answer is 12.", "12", &Value::Null), 0.0);
+    let last = task_by_name("arith", &json!({"answer_mode": "last_number"})).unwrap();
+    assert_eq!(last.verify("7 + 5 = 12", "12", &Value::Null), 1.0);
+    let tag = task_by_name("arith", &json!({"answer_mode": "answer_tag"})).unwrap();
+    assert_eq!(tag.verify("<answer> 12 </answer>", "12", &Value::Null), 1.0);
+    assert_eq!(tag.verify("12", "12", &Value::Null), 0.0);
+}
+
+#[test]
+fn countdown_verifier() {
+    for r in fixture().iter().filter(|r| r["task"] == "countdown") {
+        let task = task_by_name("countdown", &r["opts"]).unwrap();
+        let meta = &r["metadata"];
+        let ans = r["answer"].as_str().unwrap();
+        let sol = meta["solution"].as_str().unwrap();
+        assert_eq!(task.verify(&format!("<think> ok </think> <answer> {sol} </answer>"), ans, meta), 1.0, "{sol}");
+        assert_eq!(task.verify(&format!("<answer> {sol} = {ans} </answer>"), ans, meta), 1.0, "{sol}");
+        // Wrong target, a number missing, a number repeated: all rejected.
+        let target: i64 = ans.parse().unwrap();
+        assert_eq!(task.verify(&format!("<answer> {sol} </answer>"), &(target + 1).to_string(), meta), 0.0);
+        let first = meta["numbers"][0].as_i64().unwrap();
+        assert_eq!(task.verify(&format!("<answer> {sol} + {first} - {first} </answer>"), ans, meta), 0.0);
+    }
+    let meta = json!({"numbers": [3, 5, 7], "target": 22});
+    let t = task_by_name("countdown", &json!({"numbers": 3})).unwrap();
+    assert_eq!(t.verify("<answer> 3 * 5 + 7 </answer>", "22", &meta), 1.0);
+    assert_eq!(t.verify("<answer> 7 * 3 + 1 </answer>", "22", &meta), 0.0);
+    assert_eq!(t.verify("<answer> (3 + 5) / 7 </answer>", "22", &meta), 0.0);
+    assert_eq!(t.verify("<answer> import os </answer>", "22", &meta), 0.0);
+    let subset = task_by_name("countdown", &json!({"use_all": false})).unwrap();
+    assert_eq!(subset.verify("<answer> 3 * 7 + 1 </answer>", "22", &meta), 0.0);
+    assert_eq!(subset.verify("<answer> 3 * 5 + 7 </answer>", "22", &meta), 1.0);
+    let m2 = json!({"numbers": [3, 7, 1], "target": 22});
+    assert_eq!(subset.verify("<answer> 3 * 7 + 1 </answer>", "22", &m2), 1.0);
+}
+
+#[test]
+fn streams_are_deterministic_and_differ_by_seed_and_index() {
+    let t = task_by_name("arith", &json!({"digits": 4})).unwrap();
+    assert_eq!(t.generate(9, 3), t.generate(9, 3));
+    let a: Vec<String> = (0..20).map(|i| t.generate(1, i).prompt).collect();
+    let b: Vec<String> = (0..20).map(|i| t.generate(2, i).prompt).collect();
+    assert_ne!(a, b);
+    let distinct: std::collections::BTreeSet<_> = a.iter().collect();
+    assert!(distinct.len() >= 19, "{a:?}");
+    // Template knob.
+    let q = task_by_name("arith", &json!({"template": "Q: {expr} = ?"})).unwrap().generate(0, 0);
+    assert!(q.prompt.starts_with("Q: ") && q.prompt.ends_with(" = ?"), "{}", q.prompt);
+}
+
+#[test]
+fn bad_options_are_errors() {
+    for (name, opts) in [
+        ("arith", json!({"ops": "+%"})),
+        ("arith", json!({"digits": 0})),
+        ("arith", json!({"digits": 12})),
+        ("arith", json!({"operands": 1})),
+        ("arith", json!({"template": "no placeholder"})),
+        ("arith", json!({"answer_mode": "guess"})),
+        ("chain_sum", json!({"ops": "*"})),
+        ("countdown", json!({"numbers": 1})),
+        ("countdown", json!({"min_target": 10, "max_target": 5})),
+    ] {
+        assert!(task_by_name(name, &opts).is_err(), "{name} {opts}");
+    }
+    assert!(task_by_name("sudoku", &Value::Null).err().unwrap().to_string().contains("countdown"));
+}
