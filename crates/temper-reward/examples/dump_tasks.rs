@@ -9,11 +9,17 @@ pub fn configs() -> Vec<(&'static str, Value)> {
         ("arith", json!({})),
         ("arith", json!({"digits": 3, "operands": 3, "ops": "+-*"})),
         ("arith", json!({"digits": 2, "ops": "/"})),
-        ("arith", json!({"digits": 2, "operands": 4, "ops": "+-*/", "allow_negative": false})),
+        (
+            "arith",
+            json!({"digits": 2, "operands": 4, "ops": "+-*/", "allow_negative": false}),
+        ),
         ("chain_sum", json!({})),
         ("chain_sum", json!({"steps": 8, "digits": 2})),
         ("countdown", json!({})),
-        ("countdown", json!({"numbers": 3, "max_number": 20, "max_target": 50})),
+        (
+            "countdown",
+            json!({"numbers": 3, "max_number": 20, "max_target": 50}),
+        ),
     ]
 }
 

@@ -38,7 +38,9 @@ pub struct CommandReward {
 impl CommandReward {
     /// Options: `cmd` (argv array of strings, required), `timeout_s` (per call, default 10).
     pub fn from_opts(opts: &Value) -> Result<Self> {
-        let cmd = opts.get("cmd").context("option \"cmd\" (argv array) is required")?;
+        let cmd = opts
+            .get("cmd")
+            .context("option \"cmd\" (argv array) is required")?;
         let argv: Vec<String> = match cmd {
             Value::Array(items) => items
                 .iter()
@@ -132,11 +134,15 @@ impl CommandReward {
 fn parse_reply(line: &str) -> Result<RewardOutput> {
     let v: Value = serde_json::from_str(line.trim())
         .with_context(|| format!("reward command reply is not JSON: {:?}", truncate(line)))?;
-    let obj = v.as_object().context("reward command reply must be a JSON object")?;
-    let reward = obj
-        .get("reward")
-        .and_then(Value::as_f64)
-        .with_context(|| format!("reward command reply has no numeric \"reward\": {:?}", truncate(line)))?;
+    let obj = v
+        .as_object()
+        .context("reward command reply must be a JSON object")?;
+    let reward = obj.get("reward").and_then(Value::as_f64).with_context(|| {
+        format!(
+            "reward command reply has no numeric \"reward\": {:?}",
+            truncate(line)
+        )
+    })?;
     if !reward.is_finite() {
         bail!("reward command replied a non-finite reward");
     }

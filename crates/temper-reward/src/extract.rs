@@ -143,7 +143,9 @@ pub fn answer_is(s: &str) -> Option<String> {
         .iter()
         .filter_map(|m| lower.rfind(m).map(|k| (k, m.len())))
         .max_by_key(|&(k, len)| (k + len, len))?;
-    let mut region = s[k + len..].trim_start_matches([':', ' ', '\n']).to_string();
+    let mut region = s[k + len..]
+        .trim_start_matches([':', ' ', '\n'])
+        .to_string();
     if let Some(cut) = sentence_end(&region) {
         region.truncate(cut);
     }
@@ -205,7 +207,7 @@ pub fn math_spans(s: &str) -> Vec<String> {
                 let content = s[from..j].trim();
                 // Inline math does not span lines.
                 let inline = open == "$" || open == "\\(";
-                if !(inline && content.contains('\n')) && !content.is_empty() {
+                if !(content.is_empty() || inline && content.contains('\n')) {
                     out.push(content.to_string());
                 }
                 i = j + close.len();
@@ -236,7 +238,9 @@ pub fn last_number(s: &str) -> Option<String> {
                 let next_digit = b.get(j + 1).is_some_and(|d| d.is_ascii_digit());
                 if c.is_ascii_digit()
                     || ((c == b'.' || c == b'/') && next_digit)
-                    || (c == b',' && b.get(j + 1..j + 4).is_some_and(|g| g.iter().all(u8::is_ascii_digit)))
+                    || (c == b','
+                        && b.get(j + 1..j + 4)
+                            .is_some_and(|g| g.iter().all(u8::is_ascii_digit)))
                 {
                     j += 1;
                 } else {
@@ -244,7 +248,8 @@ pub fn last_number(s: &str) -> Option<String> {
                 }
             }
             // `x^2` and `a_1` are not numbers on their own, nor is the 2 in `AZYUK2A`.
-            let attached = st > 0 && (matches!(b[st - 1], b'^' | b'_') || b[st - 1].is_ascii_alphabetic());
+            let attached =
+                st > 0 && (matches!(b[st - 1], b'^' | b'_') || b[st - 1].is_ascii_alphabetic());
             if !attached {
                 best = Some(s[st..j].to_string());
             }

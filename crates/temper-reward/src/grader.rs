@@ -1,7 +1,9 @@
 //! The math grader: extract the final answer from a text, then decide whether two answers are
 //! the same (plain-number fast path, normalised strings, then the expression engine).
 use crate::expr::{equivalent, parse, EquivOptions, Expr};
-use crate::extract::{after_hashes, answer_block, answer_is, has_boxed, last_boxed, last_number, math_spans};
+use crate::extract::{
+    after_hashes, answer_block, answer_is, has_boxed, last_boxed, last_number, math_spans,
+};
 use crate::normalize::{normalize, plain_equal, plain_number};
 use serde::Serialize;
 use std::time::{Duration, Instant};
@@ -77,8 +79,8 @@ fn without_text_groups(s: &str) -> String {
 }
 
 const MATH_WORDS: &[&str] = &[
-    "sqrt", "sin", "cos", "tan", "sec", "csc", "cot", "arcsin", "arccos", "arctan", "sinh",
-    "cosh", "tanh", "log", "ln", "exp", "pi", "inf", "infty", "oo", "abs",
+    "sqrt", "sin", "cos", "tan", "sec", "csc", "cot", "arcsin", "arccos", "arctan", "sinh", "cosh",
+    "tanh", "log", "ln", "exp", "pi", "inf", "infty", "oo", "abs",
 ];
 
 /// Whether the text reads as words: a run of four or more plain letters that is not a math name,
@@ -128,7 +130,7 @@ pub fn looks_like_answer(s: &str) -> bool {
 /// Whether a math span is worth taking as the answer (not a lone variable like `$n$`).
 fn meaningful_span(s: &str) -> bool {
     let n = normalize(s);
-    !n.is_empty() && !(n.chars().count() == 1 && n.chars().all(|c| c.is_alphabetic()))
+    !(n.is_empty() || n.chars().count() == 1 && n.chars().all(|c| c.is_alphabetic()))
         && parse(&n).is_ok()
 }
 
@@ -137,7 +139,11 @@ fn resolve(region: &str, mode: Extraction) -> String {
     if looks_like_answer(region) {
         return region.trim().to_string();
     }
-    if let Some(span) = math_spans(region).into_iter().rev().find(|s| meaningful_span(s)) {
+    if let Some(span) = math_spans(region)
+        .into_iter()
+        .rev()
+        .find(|s| meaningful_span(s))
+    {
         return span;
     }
     if mode == Extraction::LastNumber || region.chars().any(|c| c.is_ascii_digit()) {
@@ -172,7 +178,11 @@ pub fn extract_answer(text: &str, mode: Extraction) -> Option<String> {
     if let Some(region) = answer_is(text) {
         return Some(resolve(&region, mode));
     }
-    if let Some(span) = math_spans(text).into_iter().rev().find(|s| meaningful_span(s)) {
+    if let Some(span) = math_spans(text)
+        .into_iter()
+        .rev()
+        .find(|s| meaningful_span(s))
+    {
         return Some(span);
     }
     match mode {
@@ -204,7 +214,9 @@ fn text_key(s: &str) -> String {
 }
 
 fn without_text_braces(s: &str) -> String {
-    s.replace("\\text", "").replace("\\mathrm", "").replace("\\textbf", "")
+    s.replace("\\text", "")
+        .replace("\\mathrm", "")
+        .replace("\\textbf", "")
 }
 
 impl Grader {

@@ -100,7 +100,9 @@ impl AnswerReward {
         let mode = match opt_str(opts, "extraction", "last_number")? {
             "last_number" => Extraction::LastNumber,
             "strict" => Extraction::Strict,
-            other => bail!("option \"extraction\" must be \"last_number\" or \"strict\", got {other:?}"),
+            other => {
+                bail!("option \"extraction\" must be \"last_number\" or \"strict\", got {other:?}")
+            }
         };
         Ok(AnswerReward {
             name: name.to_string(),

@@ -6,7 +6,10 @@
 /// path: GSM8K answers and most predictions are plain numbers.
 pub fn plain_number(s: &str) -> Option<(i128, u32)> {
     let mut s = s.trim();
-    s = s.strip_prefix("\\$").or_else(|| s.strip_prefix('$')).unwrap_or(s);
+    s = s
+        .strip_prefix("\\$")
+        .or_else(|| s.strip_prefix('$'))
+        .unwrap_or(s);
     s = s.strip_suffix('$').unwrap_or(s).trim();
     s = s.strip_suffix('.').unwrap_or(s);
     let (neg, body) = match s.strip_prefix('-') {
@@ -82,12 +85,71 @@ pub fn plain_equal(a: (i128, u32), b: (i128, u32)) -> Option<bool> {
 /// Words dropped after a number (`18 dollars`, `5 cm`); compared case-insensitively, with an
 /// optional plural `s`.
 const UNIT_WORDS: &[&str] = &[
-    "dollar", "cent", "euro", "pound", "yuan", "rupee", "unit", "meter", "metre", "cm", "mm",
-    "km", "m", "inch", "inches", "foot", "feet", "ft", "yard", "mile", "mph", "kg", "g", "gram",
-    "lb", "ounce", "oz", "liter", "litre", "ml", "gallon", "second", "sec", "minute", "min",
-    "hour", "hr", "day", "week", "month", "year", "degree", "point", "way", "item", "people",
-    "person", "student", "child", "children", "apple", "egg", "book", "page", "time", "piece",
-    "square", "sq", "cubic", "times", "percent", "pct", "percentage", "mile", "calorie",
+    "dollar",
+    "cent",
+    "euro",
+    "pound",
+    "yuan",
+    "rupee",
+    "unit",
+    "meter",
+    "metre",
+    "cm",
+    "mm",
+    "km",
+    "m",
+    "inch",
+    "inches",
+    "foot",
+    "feet",
+    "ft",
+    "yard",
+    "mile",
+    "mph",
+    "kg",
+    "g",
+    "gram",
+    "lb",
+    "ounce",
+    "oz",
+    "liter",
+    "litre",
+    "ml",
+    "gallon",
+    "second",
+    "sec",
+    "minute",
+    "min",
+    "hour",
+    "hr",
+    "day",
+    "week",
+    "month",
+    "year",
+    "degree",
+    "point",
+    "way",
+    "item",
+    "people",
+    "person",
+    "student",
+    "child",
+    "children",
+    "apple",
+    "egg",
+    "book",
+    "page",
+    "time",
+    "piece",
+    "square",
+    "sq",
+    "cubic",
+    "times",
+    "percent",
+    "pct",
+    "percentage",
+    "mile",
+    "calorie",
 ];
 
 fn is_unit_word(w: &str) -> bool {
@@ -162,7 +224,14 @@ fn strip_text_units(s: &str) -> String {
     let mut t = s.trim_end().to_string();
     for _ in 0..3 {
         let mut changed = false;
-        for cmd in ["\\text", "\\mbox", "\\textnormal", "\\textrm", "\\mathrm", "\\textbf"] {
+        for cmd in [
+            "\\text",
+            "\\mbox",
+            "\\textnormal",
+            "\\textrm",
+            "\\mathrm",
+            "\\textbf",
+        ] {
             if let Some(k) = t.rfind(cmd) {
                 let after = &t[k + cmd.len()..];
                 if !after.trim_start().starts_with('{') {
@@ -172,9 +241,8 @@ fn strip_text_units(s: &str) -> String {
                     continue;
                 };
                 let rest = after[close + 1..].trim();
-                let rest_ok = rest.is_empty()
-                    || rest.starts_with('^') && rest.len() <= 4
-                    || rest == "%";
+                let rest_ok =
+                    rest.is_empty() || rest.starts_with('^') && rest.len() <= 4 || rest == "%";
                 let head = t[..k].trim_end();
                 if rest_ok && !head.is_empty() && !head.ends_with(['=', '(', ',', '{', '+', '-']) {
                     let pct = if rest == "%" { "%" } else { "" };
@@ -217,8 +285,6 @@ fn strip_unit_words(s: &str) -> String {
         if last.chars().all(|c| c.is_ascii_alphabetic()) && is_unit_word(last) {
             words.pop();
             dropped = true;
-        } else if last == "%" && dropped {
-            break;
         } else {
             break;
         }
@@ -241,7 +307,8 @@ fn join_space_thousands(s: &str) -> String {
         return s.to_string();
     }
     let first = parts[0].trim_start_matches('-');
-    let ok_first = !first.is_empty() && first.len() <= 3 && first.bytes().all(|c| c.is_ascii_digit());
+    let ok_first =
+        !first.is_empty() && first.len() <= 3 && first.bytes().all(|c| c.is_ascii_digit());
     let ok_rest = parts[1..].iter().enumerate().all(|(i, p)| {
         let p = if i == parts.len() - 2 {
             p.split('.').next().unwrap_or(p)
@@ -282,11 +349,7 @@ fn strip_comma_thousands(s: &str) -> String {
                 j += 4;
             }
             if groups > 0 && lead <= 3 && !(lead == 1 && b[st] == b'0') {
-                for k in st..j {
-                    if b[k] != b',' {
-                        out.push(b[k] as char);
-                    }
-                }
+                out.extend(b[st..j].iter().filter(|&&c| c != b',').map(|&c| c as char));
                 i = j;
             } else {
                 out.push_str(&s[st..i]);

@@ -66,12 +66,12 @@ pub fn reward_by_name(name: &str, opts: &Value) -> Result<Box<dyn Reward>> {
     let r: Box<dyn Reward> = match name {
         "r1_zero" => Box::new(crate::math_reward::R1Zero::from_opts(opts)?),
         "math" | "gsm8k" => Box::new(crate::math_reward::AnswerReward::from_opts(name, opts)?),
-        "arith" | "countdown" | "chain_sum" => {
-            Box::new(crate::tasks::TaskReward::new(crate::tasks::task_by_name(name, opts)?))
+        "arith" | "countdown" | "chain_sum" => Box::new(crate::tasks::TaskReward::new(
+            crate::tasks::task_by_name(name, opts)?,
+        )),
+        "command" => {
+            Box::new(crate::command::CommandReward::from_opts(opts).context("reward \"command\"")?)
         }
-        "command" => Box::new(
-            crate::command::CommandReward::from_opts(opts).context("reward \"command\"")?,
-        ),
         _ => bail!(
             "unknown reward {name:?}; known rewards: {}",
             REWARD_NAMES.join(", ")

@@ -22,7 +22,11 @@ for line in sys.stdin:
 
 fn python() -> Option<String> {
     for p in ["python3", "python"] {
-        if std::process::Command::new(p).arg("--version").output().is_ok() {
+        if std::process::Command::new(p)
+            .arg("--version")
+            .output()
+            .is_ok()
+        {
             return Some(p.to_string());
         }
     }
@@ -35,14 +39,20 @@ fn json_lines_protocol_errors_and_restart() {
         eprintln!("SKIP: no python3 to run the reward command");
         return;
     };
-    let r = CommandReward::new(vec![py, "-c".into(), SCRIPT.into()], Duration::from_millis(1500));
+    let r = CommandReward::new(
+        vec![py, "-c".into(), SCRIPT.into()],
+        Duration::from_millis(1500),
+    );
     let meta = json!({"k": 7});
     let ok = r.score("p", "42", "42", &meta);
     assert_eq!(ok.reward, 1.0);
     assert_eq!(ok.metrics["length"], 2.0);
     assert_eq!(ok.metrics["echo_meta"], 7.0);
     assert_eq!(ok.metrics["command_error"], 0.0);
-    assert!(!ok.metrics.contains_key("note"), "non-numeric fields are not metrics");
+    assert!(
+        !ok.metrics.contains_key("note"),
+        "non-numeric fields are not metrics"
+    );
     assert_eq!(r.score("p", "41", "42", &Value::Null).reward, 0.0);
     assert_eq!(r.error_count(), 0);
 
@@ -69,7 +79,10 @@ fn json_lines_protocol_errors_and_restart() {
 
 #[test]
 fn missing_program_is_an_error_reward() {
-    let r = CommandReward::new(vec!["/nonexistent/temper-reward-cmd".into()], Duration::from_secs(1));
+    let r = CommandReward::new(
+        vec!["/nonexistent/temper-reward-cmd".into()],
+        Duration::from_secs(1),
+    );
     let out = r.score("p", "c", "g", &Value::Null);
     assert_eq!(out.reward, 0.0);
     assert_eq!(r.error_count(), 1);

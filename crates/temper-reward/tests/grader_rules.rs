@@ -14,7 +14,12 @@ fn check(cases: &[(&str, &str, bool)]) {
             ));
         }
     }
-    assert!(bad.is_empty(), "{} failures:\n{}", bad.len(), bad.join("\n"));
+    assert!(
+        bad.is_empty(),
+        "{} failures:\n{}",
+        bad.len(),
+        bad.join("\n")
+    );
 }
 
 #[test]
@@ -39,7 +44,11 @@ fn plain_numbers() {
         ("70000", "$70,000", true),
         ("32349", "\\boxed{32,\\! 349}", true),
         ("32349", "\\boxed{32, 349}", false),
-        ("11111111100", "is $\\boxed{11,\\! 111,\\! 111,\\! 100}$", true),
+        (
+            "11111111100",
+            "is $\\boxed{11,\\! 111,\\! 111,\\! 100}$",
+            true,
+        ),
         ("14916", "\\boxed{14{,}916}", true),
         ("2", "AZYUK2A", false),
         ("1000.99", "1000,99", true),
@@ -72,7 +81,11 @@ fn fractions_and_decimals() {
         ("7 3/4", "7.75", true),
         ("1.5e3", "1500", false),
         ("\\frac{9}{4}\\pi", "\\frac94\\pi", true),
-        ("$\\frac{14}{3}$", "$2+\\frac{5}{3}+1=\\boxed{\\frac{14}{3}}$", true),
+        (
+            "$\\frac{14}{3}$",
+            "$2+\\frac{5}{3}+1=\\boxed{\\frac{14}{3}}$",
+            true,
+        ),
     ]);
 }
 
@@ -92,8 +105,16 @@ fn percent_degrees_units_text() {
         ("$90^\\circ$", "\\boxed{90^{\\circ}}", true),
         ("$15\\mbox{ cm}^2$", "\\boxed{15\\mbox{ cm}^2}", true),
         ("15", "15\\text{ cm}^2", true),
-        ("$125$ miles", "The distance is $\\boxed{125\\textnormal{ miles}}.$", true),
-        ("\\text{Evelyn}", "Therefore, $\\boxed{\\text{Evelyn}}$ is our answer.", true),
+        (
+            "$125$ miles",
+            "The distance is $\\boxed{125\\textnormal{ miles}}.$",
+            true,
+        ),
+        (
+            "\\text{Evelyn}",
+            "Therefore, $\\boxed{\\text{Evelyn}}$ is our answer.",
+            true,
+        ),
         ("\\text{(C)}", "\\boxed{\\text{C}}", true),
         ("$\\text{E}$", "$E$", true),
         ("\\text{E}", "\\text{D}", false),
@@ -106,7 +127,11 @@ fn roots_powers_constants() {
         ("$\\sqrt{3}$", "$\\sqrt3 $", true),
         ("3\\sqrt{13}", "\\sqrt{117}", true),
         ("2\\sqrt{2}", "\\sqrt{8}", true),
-        ("\\sqrt{2}+\\sqrt{5}", "The answer is $\\boxed{\\sqrt 2+\\sqrt 5}$", true),
+        (
+            "\\sqrt{2}+\\sqrt{5}",
+            "The answer is $\\boxed{\\sqrt 2+\\sqrt 5}$",
+            true,
+        ),
         ("$2$", "$\\frac{1+\\sqrt{5}}{2}$", false),
         ("$4$", "$4\\sqrt{2}$", false),
         ("$1\\sqrt{19}$", "$1$", false),
@@ -119,7 +144,11 @@ fn roots_powers_constants() {
         ("e^2", "\\exp(2)", true),
         ("\\ln 8", "3\\ln 2", true),
         ("\\log_2 8", "3", true),
-        ("$\\frac{\\sqrt{\\sqrt{11}+\\sqrt{194}}}{15+2\\sqrt{33}}$", "$\\frac{\\sqrt{\\sqrt{11}+\\sqrt{194}}}{2\\sqrt{33}+15}$", true),
+        (
+            "$\\frac{\\sqrt{\\sqrt{11}+\\sqrt{194}}}{15+2\\sqrt{33}}$",
+            "$\\frac{\\sqrt{\\sqrt{11}+\\sqrt{194}}}{2\\sqrt{33}+15}$",
+            true,
+        ),
         ("$4$", "$\\frac{34}{16}+\\frac{\\sqrt{1358}}{16}$", false),
         ("\\sqrt{17}", "4.123105625617661", true),
         ("3+4i", "4i+3", true),
@@ -167,7 +196,11 @@ fn equations_and_relations() {
         ("$2x+4y-3=0$", "$y=-\\frac{1}{2}x+\\frac{3}{4}$", true),
         ("$x^2/4 + y^2/3 = 1$", "$x^2/16 + y^2/12 = 1/4$", true),
         ("$34x+45y-20z+100=0$", "$-34x-45y+20z-100=0$", true),
-        ("$x-2y+z-1=0$", "so the plane is $\\boxed{x-2y+z-1=0}$.", true),
+        (
+            "$x-2y+z-1=0$",
+            "so the plane is $\\boxed{x-2y+z-1=0}$.",
+            true,
+        ),
         ("x = 3", "y = 3", false),
         ("$x >= 5$", "Therefore $x \\geq 5$ is the solution.", true),
         ("$x < 3$", "We find that $x \\lt 3$.", true),
@@ -222,12 +255,36 @@ fn tuples_sets_intervals() {
 #[test]
 fn matrices() {
     check(&[
-        (r"$\begin{pmatrix}1 & 0 \\ 0 & 1\end{pmatrix}$", r"The identity matrix is $ \begin{pmatrix}1 & 0 \\ 0 & 1\end{pmatrix} $.", true),
-        (r"$\begin{bmatrix}0 & 0 \\0 & 0\end{bmatrix}$", r"$ \begin{pmatrix}0 & 0 \\0 & 0\end{pmatrix} $", true),
-        (r"$\begin{pmatrix}1 & 2 \\3 & 4\end{pmatrix}$", r"$ \left[\begin{array}{cc}1 & 2 \\3 & 4\end{array}\right] $", true),
-        (r"$\begin{pmatrix}1 & 2 \\ 3 & 4\end{pmatrix}$", r"The matrix is $\begin{pmatrix}1 & 2 \\ 3 & 5\end{pmatrix}$", false),
-        (r"\begin{pmatrix} 3 \\ 2 \\ -6 \end{pmatrix}", r"\begin{pmatrix} 3 \\ 2 \\ -6 \end{pmatrix}", true),
-        (r"\begin{pmatrix} \frac{1}{2} \\ 1 \end{pmatrix}", r"\begin{pmatrix} 0.5 \\ 1 \end{pmatrix}", true),
+        (
+            r"$\begin{pmatrix}1 & 0 \\ 0 & 1\end{pmatrix}$",
+            r"The identity matrix is $ \begin{pmatrix}1 & 0 \\ 0 & 1\end{pmatrix} $.",
+            true,
+        ),
+        (
+            r"$\begin{bmatrix}0 & 0 \\0 & 0\end{bmatrix}$",
+            r"$ \begin{pmatrix}0 & 0 \\0 & 0\end{pmatrix} $",
+            true,
+        ),
+        (
+            r"$\begin{pmatrix}1 & 2 \\3 & 4\end{pmatrix}$",
+            r"$ \left[\begin{array}{cc}1 & 2 \\3 & 4\end{array}\right] $",
+            true,
+        ),
+        (
+            r"$\begin{pmatrix}1 & 2 \\ 3 & 4\end{pmatrix}$",
+            r"The matrix is $\begin{pmatrix}1 & 2 \\ 3 & 5\end{pmatrix}$",
+            false,
+        ),
+        (
+            r"\begin{pmatrix} 3 \\ 2 \\ -6 \end{pmatrix}",
+            r"\begin{pmatrix} 3 \\ 2 \\ -6 \end{pmatrix}",
+            true,
+        ),
+        (
+            r"\begin{pmatrix} \frac{1}{2} \\ 1 \end{pmatrix}",
+            r"\begin{pmatrix} 0.5 \\ 1 \end{pmatrix}",
+            true,
+        ),
     ]);
 }
 
@@ -239,17 +296,37 @@ fn extraction_from_prose() {
         ("$9$", "Answer \\( 9 \\)", true),
         ("$10$", "Answer \\( (9+1) \\)", true),
         ("$34$", "Final Answer: The largest $n$ is 34.", true),
-        ("$2/3$", "P(A) = 2/3 Therefore, the probability that Alice wins the game is 2/3.", true),
-        ("$12$", "Therefore, there are 12 distinct arithmetic sequences that meet the conditions.", true),
+        (
+            "$2/3$",
+            "P(A) = 2/3 Therefore, the probability that Alice wins the game is 2/3.",
+            true,
+        ),
+        (
+            "$12$",
+            "Therefore, there are 12 distinct arithmetic sequences that meet the conditions.",
+            true,
+        ),
         ("$\\frac{1}{3}$", "The answer is $\\frac{1}{3}.$", true),
         ("$1$", "The answer is $1/3.$", false),
         ("$(1,2)$", "$(1,2).$", true),
         ("$5$", "$5 \\text{ cm}.$", true),
         ("$42$", "$42.$", true),
         ("$1, 2, 3$", "$1, 2, 3, ...$", false),
-        ("12000023", "Final Answer: The final answer is 12,000,023. I hope it is correct.", true),
-        ("$16386.20$", "worth $\\boxed{\\$16,\\!386.20}$ at the end.", true),
-        ("$[0,1)$", "Final Answer: The final answer is $(0, 1)$. I hope it is correct.", false),
+        (
+            "12000023",
+            "Final Answer: The final answer is 12,000,023. I hope it is correct.",
+            true,
+        ),
+        (
+            "$16386.20$",
+            "worth $\\boxed{\\$16,\\!386.20}$ at the end.",
+            true,
+        ),
+        (
+            "$[0,1)$",
+            "Final Answer: The final answer is $(0, 1)$. I hope it is correct.",
+            false,
+        ),
         ("#### 18", "She makes 9 * 2 = $18 every day.\n#### 18", true),
         ("Janet makes $2 per egg.\n#### 18", "\\boxed{18}", true),
     ]);

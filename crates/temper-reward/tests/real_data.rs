@@ -16,7 +16,8 @@ fn gsm8k_test_answers() -> Vec<String> {
     text.lines()
         .enumerate()
         .map(|(i, l)| {
-            let v: Value = serde_json::from_str(l).unwrap_or_else(|e| panic!("line {}: {e}", i + 1));
+            let v: Value =
+                serde_json::from_str(l).unwrap_or_else(|e| panic!("line {}: {e}", i + 1));
             let a = v["answer"].as_str().expect("answer field");
             gold_answer(a)
         })
@@ -30,7 +31,10 @@ fn gsm8k_answers_in_six_forms_and_not_off_by_one() {
     let g = Grader::default();
     let mut failures = vec![];
     for gold in &answers {
-        let n: i64 = gold.replace(',', "").parse().unwrap_or_else(|_| panic!("GSM8K gold {gold:?} is not an integer"));
+        let n: i64 = gold
+            .replace(',', "")
+            .parse()
+            .unwrap_or_else(|_| panic!("GSM8K gold {gold:?} is not an integer"));
         let right = [
             format!("{n}"),
             format!("${n}"),
@@ -41,7 +45,12 @@ fn gsm8k_answers_in_six_forms_and_not_off_by_one() {
             format!("The answer is {n}."),
             format!("#### {n}"),
         ];
-        let wrong = [format!("{}", n + 1), format!("{}", n - 1), format!("\\boxed{{{}}}", n + 1), format!("{}.5", n)];
+        let wrong = [
+            format!("{}", n + 1),
+            format!("{}", n - 1),
+            format!("\\boxed{{{}}}", n + 1),
+            format!("{}.5", n),
+        ];
         for p in &right {
             if !g.grade(gold, p).correct {
                 failures.push(format!("{gold:?} vs {p:?} should be correct"));
@@ -53,7 +62,12 @@ fn gsm8k_answers_in_six_forms_and_not_off_by_one() {
             }
         }
     }
-    assert!(failures.is_empty(), "{} failures, first: {:?}", failures.len(), &failures[..failures.len().min(10)]);
+    assert!(
+        failures.is_empty(),
+        "{} failures, first: {:?}",
+        failures.len(),
+        &failures[..failures.len().min(10)]
+    );
 }
 
 /// Hand-made equivalent rewrites of the non-integer answers in mmath-en.json.
@@ -87,7 +101,11 @@ fn mmath_answers_self_boxed_and_rewritten() {
     for it in &items {
         let a = it["answer"].as_str().expect("answer");
         let inner = a.trim().trim_matches('$');
-        let mut right = vec![a.to_string(), format!("\\boxed{{{inner}}}"), format!("The final answer is ${inner}$.")];
+        let mut right = vec![
+            a.to_string(),
+            format!("\\boxed{{{inner}}}"),
+            format!("The final answer is ${inner}$."),
+        ];
         if let Ok(n) = inner.parse::<i64>() {
             right.push(format!("{n}.0"));
             right.push(format!("\\frac{{{}}}{{2}}", 2 * n));
@@ -107,6 +125,14 @@ fn mmath_answers_self_boxed_and_rewritten() {
             }
         }
     }
-    assert!(failures.is_empty(), "{} failures: {:#?}", failures.len(), &failures[..failures.len().min(20)]);
-    assert!(rewritten >= 10, "only {rewritten} rewrites of non-integer answers");
+    assert!(
+        failures.is_empty(),
+        "{} failures: {:#?}",
+        failures.len(),
+        &failures[..failures.len().min(20)]
+    );
+    assert!(
+        rewritten >= 10,
+        "only {rewritten} rewrites of non-integer answers"
+    );
 }

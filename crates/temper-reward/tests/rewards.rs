@@ -10,13 +10,31 @@ fn r1(resp: &str, gt: &str) -> (f64, f64, f64) {
 #[test]
 fn r1_zero_format_and_answer() {
     // Right format, right answer.
-    assert_eq!(r1("<think> 2+2 </think> <answer> 4 </answer>", "4"), (1.0, 1.0, 1.0));
+    assert_eq!(
+        r1("<think> 2+2 </think> <answer> 4 </answer>", "4"),
+        (1.0, 1.0, 1.0)
+    );
     // GSM8K ground truth after ####.
-    assert_eq!(r1("reason </think> <answer>18</answer>", "She makes 9 * 2 = $18.\n#### 18"), (1.0, 1.0, 1.0));
+    assert_eq!(
+        r1(
+            "reason </think> <answer>18</answer>",
+            "She makes 9 * 2 = $18.\n#### 18"
+        ),
+        (1.0, 1.0, 1.0)
+    );
     // Boxed inside the answer block: the last box counts.
-    assert_eq!(r1("</think> <answer> \\boxed{3} then \\boxed{\\frac{1}{2}} </answer>", "0.5"), (1.0, 1.0, 1.0));
+    assert_eq!(
+        r1(
+            "</think> <answer> \\boxed{3} then \\boxed{\\frac{1}{2}} </answer>",
+            "0.5"
+        ),
+        (1.0, 1.0, 1.0)
+    );
     // Unbalanced box: formatted, answer 0.
-    assert_eq!(r1("</think> <answer> \\boxed{\\frac{1}{2} </answer>", "0.5"), (1.0, 0.0, 0.0));
+    assert_eq!(
+        r1("</think> <answer> \\boxed{\\frac{1}{2} </answer>", "0.5"),
+        (1.0, 0.0, 0.0)
+    );
     // Wrong answer keeps format reward but reward 0.
     assert_eq!(r1("</think> <answer> 5 </answer>", "4"), (1.0, 0.0, 0.0));
     // Missing the exact "</think> <answer>" separator or the closing tag: all zero.
@@ -24,15 +42,32 @@ fn r1_zero_format_and_answer() {
     assert_eq!(r1("</think> <answer> 4", "4"), (0.0, 0.0, 0.0));
     assert_eq!(r1("4", "4"), (0.0, 0.0, 0.0));
     // The answer is the text after the LAST <answer>.
-    assert_eq!(r1("<answer> 4 </answer> </think> <answer> 7 </answer>", "4"), (1.0, 0.0, 0.0));
+    assert_eq!(
+        r1("<answer> 4 </answer> </think> <answer> 7 </answer>", "4"),
+        (1.0, 0.0, 0.0)
+    );
     // Prose inside the tags.
-    assert_eq!(r1("</think> <answer> The answer is $\\frac{3}{4}$. </answer>", "0.75"), (1.0, 1.0, 1.0));
+    assert_eq!(
+        r1(
+            "</think> <answer> The answer is $\\frac{3}{4}$. </answer>",
+            "0.75"
+        ),
+        (1.0, 1.0, 1.0)
+    );
     // Ground truth in \boxed.
-    assert_eq!(r1("</think> <answer> 2\\sqrt{2} </answer>", "so \\boxed{\\sqrt{8}}"), (1.0, 1.0, 1.0));
+    assert_eq!(
+        r1(
+            "</think> <answer> 2\\sqrt{2} </answer>",
+            "so \\boxed{\\sqrt{8}}"
+        ),
+        (1.0, 1.0, 1.0)
+    );
 }
 
 fn score(name: &str, opts: Value, completion: &str, gt: &str) -> temper_reward::RewardOutput {
-    reward_by_name(name, &opts).unwrap().score("prompt", completion, gt, &Value::Null)
+    reward_by_name(name, &opts)
+        .unwrap()
+        .score("prompt", completion, gt, &Value::Null)
 }
 
 #[test]
@@ -43,16 +78,51 @@ fn registry_and_answer_rewards() {
     assert_eq!(out.metrics["answer_reward"], 1.0);
 
     // math: no format requirement; boxed, "the answer is", last number.
-    assert_eq!(score("math", Value::Null, "so \\boxed{12}", "12").reward, 1.0);
-    assert_eq!(score("math", Value::Null, "The answer is 12.", "12").reward, 1.0);
-    assert_eq!(score("math", Value::Null, "I get 3 then 12", "12").reward, 1.0);
-    assert_eq!(score("math", Value::Null, "I get 12 then 3", "12").reward, 0.0);
+    assert_eq!(
+        score("math", Value::Null, "so \\boxed{12}", "12").reward,
+        1.0
+    );
+    assert_eq!(
+        score("math", Value::Null, "The answer is 12.", "12").reward,
+        1.0
+    );
+    assert_eq!(
+        score("math", Value::Null, "I get 3 then 12", "12").reward,
+        1.0
+    );
+    assert_eq!(
+        score("math", Value::Null, "I get 12 then 3", "12").reward,
+        0.0
+    );
     // strict extraction refuses the last-number fallback.
-    assert_eq!(score("math", json!({"extraction": "strict"}), "I get 3 then 12", "12").reward, 0.0);
-    assert_eq!(score("gsm8k", Value::Null, "... #### 70,000", "blah\n#### 70000").reward, 1.0);
+    assert_eq!(
+        score(
+            "math",
+            json!({"extraction": "strict"}),
+            "I get 3 then 12",
+            "12"
+        )
+        .reward,
+        0.0
+    );
+    assert_eq!(
+        score("gsm8k", Value::Null, "... #### 70,000", "blah\n#### 70000").reward,
+        1.0
+    );
 
-    let err = reward_by_name("nope", &Value::Null).err().unwrap().to_string();
-    for known in ["r1_zero", "math", "gsm8k", "arith", "countdown", "chain_sum", "command"] {
+    let err = reward_by_name("nope", &Value::Null)
+        .err()
+        .unwrap()
+        .to_string();
+    for known in [
+        "r1_zero",
+        "math",
+        "gsm8k",
+        "arith",
+        "countdown",
+        "chain_sum",
+        "command",
+    ] {
         assert!(err.contains(known), "{err}");
     }
     assert!(reward_by_name("math", &json!({"extraction": "fuzzy"})).is_err());
@@ -70,7 +140,12 @@ fn rewards_are_callable_from_several_threads() {
             s.spawn(move || {
                 for k in 0..50 {
                     let n = t * 100 + k;
-                    let out = r.score("", &format!("</think> <answer> {n} </answer>"), &n.to_string(), &Value::Null);
+                    let out = r.score(
+                        "",
+                        &format!("</think> <answer> {n} </answer>"),
+                        &n.to_string(),
+                        &Value::Null,
+                    );
                     assert_eq!(out.reward, 1.0);
                 }
             });

@@ -6,7 +6,9 @@ use temper_reward::task_by_name;
 
 fn fixture() -> Vec<Value> {
     let text = include_str!("fixtures/tasks.jsonl");
-    text.lines().map(|l| serde_json::from_str(l).unwrap()).collect()
+    text.lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
 }
 
 #[test]
@@ -38,7 +40,11 @@ fn numeric_verifiers_accept_answer_forms() {
         ] {
             assert_eq!(task.verify(&good, ans, meta), 1.0, "{good:?} for {ans}");
         }
-        for bad in [format!("The answer is {}.", n + 1), "I don't know".to_string(), format!("{n} or maybe {}", n - 1)] {
+        for bad in [
+            format!("The answer is {}.", n + 1),
+            "I don't know".to_string(),
+            format!("{n} or maybe {}", n - 1),
+        ] {
             assert_eq!(task.verify(&bad, ans, meta), 0.0, "{bad:?} for {ans}");
         }
     }
@@ -63,13 +69,39 @@ fn countdown_verifier() {
         let meta = &r["metadata"];
         let ans = r["answer"].as_str().unwrap();
         let sol = meta["solution"].as_str().unwrap();
-        assert_eq!(task.verify(&format!("<think> ok </think> <answer> {sol} </answer>"), ans, meta), 1.0, "{sol}");
-        assert_eq!(task.verify(&format!("<answer> {sol} = {ans} </answer>"), ans, meta), 1.0, "{sol}");
+        assert_eq!(
+            task.verify(
+                &format!("<think> ok </think> <answer> {sol} </answer>"),
+                ans,
+                meta
+            ),
+            1.0,
+            "{sol}"
+        );
+        assert_eq!(
+            task.verify(&format!("<answer> {sol} = {ans} </answer>"), ans, meta),
+            1.0,
+            "{sol}"
+        );
         // Wrong target, a number missing, a number repeated: all rejected.
         let target: i64 = ans.parse().unwrap();
-        assert_eq!(task.verify(&format!("<answer> {sol} </answer>"), &(target + 1).to_string(), meta), 0.0);
+        assert_eq!(
+            task.verify(
+                &format!("<answer> {sol} </answer>"),
+                &(target + 1).to_string(),
+                meta
+            ),
+            0.0
+        );
         let first = meta["numbers"][0].as_i64().unwrap();
-        assert_eq!(task.verify(&format!("<answer> {sol} + {first} - {first} </answer>"), ans, meta), 0.0);
+        assert_eq!(
+            task.verify(
+                &format!("<answer> {sol} + {first} - {first} </answer>"),
+                ans,
+                meta
+            ),
+            0.0
+        );
     }
     let meta = json!({"numbers": [3, 5, 7], "target": 22});
     let t = task_by_name("countdown", &json!({"numbers": 3})).unwrap();
@@ -78,10 +110,19 @@ fn countdown_verifier() {
     assert_eq!(t.verify("<answer> (3 + 5) / 7 </answer>", "22", &meta), 0.0);
     assert_eq!(t.verify("<answer> import os </answer>", "22", &meta), 0.0);
     let subset = task_by_name("countdown", &json!({"use_all": false})).unwrap();
-    assert_eq!(subset.verify("<answer> 3 * 7 + 1 </answer>", "22", &meta), 0.0);
-    assert_eq!(subset.verify("<answer> 3 * 5 + 7 </answer>", "22", &meta), 1.0);
+    assert_eq!(
+        subset.verify("<answer> 3 * 7 + 1 </answer>", "22", &meta),
+        0.0
+    );
+    assert_eq!(
+        subset.verify("<answer> 3 * 5 + 7 </answer>", "22", &meta),
+        1.0
+    );
     let m2 = json!({"numbers": [3, 7, 1], "target": 22});
-    assert_eq!(subset.verify("<answer> 3 * 7 + 1 </answer>", "22", &m2), 1.0);
+    assert_eq!(
+        subset.verify("<answer> 3 * 7 + 1 </answer>", "22", &m2),
+        1.0
+    );
 }
 
 #[test]
@@ -94,8 +135,14 @@ fn streams_are_deterministic_and_differ_by_seed_and_index() {
     let distinct: std::collections::BTreeSet<_> = a.iter().collect();
     assert!(distinct.len() >= 19, "{a:?}");
     // Template knob.
-    let q = task_by_name("arith", &json!({"template": "Q: {expr} = ?"})).unwrap().generate(0, 0);
-    assert!(q.prompt.starts_with("Q: ") && q.prompt.ends_with(" = ?"), "{}", q.prompt);
+    let q = task_by_name("arith", &json!({"template": "Q: {expr} = ?"}))
+        .unwrap()
+        .generate(0, 0);
+    assert!(
+        q.prompt.starts_with("Q: ") && q.prompt.ends_with(" = ?"),
+        "{}",
+        q.prompt
+    );
 }
 
 #[test]
@@ -113,5 +160,9 @@ fn bad_options_are_errors() {
     ] {
         assert!(task_by_name(name, &opts).is_err(), "{name} {opts}");
     }
-    assert!(task_by_name("sudoku", &Value::Null).err().unwrap().to_string().contains("countdown"));
+    assert!(task_by_name("sudoku", &Value::Null)
+        .err()
+        .unwrap()
+        .to_string()
+        .contains("countdown"));
 }

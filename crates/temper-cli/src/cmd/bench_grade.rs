@@ -1,6 +1,105 @@
-#[derive(clap::Args)]
-pub struct Args {}
+//! `temper bench grade`: graded pairs per second on GSM8K test answers (target >= 100k/s for
+//! plain numbers), for the plain-number path, the full extraction pipeline, and LaTeX forms.
+use anyhow::{bail, Context, Result};
+use serde_json::{json, Value};
+use std::path::PathBuf;
+use std::time::Instant;
+use temper_reward::grader::{gold_answer, Grader};
 
-pub fn run(_args: Args) -> anyhow::Result<()> {
-    anyhow::bail!("not built yet")
+#[derive(clap::Args)]
+pub struct Args {
+    /// GSM8K-style JSON lines with an "answer" field ending in `#### N`.
+    #[arg(long, default_value = "../shared/data/gsm8k/test.jsonl")]
+    data: PathBuf,
+    /// Passes over the data per measurement.
+    #[arg(long, default_value_t = 50)]
+    repeat: usize,
+}
+
+fn measure(
+    pairs: &[(String, String)],
+    repeat: usize,
+    f: impl Fn(&str, &str) -> bool,
+) -> (f64, usize) {
+    let t = Instant::now();
+    let mut correct = 0;
+    for _ in 0..repeat {
+        for (g, p) in pairs {
+            correct += f(g, p) as usize;
+        }
+    }
+    let n = pairs.len() * repeat;
+    (
+        n as f64 / t.elapsed().as_secs_f64(),
+        correct / repeat.max(1),
+    )
+}
+
+pub fn run(args: Args) -> Result<()> {
+    if args.repeat == 0 {
+        bail!("--repeat must be at least 1");
+    }
+    let path = &args.data;
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    let mut golds = vec![];
+    for (i, line) in text.lines().enumerate() {
+        let v: Value = serde_json::from_str(line)
+            .with_context(|| format!("{}:{}: not JSON", path.display(), i + 1))?;
+        let a = v["answer"].as_str().with_context(|| {
+            format!(
+                "{}:{}: missing string field \"answer\"",
+                path.display(),
+                i + 1
+            )
+        })?;
+        golds.push((a.to_string(), gold_answer(a)));
+    }
+    let grader = Grader::default();
+    // Plain numbers: extracted gold vs a plain prediction (half right, half off by one).
+    let plain: Vec<(String, String)> = golds
+        .iter()
+        .enumerate()
+        .map(|(i, (_, g))| {
+            let p = if i % 2 == 0 {
+                g.clone()
+            } else {
+                format!("{}1", g)
+            };
+            (g.clone(), p)
+        })
+        .collect();
+    // Full pipeline: raw dataset answer (with ####) vs a model-style sentence.
+    let full: Vec<(String, String)> = golds
+        .iter()
+        .map(|(raw, g)| {
+            (
+                raw.clone(),
+                format!("So she makes ${g} every day. The answer is {g}."),
+            )
+        })
+        .collect();
+    // LaTeX forms through the expression engine.
+    let latex: Vec<(String, String)> = golds
+        .iter()
+        .map(|(_, g)| (g.clone(), format!("\\boxed{{\\frac{{2\\cdot {g}}}{{2}}}}")))
+        .collect();
+    let (plain_rate, plain_ok) = measure(&plain, args.repeat, |g, p| grader.answers_match(g, p));
+    let (full_rate, full_ok) = measure(&full, args.repeat, |g, p| grader.grade(g, p).correct);
+    let latex_repeat = (args.repeat / 10).max(1);
+    let (latex_rate, latex_ok) = measure(&latex, latex_repeat, |g, p| grader.grade(g, p).correct);
+    let n = golds.len();
+    println!("GSM8K test answers: {n} (single thread)");
+    println!(
+        "plain numbers      {plain_rate:>12.0} pairs/s  ({plain_ok}/{n} correct, expected {})",
+        n.div_ceil(2)
+    );
+    println!("full text pipeline {full_rate:>12.0} pairs/s  ({full_ok}/{n} correct)");
+    println!("latex expressions  {latex_rate:>12.0} pairs/s  ({latex_ok}/{n} correct)");
+    println!(
+        "{}",
+        json!({"bench": "grade", "answers": n, "plain_pairs_per_s": plain_rate,
+               "full_pairs_per_s": full_rate, "latex_pairs_per_s": latex_rate})
+    );
+    Ok(())
 }

@@ -203,10 +203,7 @@ fn named_value(e: &Expr) -> Option<&Expr> {
         return None;
     }
     let n = terms.len();
-    terms[..n - 1]
-        .iter()
-        .any(is_name)
-        .then(|| &terms[n - 1])
+    terms[..n - 1].iter().any(is_name).then(|| &terms[n - 1])
 }
 
 /// `a <= x < b` and `x > a` as intervals (for comparing against interval answers).
@@ -222,9 +219,19 @@ fn rel_to_interval(e: &Expr) -> Option<Expr> {
             let up = |op: &RelOp| matches!(op, RelOp::Lt | RelOp::Le);
             let down = |op: &RelOp| matches!(op, RelOp::Gt | RelOp::Ge);
             if up(a) && up(b) {
-                Some(interval(terms[0].clone(), terms[2].clone(), closed(*a), closed(*b)))
+                Some(interval(
+                    terms[0].clone(),
+                    terms[2].clone(),
+                    closed(*a),
+                    closed(*b),
+                ))
             } else if down(a) && down(b) {
-                Some(interval(terms[2].clone(), terms[0].clone(), closed(*b), closed(*a)))
+                Some(interval(
+                    terms[2].clone(),
+                    terms[0].clone(),
+                    closed(*b),
+                    closed(*a),
+                ))
             } else {
                 None
             }
@@ -412,7 +419,10 @@ fn scalar_equiv(g: &Expr, p: &Expr, o: &EquivOptions) -> bool {
         if !rounded {
             return false;
         }
-        let (x, y) = (a.to_f64().unwrap_or(f64::NAN), b.to_f64().unwrap_or(f64::NAN));
+        let (x, y) = (
+            a.to_f64().unwrap_or(f64::NAN),
+            b.to_f64().unwrap_or(f64::NAN),
+        );
         return (x - y).abs() <= tol * x.abs().max(y.abs()).max(1.0);
     }
     let mut syms = vec![];
@@ -423,7 +433,7 @@ fn scalar_equiv(g: &Expr, p: &Expr, o: &EquivOptions) -> bool {
         let b = eval_complex(p, &[]);
         return finite(a) && finite(b) && close(a, b, tol);
     }
-    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(0x5eed_0f_9a0e);
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(0x005e_ed0f_9a0e);
     let mut agreeing = 0;
     for _ in 0..o.points * 3 {
         if timed_out(o) {
@@ -476,7 +486,10 @@ fn alternatives(e: &Expr) -> Vec<Expr> {
         Mul(a, b) => bin(a, b, &Mul),
         Div(a, b) => bin(a, b, &Div),
         Pow(a, b) => bin(a, b, &Pow),
-        Neg(a) => alternatives(a).into_iter().map(|x| Neg(Box::new(x))).collect(),
+        Neg(a) => alternatives(a)
+            .into_iter()
+            .map(|x| Neg(Box::new(x)))
+            .collect(),
         Call(f, args) if args.len() == 1 => alternatives(&args[0])
             .into_iter()
             .map(|x| Call(*f, vec![x]))

@@ -72,7 +72,7 @@ fn exact_root(x: &BigRational, q: u32) -> Option<BigRational> {
         return None;
     }
     let neg = x.is_negative();
-    if neg && q % 2 == 0 {
+    if neg && q.is_multiple_of(2) {
         return None;
     }
     let n = x.numer().abs();
@@ -128,34 +128,14 @@ fn exact_call(f: Func, args: &[Expr]) -> Option<BigRational> {
             }
             acc
         }
-        Func::Exp => {
-            if x.is_zero() {
-                BigRational::one()
-            } else {
-                return None;
-            }
+        Func::Exp if x.is_zero() => BigRational::one(),
+        Func::Ln if x.is_one() => BigRational::zero(),
+        Func::Sin | Func::Tan | Func::Asin | Func::Atan | Func::Sinh | Func::Tanh
+            if x.is_zero() =>
+        {
+            BigRational::zero()
         }
-        Func::Ln => {
-            if x.is_one() {
-                BigRational::zero()
-            } else {
-                return None;
-            }
-        }
-        Func::Sin | Func::Tan | Func::Asin | Func::Atan | Func::Sinh | Func::Tanh => {
-            if x.is_zero() {
-                BigRational::zero()
-            } else {
-                return None;
-            }
-        }
-        Func::Cos | Func::Cosh | Func::Sec => {
-            if x.is_zero() {
-                BigRational::one()
-            } else {
-                return None;
-            }
-        }
+        Func::Cos | Func::Cosh | Func::Sec if x.is_zero() => BigRational::one(),
         Func::LogBase => {
             // log_b x = k exactly when b^k == x for a small integer k.
             let b = exact_value(&args[0])?;

@@ -23,11 +23,7 @@ pub fn parse(s: &str) -> Result<Expr> {
     p.skip_membership_prefix();
     let e = p.list()?;
     if p.pos < p.toks.len() {
-        bail!(
-            "unexpected token {:?} at position {}",
-            p.toks[p.pos],
-            p.pos
-        );
+        bail!("unexpected token {:?} at position {}", p.toks[p.pos], p.pos);
     }
     Ok(e)
 }
@@ -496,7 +492,9 @@ impl Parser {
     }
 
     fn atom_inner(&mut self) -> Result<Expr> {
-        let t = self.next().ok_or_else(|| anyhow!("unexpected end of answer"))?;
+        let t = self
+            .next()
+            .ok_or_else(|| anyhow!("unexpected end of answer"))?;
         match t {
             Tok::Num(n) => number(&n),
             Tok::Pi => Ok(Expr::Pi),
@@ -724,17 +722,17 @@ impl Parser {
                 };
                 Ok(Expr::Call(f, vec![e]))
             }
-            "overline" | "bar" | "hat" | "vec" | "tilde" | "widehat" | "underline"
-            | "boxed" | "fbox" | "mathbf" => self.arg(),
+            "overline" | "bar" | "hat" | "vec" | "tilde" | "widehat" | "underline" | "boxed"
+            | "fbox" | "mathbf" => self.arg(),
             "emptyset" | "varnothing" => Ok(Expr::Set(vec![])),
             "begin" => self.environment(),
             "e" => Ok(Expr::E),
             "infty" => Ok(Expr::Inf),
             "dots" | "ldots" | "cdots" | "vdots" | "ddots" => bail!("ellipsis in answer"),
-            "sech" | "csch" | "coth" | "arcsec" | "arccsc" | "arccot" | "max" | "min"
-            | "gcd" | "lcm" | "det" | "mod" | "pmod" | "bmod" | "int" | "sum" | "prod"
-            | "lim" | "to" | "rightarrow" | "Rightarrow" | "implies" | "iff" | "forall"
-            | "exists" | "angle" | "triangle" | "perp" | "parallel" | "cong" | "sim" => {
+            "sech" | "csch" | "coth" | "arcsec" | "arccsc" | "arccot" | "max" | "min" | "gcd"
+            | "lcm" | "det" | "mod" | "pmod" | "bmod" | "int" | "sum" | "prod" | "lim" | "to"
+            | "rightarrow" | "Rightarrow" | "implies" | "iff" | "forall" | "exists" | "angle"
+            | "triangle" | "perp" | "parallel" | "cong" | "sim" => {
                 bail!("unsupported command \\{c}")
             }
             // Greek letters and other named symbols are variables.

@@ -1,5 +1,7 @@
 //! n-digit arithmetic: `What is 37 + 58?` with knobs for digits, operand count and operators.
-use super::{example_rng, fill, opt_digits, random_operand, verify_number, AnswerMode, Task, TaskExample};
+use super::{
+    example_rng, fill, opt_digits, random_operand, verify_number, AnswerMode, Task, TaskExample,
+};
 use crate::reward::{opt_str, opt_u64};
 use anyhow::{bail, Result};
 use rand::Rng;
@@ -18,7 +20,10 @@ pub struct Arith {
 
 impl Arith {
     pub fn from_opts(opts: &Value) -> Result<Self> {
-        let ops: Vec<char> = opt_str(opts, "ops", "+")?.chars().filter(|c| !c.is_whitespace()).collect();
+        let ops: Vec<char> = opt_str(opts, "ops", "+")?
+            .chars()
+            .filter(|c| !c.is_whitespace())
+            .collect();
         if ops.is_empty() || ops.iter().any(|c| !"+-*/".contains(*c)) {
             bail!("option \"ops\" must be made of + - * /, got {ops:?}");
         }
@@ -92,14 +97,18 @@ impl Task for Arith {
             let ops: Vec<char> = (1..self.operands)
                 .map(|_| self.ops[rng.random_range(0..self.ops.len())])
                 .collect();
-            let mut nums: Vec<i64> = (0..self.operands).map(|_| random_operand(&mut rng, self.digits)).collect();
+            let mut nums: Vec<i64> = (0..self.operands)
+                .map(|_| random_operand(&mut rng, self.digits))
+                .collect();
             for k in (0..ops.len()).rev() {
                 if ops[k] == '/' {
                     nums[k + 1] = nums[k + 1].max(1);
                     nums[k] = nums[k + 1] * random_operand(&mut rng, self.digits);
                 }
             }
-            let Some(v) = evaluate(&nums, &ops) else { continue };
+            let Some(v) = evaluate(&nums, &ops) else {
+                continue;
+            };
             if !self.allow_negative && v < 0 {
                 continue;
             }

@@ -1,6 +1,8 @@
 //! Chain sums: start from a number and apply a chain of additions and subtractions given in
 //! words ("Start with 7. Add 5. Subtract 3. What number do you end with?").
-use super::{example_rng, fill, opt_digits, random_operand, verify_number, AnswerMode, Task, TaskExample};
+use super::{
+    example_rng, fill, opt_digits, random_operand, verify_number, AnswerMode, Task, TaskExample,
+};
 use crate::reward::{opt_str, opt_u64};
 use anyhow::{bail, Result};
 use rand::Rng;
@@ -18,7 +20,10 @@ pub struct ChainSum {
 
 impl ChainSum {
     pub fn from_opts(opts: &Value) -> Result<Self> {
-        let ops: Vec<char> = opt_str(opts, "ops", "+-")?.chars().filter(|c| !c.is_whitespace()).collect();
+        let ops: Vec<char> = opt_str(opts, "ops", "+-")?
+            .chars()
+            .filter(|c| !c.is_whitespace())
+            .collect();
         if ops.is_empty() || ops.iter().any(|c| !"+-".contains(*c)) {
             bail!("option \"ops\" must be made of + and -, got {ops:?}");
         }
@@ -26,7 +31,12 @@ impl ChainSum {
         if !(1..=64).contains(&steps) {
             bail!("option \"steps\" must be between 1 and 64, got {steps}");
         }
-        let template = opt_str(opts, "template", "Start with {start}. {steps} What number do you end with?")?.to_string();
+        let template = opt_str(
+            opts,
+            "template",
+            "Start with {start}. {steps} What number do you end with?",
+        )?
+        .to_string();
         if !template.contains("{start}") || !template.contains("{steps}") {
             bail!("option \"template\" must contain {{start}} and {{steps}}, got {template:?}");
         }
@@ -65,7 +75,10 @@ impl Task for ChainSum {
             }
         }
         TaskExample {
-            prompt: fill(&self.template, &[("start", start.to_string()), ("steps", words.join(" "))]),
+            prompt: fill(
+                &self.template,
+                &[("start", start.to_string()), ("steps", words.join(" "))],
+            ),
             answer: value.to_string(),
             metadata: json!({"task": "chain_sum", "terms": terms}),
         }

@@ -9,7 +9,8 @@ use num_traits::ToPrimitive;
 use rand::Rng;
 use serde_json::{json, Value};
 
-const DEFAULT_TEMPLATE: &str = "Using the numbers {numbers}, create an equation that equals {target}. \
+const DEFAULT_TEMPLATE: &str =
+    "Using the numbers {numbers}, create an equation that equals {target}. \
 You can use basic arithmetic operations (+, -, *, /) and each number must be used exactly once. \
 Show your work in <think> </think> tags. And return the final answer in <answer> </answer> tags, \
 for example <answer> (1 + 2) / 3 </answer>.";
@@ -34,7 +35,7 @@ impl Countdown {
         let max_number = opt_u64(opts, "max_number", 99)? as i64;
         let min_target = opt_u64(opts, "min_target", 1)? as i64;
         let max_target = opt_u64(opts, "max_target", 100)? as i64;
-        if max_number < 1 || max_number > 100_000 || min_target > max_target {
+        if !(1..=100_000).contains(&max_number) || min_target > max_target {
             bail!("countdown options out of range: max_number {max_number}, targets {min_target}..={max_target}");
         }
         let use_all = match opts.get("use_all") {
@@ -98,7 +99,11 @@ fn proposed_equation(completion: &str) -> Option<String> {
     } else if let Some(b) = last_boxed(completion) {
         b
     } else {
-        completion.lines().rev().find(|l| l.chars().any(|c| c.is_ascii_digit()))?.to_string()
+        completion
+            .lines()
+            .rev()
+            .find(|l| l.chars().any(|c| c.is_ascii_digit()))?
+            .to_string()
     };
     let lhs = raw.split('=').next()?.trim().to_string();
     (!lhs.is_empty()).then_some(lhs)
@@ -113,7 +118,9 @@ impl Task for Countdown {
         let mut rng = example_rng(seed, index);
         let mut best = None;
         for _ in 0..1000 {
-            let numbers: Vec<i64> = (0..self.count).map(|_| rng.random_range(1..=self.max_number)).collect();
+            let numbers: Vec<i64> = (0..self.count)
+                .map(|_| rng.random_range(1..=self.max_number))
+                .collect();
             let (value, solution) = self.random_solution(&mut rng, &numbers);
             let ok = (self.min_target..=self.max_target).contains(&value);
             best = Some((numbers, value, solution));
@@ -122,16 +129,31 @@ impl Task for Countdown {
             }
         }
         let (numbers, target, solution) = best.expect("at least one attempt");
-        let shown = format!("[{}]", numbers.iter().map(|n| n.to_string()).collect::<Vec<_>>().join(", "));
+        let shown = format!(
+            "[{}]",
+            numbers
+                .iter()
+                .map(|n| n.to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
         TaskExample {
-            prompt: fill(&self.template, &[("numbers", shown), ("target", target.to_string())]),
+            prompt: fill(
+                &self.template,
+                &[("numbers", shown), ("target", target.to_string())],
+            ),
             answer: target.to_string(),
             metadata: json!({"task": "countdown", "numbers": numbers, "target": target, "solution": solution}),
         }
     }
 
     fn verify(&self, completion: &str, answer: &str, metadata: &Value) -> f64 {
-        let target = match answer.trim().parse::<i64>().ok().or_else(|| metadata.get("target")?.as_i64()) {
+        let target = match answer
+            .trim()
+            .parse::<i64>()
+            .ok()
+            .or_else(|| metadata.get("target")?.as_i64())
+        {
             Some(t) => t,
             None => return 0.0,
         };
@@ -140,8 +162,13 @@ impl Task for Countdown {
             return 0.0;
         };
         let mut allowed: Vec<i64> = numbers.iter().filter_map(|v| v.as_i64()).collect();
-        let Some(eq) = proposed_equation(completion) else { return 0.0 };
-        if !eq.chars().all(|c| c.is_ascii_digit() || " +-*/()x×÷·\\timesdivcdot".contains(c)) {
+        let Some(eq) = proposed_equation(completion) else {
+            return 0.0;
+        };
+        if !eq
+            .chars()
+            .all(|c| c.is_ascii_digit() || " +-*/()x×÷·\\timesdivcdot".contains(c))
+        {
             return 0.0;
         }
         let Ok(e) = parse(&eq) else { return 0.0 };
@@ -159,7 +186,8 @@ impl Task for Countdown {
                 c <= allowed.iter().filter(|x| *x == u).count()
             })
         };
-        let value_ok = exact_value(&e).is_some_and(|v| v == num_rational::BigRational::from_integer(target.into()));
+        let value_ok = exact_value(&e)
+            .is_some_and(|v| v == num_rational::BigRational::from_integer(target.into()));
         if numbers_ok && value_ok {
             1.0
         } else {

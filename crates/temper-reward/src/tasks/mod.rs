@@ -8,8 +8,8 @@ pub use arith::Arith;
 pub use chain_sum::ChainSum;
 pub use countdown::Countdown;
 
-use crate::grader::{extract_answer, Extraction, Grader};
 use crate::extract::{answer_block, last_boxed, last_number};
+use crate::grader::{extract_answer, Extraction, Grader};
 use crate::reward::{opt_str, Reward, RewardOutput};
 use anyhow::{bail, Result};
 use rand::SeedableRng;
@@ -46,7 +46,10 @@ pub fn task_by_name(name: &str, opts: &Value) -> Result<Box<dyn Task>> {
         "arith" => Box::new(Arith::from_opts(opts)?),
         "countdown" => Box::new(Countdown::from_opts(opts)?),
         "chain_sum" => Box::new(ChainSum::from_opts(opts)?),
-        _ => bail!("unknown task {name:?}; known tasks: {}", TASK_NAMES.join(", ")),
+        _ => bail!(
+            "unknown task {name:?}; known tasks: {}",
+            TASK_NAMES.join(", ")
+        ),
     })
 }
 
