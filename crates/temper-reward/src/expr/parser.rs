@@ -646,8 +646,9 @@ impl Parser {
 
     /// Function argument without braces: `\sin x`, `\sin 2x`, `\log(x+1)`, `\sqrt{x}`.
     fn func_arg(&mut self) -> Result<Expr> {
+        // `\cos(x)^2` squares the cosine: a bracketed argument ends at its bracket.
         if matches!(self.peek(), Some(Tok::LParen) | Some(Tok::LBrace)) {
-            return self.power();
+            return self.postfix();
         }
         let mut acc = self.power()?;
         while matches!(
