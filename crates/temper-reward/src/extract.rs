@@ -180,13 +180,13 @@ pub fn math_spans(s: &str) -> Vec<String> {
     let b = s.as_bytes();
     let mut i = 0;
     while i < b.len() {
-        let (open, close): (&str, &str) = if s[i..].starts_with("$$") {
+        let (open, close): (&str, &str) = if b[i..].starts_with(b"$$") {
             ("$$", "$$")
         } else if b[i] == b'$' && (i == 0 || b[i - 1] != b'\\') {
             ("$", "$")
-        } else if s[i..].starts_with("\\(") {
+        } else if b[i..].starts_with(b"\\(") {
             ("\\(", "\\)")
-        } else if s[i..].starts_with("\\[") {
+        } else if b[i..].starts_with(b"\\[") {
             ("\\[", "\\]")
         } else {
             i += 1;
@@ -196,7 +196,8 @@ pub fn math_spans(s: &str) -> Vec<String> {
         let mut j = from;
         let mut found = None;
         while j < b.len() {
-            if s[j..].starts_with(close) && !(close == "$" && j > 0 && b[j - 1] == b'\\') {
+            if b[j..].starts_with(close.as_bytes()) && !(close == "$" && j > 0 && b[j - 1] == b'\\')
+            {
                 found = Some(j);
                 break;
             }

@@ -331,3 +331,103 @@ fn extraction_from_prose() {
         ("Janet makes $2 per egg.\n#### 18", "\\boxed{18}", true),
     ]);
 }
+
+#[test]
+fn more_forms() {
+    check(&[
+        ("\\frac{\\sqrt{3}}{2}", "\\sqrt{3}/2", true),
+        ("\\dfrac{1}{2}", "0.50", true),
+        ("$10^{2^n-n-1}$", "10^{2^{n}-(n+1)}", true),
+        ("18", "\\$18.00", true),
+        ("18\\%", "18%", true),
+        ("x \\in (-\\infty, 3)", "(-\\infty, 3)", true),
+        ("(-\\infty, 3)", "x < 3", true),
+        ("(-\\infty, 3)", "x \\le 3", false),
+        ("\\text{yes}", "Yes", true),
+        ("5\\text{ inches}", "5", true),
+        ("\\frac{5}{2}", "2\\frac{1}{2}", true),
+        ("1/2", "2/4", true),
+        ("-\\frac{1}{2}", "\\frac{-1}{2}", true),
+        ("\\frac12", ".5", true),
+        ("\\left[ 0, 1 \\right]", "[0,1]", true),
+        ("2, 3", "\\{2, 3\\}", true),
+        ("12", "12,000", false),
+        ("\\infty", "\\infty", true),
+        ("-\\infty", "\\infty", false),
+        ("x^2", "x^{2}", true),
+        ("\\sqrt{x}", "x^{1/2}", true),
+        ("0", "-0", true),
+        (
+            "\\boxed{5}",
+            "<think> hmm </think> <answer>5</answer>",
+            true,
+        ),
+        ("\\frac{1}{2}", "\\frac{1}{3}", false),
+        ("3", "3x", false),
+        ("\\sqrt{2}", "1.414", false),
+        ("\\frac{\\sqrt{2}}{2}", "\\frac{1}{\\sqrt{2}}", true),
+        ("\\cos(\\pi/3)", "1/2", true),
+    ]);
+}
+
+#[test]
+fn time_limit_per_comparison() {
+    use std::time::Duration;
+    use temper_reward::Grader;
+    let g = Grader::default();
+    assert!(g.answers_match("x^2+2x+1", "(x+1)^2"));
+    // With no time at all, anything needing the expression engine is "not equal"; plain numbers
+    // and identical strings are decided before it.
+    let none = Grader {
+        timeout: Duration::ZERO,
+    };
+    assert!(!none.answers_match("x^2+2x+1", "(x+1)^2"));
+    assert!(none.answers_match("18", "18.0"));
+    assert!(none.answers_match("\\frac{1}{2}", "\\frac{1}{2}"));
+}
+
+#[test]
+fn never_panics_on_odd_text() {
+    let samples = [
+        "Janet’s ducks lay 16 eggs — she sells them for €2 each: $ 3 × 4 = 12 $ …",
+        "π ≈ 3.14159 and √2 ≈ 1.414, answer: ½",
+        "\\boxed{",
+        "\\boxed{\\frac{1}{",
+        "$$",
+        "\\(",
+        "\\[ \\]",
+        "#### ",
+        "}{",
+        "^^^",
+        "\\",
+        "\\frac{}{}",
+        "\\sqrt[",
+        "((((((((((((((((((((((((((((((((((((((((((((((((((((1",
+        "2^{2^{2^{2^{2^{2^{2^{2}}}}}}}",
+        "10^{100000}",
+        "1/0",
+        "0/0",
+        "\\log_1 5",
+        "0^{-1}",
+        "\\begin{pmatrix} 1 & 2 \\\\ 3 \\end{pmatrix}",
+        "x = = 3",
+        ",,,",
+        "e^{e^{e^{e^{10}}}}",
+        "100000000000000000000000000000000000000000000000000!",
+        "\\binom{10000000}{5000000}",
+    ];
+    for a in samples {
+        for b in samples {
+            let _ = grade(a, b);
+        }
+        let _ = grade("18", a);
+        let _ = grade(a, "18");
+    }
+    // Every byte-prefix of a unicode-heavy string (cut points inside characters).
+    let s = samples[0];
+    for k in 0..=s.len() {
+        if let Some(prefix) = s.get(..k) {
+            let _ = grade(prefix, s);
+        }
+    }
+}
