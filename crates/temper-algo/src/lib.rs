@@ -37,8 +37,12 @@ pub use entropy::entropy_from_logits;
 pub use kl::{apply_kl_in_reward, kl_penalty, KlController, KlCtrlConfig, KlType};
 pub use masked::{masked_mean, masked_sum, masked_whiten};
 pub use names::UnknownName;
-pub use policy_loss::{policy_loss, PolicyLossInput, PolicyLossMode, PolicyLossOutput, PolicyLossParams};
-pub use rollout_correction::{rollout_correction, CorrectionLevel, RolloutCorrection, RolloutCorrectionOutput};
+pub use policy_loss::{
+    policy_loss, PolicyLossInput, PolicyLossMode, PolicyLossOutput, PolicyLossParams,
+};
+pub use rollout_correction::{
+    rollout_correction, CorrectionLevel, RolloutCorrection, RolloutCorrectionOutput,
+};
 pub use vectors::{run_vectors, CaseResult, Report};
 
 /// Metrics as returned by this crate: full verl names -> value.
