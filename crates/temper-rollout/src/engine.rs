@@ -1,0 +1,481 @@
+//! The sampling engine: batched prefill + KV-cache decode on a [`CausalLm`], under no-grad.
+//!
+//! One loop step runs one forward that yields next-token logits `(rows, V)` for every active row,
+//! then samples a token per row (see [`crate::step`]), checks the stop conditions and drops
+//! finished rows from the batch (`KvCache::select_rows`). A step is either
+//! - a decode step: each row's newest token, `(rows, 1)`, against the cache; or
+//! - a (re)build step, when the scheduler admits queued work: the still-active rows' full
+//!   sequences and one row per admitted prompt are prefilled together, left-padded, into a fresh
+//!   cache; the prompt rows are then repeated for their samples, so `n` samples share one prefill.
+//!   Re-prefilling the active rows is what lets freed slots be refilled with today's `KvCache`
+//!   (it has no way to append rows); the scheduler only refills when enough slots are free.
+
+use std::sync::Mutex;
+
+use anyhow::{bail, Context, Result};
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha20Rng;
+use tch::{Device, Kind, Tensor};
+use temper_model::{CausalLm, KvCache};
+
+use crate::draw::{next_uniform, sample_rng};
+use crate::params::{Finish, Request, Sample, StopReason};
+use crate::scheduler::{Scheduler, SchedulerConfig, Unit};
+use crate::step::{sample_step, RowView};
+use crate::stop::{Decode, StopStrings};
+
+/// Batch shape and the seed for requests without one.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct EngineConfig {
+    /// Most rows decoded together.
+    pub max_batch_rows: usize,
+    /// Most padded tokens in one prefill forward (bounds activation memory).
+    pub max_prefill_tokens: usize,
+    /// Refill freed slots (re-prefilling the rows still running) only when at least this many are
+    /// free; `None` = a quarter of `max_batch_rows`.
+    pub refill_min_free: Option<usize>,
+    /// Seeds the generator that gives seeds to requests with `seed: None`.
+    pub seed: u64,
+}
+
+impl Default for EngineConfig {
+    fn default() -> Self {
+        Self {
+            max_batch_rows: 64,
+            max_prefill_tokens: 8192,
+            refill_min_free: None,
+            seed: 0,
+        }
+    }
+}
+
+/// Progress after each step, for progress bars.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Progress {
+    pub finished_samples: usize,
+    pub total_samples: usize,
+    pub generated_tokens: usize,
+}
+
+/// Samples completions from a model. Holds only references; cheap to build per call.
+pub struct Engine<'a> {
+    model: &'a CausalLm,
+    eos_ids: Vec<i64>,
+    decoder: Option<&'a dyn Decode>,
+    config: EngineConfig,
+    /// Seeds for requests without one: reproducible per engine, different on every call.
+    seeder: Mutex<ChaCha20Rng>,
+}
+
+/// What every sample of one request shares.
+struct Prepared<'r> {
+    request: &'r Request,
+    stops: StopStrings,
+    /// Ids that end a sample: EOS (unless `ignore_eos`), then `stop_token_ids`.
+    eos: Vec<i64>,
+    /// Banned while the completion is shorter than `min_tokens`.
+    banned: Vec<i64>,
+    /// Completion budget: `max_tokens`, capped by the context.
+    max_new: usize,
+    seed: u64,
+}
+
+/// A sample being generated, aligned with a row of the cache.
+struct Row {
+    request: usize,
+    sample: usize,
+    completion: Vec<i64>,
+    logprobs: Vec<f32>,
+    rng: ChaCha20Rng,
+    /// Sorted unique ids of prompt + completion, kept only when a repetition penalty is set.
+    seen: Vec<i64>,
+}
+
+impl<'a> Engine<'a> {
+    /// `eos_ids`: the model's end-of-sequence ids (`GenerationConfig::eos_token_ids`).
+    pub fn new(model: &'a CausalLm, eos_ids: Vec<i64>) -> Self {
+        let config = EngineConfig::default();
+        Self {
+            model,
+            eos_ids,
+            decoder: None,
+            config,
+            seeder: Mutex::new(ChaCha20Rng::seed_from_u64(config.seed)),
+        }
+    }
+
+    /// The decoder for stop strings (usually the model's `Tokenizer`); requests with `stop`
+    /// strings are rejected without one.
+    pub fn with_decoder(mut self, decoder: &'a dyn Decode) -> Self {
+        self.decoder = Some(decoder);
+        self
+    }
+
+    pub fn with_config(mut self, config: EngineConfig) -> Self {
+        self.config = config;
+        self.seeder = Mutex::new(ChaCha20Rng::seed_from_u64(config.seed));
+        self
+    }
+
+    pub fn model(&self) -> &CausalLm {
+        self.model
+    }
+
+    pub fn eos_ids(&self) -> &[i64] {
+        &self.eos_ids
+    }
+
+    /// Context length (positions), if the model config states it.
+    pub fn context_len(&self) -> Option<usize> {
+        self.model
+            .config()
+            .max_position_embeddings
+            .map(|c| c as usize)
+    }
+
+    /// Check every request without running the model. Errors name the request and field.
+    pub fn validate(&self, requests: &[Request]) -> Result<()> {
+        let vocab = self.model.config().vocab_size as usize;
+        for (i, r) in requests.iter().enumerate() {
+            let ctx = || format!("request {i}");
+            r.params.validate(Some(vocab)).with_context(ctx)?;
+            if r.prompt_ids.is_empty() {
+                bail!("request {i}: prompt_ids is empty (a prompt needs at least one token)");
+            }
+            if let Some((p, &t)) = r
+                .prompt_ids
+                .iter()
+                .enumerate()
+                .find(|(_, &t)| t < 0 || t as usize >= vocab)
+            {
+                bail!("request {i}: prompt_ids[{p}] = {t} is not a token id (vocabulary size {vocab})");
+            }
+            if let Some(c) = self.context_len() {
+                if r.prompt_ids.len() >= c {
+                    bail!(
+                        "request {i}: prompt has {} tokens, the model's context is {c} (max_position_embeddings): \
+                         no room for a completion",
+                        r.prompt_ids.len()
+                    );
+                }
+            }
+            if !r.params.stop.is_empty() && self.decoder.is_none() {
+                bail!("request {i}: stop strings need a tokenizer to decode with (Engine::with_decoder)");
+            }
+        }
+        Ok(())
+    }
+
+    /// Generate `params.n` samples for every request. Samples come back ordered by
+    /// `(request_index, sample_index)`. `progress` is called after every step.
+    pub fn generate(
+        &self,
+        requests: &[Request],
+        progress: &mut dyn FnMut(Progress),
+    ) -> Result<Vec<Sample>> {
+        self.validate(requests)?;
+        let prepared = self.prepare(requests);
+        let _no_grad = tch::no_grad_guard();
+        let total: usize = requests.iter().map(|r| r.params.n).sum();
+        let sched_cfg = SchedulerConfig {
+            refill_min_free: self
+                .config
+                .refill_min_free
+                .unwrap_or(self.config.max_batch_rows.div_ceil(4))
+                .max(1),
+            ..SchedulerConfig::new(self.config.max_batch_rows, self.config.max_prefill_tokens)
+        };
+        let shape: Vec<(usize, usize)> = requests
+            .iter()
+            .map(|r| (r.params.n, r.prompt_ids.len()))
+            .collect();
+        let mut scheduler = Scheduler::new(&shape, sched_cfg);
+        let mut batch = Batch::empty(self.model.device());
+        let mut done: Vec<Sample> = Vec::with_capacity(total);
+        let mut generated_tokens = 0;
+        loop {
+            let units = scheduler.admit(batch.rows.len());
+            let logits = if !units.is_empty() {
+                batch.rebuild(self.model, &prepared, &units)?
+            } else if !batch.rows.is_empty() {
+                batch.decode(self.model)
+            } else {
+                break;
+            };
+            // One uniform per row and step, greedy or not, so a row's stream never depends on others.
+            let uniforms: Vec<f64> = batch
+                .rows
+                .iter_mut()
+                .map(|r| next_uniform(&mut r.rng))
+                .collect();
+            let views: Vec<RowView> = batch
+                .rows
+                .iter()
+                .map(|row| {
+                    let p = &prepared[row.request];
+                    let below_min = row.completion.len() < p.request.params.min_tokens;
+                    RowView {
+                        params: &p.request.params,
+                        banned: if below_min { &p.banned } else { &[] },
+                        seen: &row.seen,
+                    }
+                })
+                .collect();
+            let drawn = sample_step(&logits, &views, &uniforms)?;
+            let mut keep = Vec::with_capacity(batch.rows.len());
+            for (i, (token, logprob)) in drawn.into_iter().enumerate() {
+                let row = &mut batch.rows[i];
+                let p = &prepared[row.request];
+                row.completion.push(token);
+                row.logprobs.push(logprob);
+                if p.request.params.repetition_penalty != 1.0 {
+                    if let Err(at) = row.seen.binary_search(&token) {
+                        row.seen.insert(at, token);
+                    }
+                }
+                generated_tokens += 1;
+                match self.finish(p, row)? {
+                    Some((finish, reason)) => done.push(Sample {
+                        request_index: row.request,
+                        sample_index: row.sample,
+                        prompt_ids: p.request.prompt_ids.clone(),
+                        completion_ids: std::mem::take(&mut row.completion),
+                        completion_logprobs: std::mem::take(&mut row.logprobs),
+                        finish,
+                        stop_reason: reason,
+                    }),
+                    None => keep.push(i as i64),
+                }
+            }
+            batch.keep_rows(&keep);
+            progress(Progress {
+                finished_samples: done.len(),
+                total_samples: total,
+                generated_tokens,
+            });
+        }
+        done.sort_by_key(|s| (s.request_index, s.sample_index));
+        Ok(done)
+    }
+
+    fn prepare<'r>(&self, requests: &'r [Request]) -> Vec<Prepared<'r>> {
+        let context = self.context_len();
+        let mut seeder = self.seeder.lock().unwrap_or_else(|e| e.into_inner());
+        requests
+            .iter()
+            .map(|request| {
+                let params = &request.params;
+                let mut eos = if params.ignore_eos {
+                    Vec::new()
+                } else {
+                    self.eos_ids.clone()
+                };
+                for &t in &params.stop_token_ids {
+                    if !eos.contains(&t) {
+                        eos.push(t);
+                    }
+                }
+                let room = context.map_or(usize::MAX, |c| c - request.prompt_ids.len());
+                // Drawn for every request, so that seeding one request does not shift the others.
+                let fallback_seed: u64 = seeder.random();
+                Prepared {
+                    request,
+                    stops: StopStrings::new(&params.stop),
+                    banned: if params.min_tokens > 0 {
+                        eos.clone()
+                    } else {
+                        Vec::new()
+                    },
+                    eos,
+                    max_new: params.max_tokens.min(room),
+                    seed: params.seed.unwrap_or(fallback_seed),
+                }
+            })
+            .collect()
+    }
+
+    /// Whether `row` (with its newest token appended) is finished, and why.
+    fn finish(&self, p: &Prepared, row: &Row) -> Result<Option<(Finish, Option<StopReason>)>> {
+        let last = *row.completion.last().expect("a token was just appended");
+        let len = row.completion.len();
+        let params = &p.request.params;
+        if p.eos.contains(&last) {
+            let reason = if !params.ignore_eos && self.eos_ids.contains(&last) {
+                StopReason::Eos(last)
+            } else {
+                StopReason::StopToken(last)
+            };
+            return Ok(Some((Finish::Stop, Some(reason))));
+        }
+        if len >= params.min_tokens && !p.stops.is_empty() {
+            let decoder = self
+                .decoder
+                .expect("validate() requires a decoder for stop strings");
+            if let Some(i) = p.stops.completed_by_last(&row.completion, decoder)? {
+                return Ok(Some((Finish::Stop, Some(StopReason::StopString(i)))));
+            }
+        }
+        if len >= p.max_new {
+            return Ok(Some((Finish::Length, None)));
+        }
+        Ok(None)
+    }
+}
+
+/// The rows being decoded, their cache and attention mask.
+struct Batch {
+    rows: Vec<Row>,
+    cache: Option<KvCache>,
+    /// (rows, cache.len()) i64, 1 = real token.
+    mask: Tensor,
+    device: Device,
+}
+
+impl Batch {
+    fn empty(device: Device) -> Self {
+        Self {
+            rows: Vec::new(),
+            cache: None,
+            mask: Tensor::zeros([0, 0], (Kind::Int64, device)),
+            device,
+        }
+    }
+
+    /// Prefill the active rows' sequences and the admitted prompts into a fresh cache; returns
+    /// next-token logits for every row (active rows first, then the new samples in unit order).
+    fn rebuild(
+        &mut self,
+        model: &CausalLm,
+        prepared: &[Prepared],
+        units: &[Unit],
+    ) -> Result<Tensor> {
+        let mut seqs: Vec<Vec<i64>> = self
+            .rows
+            .iter()
+            .map(|r| {
+                [
+                    prepared[r.request].request.prompt_ids.as_slice(),
+                    &r.completion,
+                ]
+                .concat()
+            })
+            .collect();
+        let n_active = seqs.len();
+        seqs.extend(
+            units
+                .iter()
+                .map(|u| prepared[u.request].request.prompt_ids.clone()),
+        );
+        let longest = seqs.iter().map(Vec::len).max().unwrap_or(0);
+        // Room for every row's remaining tokens, so the cache never has to grow while decoding.
+        let remaining = self
+            .rows
+            .iter()
+            .map(|r| prepared[r.request].max_new - r.completion.len())
+            .chain(units.iter().map(|u| prepared[u.request].max_new))
+            .max()
+            .unwrap_or(0);
+        let (ids, mask, pos) = left_pad(&seqs, longest, self.device);
+        let mut cache = KvCache::with_capacity(model.num_layers(), (longest + remaining) as i64);
+        let hidden = model.forward_hidden(&ids, &pos, &mask, Some(&mut cache));
+        let logits = model.logits(&hidden.select(1, -1));
+        // Repeat each prompt row for its samples.
+        let mut index: Vec<i64> = (0..n_active as i64).collect();
+        for (u, unit) in units.iter().enumerate() {
+            index.extend(std::iter::repeat_n((n_active + u) as i64, unit.count));
+            let p = &prepared[unit.request];
+            let mut seen = Vec::new();
+            if p.request.params.repetition_penalty != 1.0 {
+                seen = p.request.prompt_ids.clone();
+                seen.sort_unstable();
+                seen.dedup();
+            }
+            for sample in unit.first_sample..unit.first_sample + unit.count {
+                self.rows.push(Row {
+                    request: unit.request,
+                    sample,
+                    completion: Vec::new(),
+                    logprobs: Vec::new(),
+                    rng: sample_rng(p.seed, sample),
+                    seen: seen.clone(),
+                });
+            }
+        }
+        let index = Tensor::from_slice(&index).to_device(self.device);
+        if units.iter().any(|u| u.count != 1) {
+            cache.select_rows(&index);
+        }
+        self.mask = mask.index_select(0, &index);
+        self.cache = Some(cache);
+        Ok(logits.index_select(0, &index))
+    }
+
+    /// One token per row against the cache; returns next-token logits.
+    fn decode(&mut self, model: &CausalLm) -> Tensor {
+        let last: Vec<i64> = self
+            .rows
+            .iter()
+            .map(|r| *r.completion.last().expect("decoded rows have a token"))
+            .collect();
+        let b = self.rows.len() as i64;
+        let ids = Tensor::from_slice(&last)
+            .to_device(self.device)
+            .view([b, 1]);
+        // Position of the newest token = number of real tokens before it.
+        let pos = self
+            .mask
+            .sum_dim_intlist([1i64].as_slice(), true, Kind::Int64);
+        self.mask = Tensor::cat(
+            &[
+                &self.mask,
+                &Tensor::ones([b, 1], (Kind::Int64, self.device)),
+            ],
+            1,
+        );
+        let cache = self.cache.as_mut().expect("decoding needs a cache");
+        let hidden = model.forward_hidden(&ids, &pos, &self.mask, Some(cache));
+        model.logits(&hidden.select(1, -1))
+    }
+
+    /// Keep only rows `keep` (indices into `rows`), in order.
+    fn keep_rows(&mut self, keep: &[i64]) {
+        if keep.len() == self.rows.len() {
+            return;
+        }
+        let mut i = 0;
+        let keep_set: std::collections::HashSet<i64> = keep.iter().copied().collect();
+        self.rows.retain(|_| {
+            let k = keep_set.contains(&i);
+            i += 1;
+            k
+        });
+        if self.rows.is_empty() {
+            *self = Batch::empty(self.device);
+            return;
+        }
+        let index = Tensor::from_slice(keep).to_device(self.device);
+        if let Some(cache) = self.cache.as_mut() {
+            cache.select_rows(&index);
+        }
+        self.mask = self.mask.index_select(0, &index);
+    }
+}
+
+/// Left-padded `(ids, mask, positions)`, each (rows, width) i64. Pads use id 0 (never attended).
+fn left_pad(seqs: &[Vec<i64>], width: usize, device: Device) -> (Tensor, Tensor, Tensor) {
+    let rows = seqs.len();
+    let mut ids = vec![0i64; rows * width];
+    let mut mask = vec![0i64; rows * width];
+    let mut pos = vec![0i64; rows * width];
+    for (r, s) in seqs.iter().enumerate() {
+        let off = r * width + (width - s.len());
+        ids[off..off + s.len()].copy_from_slice(s);
+        for j in 0..s.len() {
+            mask[off + j] = 1;
+            pos[off + j] = j as i64;
+        }
+    }
+    let shape = [rows as i64, width as i64];
+    let t = |v: Vec<i64>| Tensor::from_slice(&v).view(shape).to_device(device);
+    (t(ids), t(mask), t(pos))
+}
