@@ -1,0 +1,324 @@
+//! TOML file + dotted overrides -> [`Config`], with verl key paths as aliases and every key checked.
+use super::Config;
+use anyhow::{anyhow, bail, Context, Result};
+use serde_json::Value as Json;
+use std::collections::BTreeMap;
+use std::path::Path;
+
+/// Where a key's value came from, for error messages.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ConfigSource {
+    File(String),
+    Override(String),
+}
+
+impl std::fmt::Display for ConfigSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ConfigSource::File(p) => write!(f, "config {p}"),
+            ConfigSource::Override(o) => write!(f, "override `{o}`"),
+        }
+    }
+}
+
+/// A loaded, validated config and the non-fatal notes made on the way (ignored verl keys).
+#[derive(Debug, Clone)]
+pub struct Loaded {
+    pub config: Config,
+    pub warnings: Vec<String>,
+}
+
+/// Tables whose keys are free-form (passed through to a task or reward), never checked here.
+const FREE_FORM: &[&str] = &["data.task_args", "reward.kwargs"];
+
+/// verl path prefixes rewritten to temper's sections (longest first).
+const PREFIX_ALIASES: &[(&str, &str)] = &[
+    ("actor_rollout_ref.rollout.val_kwargs.", "eval."),
+    ("actor_rollout_ref.actor.", "actor."),
+    ("actor_rollout_ref.rollout.", "rollout."),
+    ("actor_rollout_ref.model.", "model."),
+    ("rollout.val_kwargs.", "eval."),
+];
+
+/// Single keys spelled differently elsewhere (verl, CS336, slime) -> temper's key.
+const KEY_ALIASES: &[(&str, &str)] = &[
+    ("actor.lr", "actor.optim.lr"),
+    ("actor.optim.warmup_style", "actor.optim.lr_scheduler_type"),
+    ("actor.optim.clip_grad", "actor.grad_clip"),
+    ("actor.epochs_per_rollout_batch", "actor.ppo_epochs"),
+    ("actor.loss_mode", "actor.policy_loss.loss_mode"),
+    ("actor.eps_clip", "actor.clip_ratio_low"),
+    ("actor.eps_clip_high", "actor.clip_ratio_high"),
+    ("trainer.max_actor_ckpt_to_keep", "trainer.max_ckpt_to_keep"),
+    ("rollout.response_length", "data.max_response_length"),
+    ("rollout.prompt_length", "data.max_prompt_length"),
+];
+
+/// verl keys about its distributed machinery: accepted so verl command lines work, but they do
+/// nothing here (a warning says so). Entries ending in `.` are prefixes.
+const IGNORED_VERL_KEYS: &[&str] = &[
+    "actor_rollout_ref.ref.",
+    "actor_rollout_ref.hybrid_engine",
+    "actor.strategy",
+    "actor.use_dynamic_bsz",
+    "actor.ppo_max_token_len_per_gpu",
+    "actor.use_torch_compile",
+    "actor.ulysses_sequence_parallel_size",
+    "actor.fsdp_config.",
+    "actor.checkpoint.",
+    "actor.optim.total_training_steps",
+    "rollout.name",
+    "rollout.mode",
+    "rollout.gpu_memory_utilization",
+    "rollout.tensor_model_parallel_size",
+    "rollout.log_prob_micro_batch_size_per_gpu",
+    "rollout.enforce_eager",
+    "rollout.free_cache_engine",
+    "rollout.load_format",
+    "rollout.calculate_log_probs",
+    "model.use_remove_padding",
+    "model.enable_gradient_checkpointing",
+    "model.use_shm",
+    "model.trust_remote_code",
+    "data.dataloader_num_workers",
+    "data.return_raw_chat",
+    "data.return_raw_input_ids",
+    "data.return_full_prompt",
+    "data.tokenizer",
+    "data.use_shm",
+    "data.reward_fn_key",
+    "data.val_batch_size",
+    "data.validation_shuffle",
+    "trainer.logger",
+    "trainer.nnodes",
+    "trainer.n_gpus_per_node",
+    "trainer.balance_batch",
+    "trainer.critic_warmup",
+    "trainer.resume_mode",
+    "trainer.log_val_generations",
+    "trainer.default_hdfs_dir",
+    "algorithm.filter_groups.metric",
+];
+
+/// Loads `file` (if any), applies `overrides` (`a.b.c=value`, value parsed as TOML, else taken as
+/// a string), checks every key, and validates the values.
+pub fn load_config(file: Option<&Path>, overrides: &[String]) -> Result<Loaded> {
+    let (text, name) = match file {
+        Some(p) => (
+            std::fs::read_to_string(p)
+                .with_context(|| format!("reading config {}", p.display()))?,
+            p.display().to_string(),
+        ),
+        None => (String::new(), "<none>".to_string()),
+    };
+    load_config_str(&text, &name, overrides)
+}
+
+/// [`load_config`] on TOML text; `name` is used in messages.
+pub fn load_config_str(text: &str, name: &str, overrides: &[String]) -> Result<Loaded> {
+    let schema = Schema::new();
+    let mut warnings = Vec::new();
+    let table: toml::Table = text
+        .parse()
+        .map_err(|e: toml::de::Error| anyhow!("config {name}: {}", one_line(&e.to_string())))?;
+    let file_src = ConfigSource::File(name.to_string());
+    let mut leaves: BTreeMap<String, (toml::Value, ConfigSource)> = BTreeMap::new();
+    let mut flat = Vec::new();
+    flatten("", toml::Value::Table(table), &mut flat);
+    for (path, value) in flat {
+        if let Some(key) = schema.canonical(&path, &file_src, &mut warnings)? {
+            if leaves.contains_key(&key) {
+                bail!("{file_src}: `{key}` is set twice (`{path}` is another name for it)");
+            }
+            leaves.insert(key, (value, file_src.clone()));
+        }
+    }
+    for o in overrides {
+        let (path, value) = parse_override(o)?;
+        let src = ConfigSource::Override(o.clone());
+        let mut flat = Vec::new();
+        flatten(&path, value, &mut flat);
+        for (path, value) in flat {
+            if let Some(key) = schema.canonical(&path, &src, &mut warnings)? {
+                leaves.insert(key, (value, src.clone()));
+            }
+        }
+    }
+    let mut root = toml::Table::new();
+    for (key, (value, _)) in &leaves {
+        insert_path(&mut root, key, value.clone());
+    }
+    let config: Config =
+        serde_path_to_error::deserialize(toml::Value::Table(root)).map_err(|e| {
+            let key = e.path().to_string();
+            let src = leaves
+                .iter()
+                .find(|(k, _)| key.starts_with(k.as_str()) || k.starts_with(&key))
+                .map(|(_, (_, s))| s.to_string())
+                .unwrap_or_else(|| format!("config {name}"));
+            anyhow!("{src}: `{key}`: {}", one_line(&e.inner().to_string()))
+        })?;
+    config
+        .validate()
+        .with_context(|| format!("config {name}"))?;
+    Ok(Loaded { config, warnings })
+}
+
+/// Splits `a.b=value` and parses the value as a TOML value (bare words become strings).
+pub fn parse_override(o: &str) -> Result<(String, toml::Value)> {
+    let (k, v) = o
+        .split_once('=')
+        .ok_or_else(|| anyhow!("override `{o}`: expected KEY=VALUE (e.g. actor.optim.lr=1e-6)"))?;
+    let k = k.trim();
+    if k.is_empty() || k.split('.').any(|s| s.is_empty()) {
+        bail!("override `{o}`: bad key `{k}`");
+    }
+    Ok((k.to_string(), parse_value(v.trim())))
+}
+
+/// A value as TOML (`1e-6`, `true`, `[1, 2]`, `"x"`), or the raw text as a string.
+pub(crate) fn parse_value(v: &str) -> toml::Value {
+    format!("v = {v}")
+        .parse::<toml::Table>()
+        .ok()
+        .and_then(|mut t| t.remove("v"))
+        .unwrap_or_else(|| toml::Value::String(v.to_string()))
+}
+
+fn one_line(s: &str) -> String {
+    s.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+/// Leaves of a TOML value as (dotted path, value); free-form tables stay whole.
+fn flatten(prefix: &str, v: toml::Value, out: &mut Vec<(String, toml::Value)>) {
+    match v {
+        toml::Value::Table(t) if !FREE_FORM.iter().any(|f| canonical_prefix(prefix) == *f) => {
+            for (k, v) in t {
+                let p = if prefix.is_empty() {
+                    k
+                } else {
+                    format!("{prefix}.{k}")
+                };
+                flatten(&p, v, out);
+            }
+        }
+        v => out.push((prefix.to_string(), v)),
+    }
+}
+
+fn canonical_prefix(path: &str) -> String {
+    let dotted = format!("{path}.");
+    for (from, to) in PREFIX_ALIASES {
+        if let Some(rest) = dotted.strip_prefix(from) {
+            return format!("{to}{rest}").trim_end_matches('.').to_string();
+        }
+    }
+    path.to_string()
+}
+
+fn insert_path(root: &mut toml::Table, key: &str, value: toml::Value) {
+    let mut parts: Vec<&str> = key.split('.').collect();
+    let last = parts.pop().expect("non-empty key");
+    let mut t = root;
+    for p in parts {
+        t = t
+            .entry(p)
+            .or_insert_with(|| toml::Value::Table(toml::Table::new()))
+            .as_table_mut()
+            .expect("schema paths are sections");
+    }
+    t.insert(last.to_string(), value);
+}
+
+/// The known keys: the leaves of the serialized default config.
+struct Schema {
+    leaves: Vec<String>,
+}
+
+impl Schema {
+    fn new() -> Self {
+        let json = serde_json::to_value(Config::default()).expect("config serializes");
+        let mut leaves = Vec::new();
+        collect_leaves("", &json, &mut leaves);
+        Schema { leaves }
+    }
+
+    /// The temper key for `path`, `None` for an ignored verl key, or an error for an unknown one.
+    fn canonical(
+        &self,
+        path: &str,
+        src: &ConfigSource,
+        warnings: &mut Vec<String>,
+    ) -> Result<Option<String>> {
+        if IGNORED_VERL_KEYS
+            .iter()
+            .any(|k| path == *k || (k.ends_with('.') && path.starts_with(k)))
+        {
+            warnings.push(format!(
+                "{src}: ignoring verl key `{path}` (no effect in temper)"
+            ));
+            return Ok(None);
+        }
+        let mut key = canonical_prefix(path);
+        if let Some((_, to)) = KEY_ALIASES.iter().find(|(from, _)| *from == key) {
+            key = to.to_string();
+        }
+        if IGNORED_VERL_KEYS
+            .iter()
+            .any(|k| key == *k || (k.ends_with('.') && key.starts_with(k)))
+        {
+            warnings.push(format!(
+                "{src}: ignoring verl key `{path}` (no effect in temper)"
+            ));
+            return Ok(None);
+        }
+        if self.leaves.iter().any(|l| *l == key)
+            || FREE_FORM
+                .iter()
+                .any(|f| key.strip_prefix(f).is_some_and(|r| r.starts_with('.')))
+        {
+            return Ok(Some(key));
+        }
+        let mut msg = format!("{src}: unknown key `{path}`");
+        if let Some(s) = self.suggest(&key) {
+            msg.push_str(&format!(" (did you mean `{s}`?)"));
+        }
+        bail!(msg)
+    }
+
+    /// The closest known key (or alias), by edit distance on the whole path or on its last part.
+    fn suggest(&self, key: &str) -> Option<String> {
+        let last = |s: &str| s.rsplit('.').next().unwrap_or(s).to_string();
+        let names = self
+            .leaves
+            .iter()
+            .cloned()
+            .chain(KEY_ALIASES.iter().map(|(a, _)| a.to_string()));
+        let (best, d) = names
+            .map(|c| {
+                let whole = strsim::levenshtein(key, &c);
+                let tail = strsim::levenshtein(&last(key), &last(&c)) + 1;
+                let d = whole.min(tail);
+                (c, d)
+            })
+            .min_by_key(|(_, d)| *d)?;
+        let limit = (last(key).len() / 3).max(2);
+        (d <= limit).then_some(best)
+    }
+}
+
+fn collect_leaves(prefix: &str, v: &Json, out: &mut Vec<String>) {
+    match v {
+        Json::Object(m) if !FREE_FORM.contains(&prefix) => {
+            for (k, v) in m {
+                let p = if prefix.is_empty() {
+                    k.clone()
+                } else {
+                    format!("{prefix}.{k}")
+                };
+                collect_leaves(&p, v, out);
+            }
+        }
+        _ => out.push(prefix.to_string()),
+    }
+}

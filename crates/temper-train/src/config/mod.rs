@@ -1,0 +1,617 @@
+//! The run configuration: verl-style sections, typed, with verl's defaults where verl has one.
+//!
+//! A config is assembled from a TOML file plus dotted overrides (see [`load`]); every key is checked
+//! against the schema below (the serialized [`Config::default`]), so a typo is an error with a
+//! did-you-mean, never a silently ignored setting.
+mod load;
+mod sweep;
+
+pub use load::{load_config, parse_override, ConfigSource, Loaded};
+pub use sweep::{expand_sweeps, SweepRun};
+
+use serde::{Deserialize, Serialize};
+
+/// The whole run: one struct per verl section.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct Config {
+    pub model: ModelConfig,
+    pub data: DataConfig,
+    pub actor: ActorConfig,
+    pub rollout: RolloutConfig,
+    pub algorithm: AlgorithmConfig,
+    pub reward: RewardConfig,
+    pub trainer: TrainerConfig,
+    pub eval: EvalConfig,
+}
+
+/// `model`: what to train (verl's `actor_rollout_ref.model`).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct ModelConfig {
+    /// A Hugging Face folder, a name known to `temper_model::resolve` (e.g. `smollm2`), or
+    /// `random:<config.json>` for a randomly initialised model of that shape (tests).
+    pub path: String,
+    /// Tokenizer folder when it differs from `path`.
+    pub tokenizer_path: Option<String>,
+    /// Compute dtype of the forward passes: `float32` or `bfloat16` (master weights stay f32).
+    pub dtype: String,
+    /// Seed of the random initialisation for `random:` models.
+    pub init_seed: u64,
+}
+
+impl Default for ModelConfig {
+    fn default() -> Self {
+        Self {
+            path: String::new(),
+            tokenizer_path: None,
+            dtype: "float32".into(),
+            init_seed: 0,
+        }
+    }
+}
+
+/// `data`: prompts and answers (verl's `data`).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct DataConfig {
+    /// JSONL or Parquet files (a string or a list). Empty when `task` is set.
+    #[serde(deserialize_with = "one_or_many")]
+    pub train_files: Vec<String>,
+    #[serde(deserialize_with = "one_or_many")]
+    pub val_files: Vec<String>,
+    /// Field holding the prompt: a string, or a list of chat messages `{role, content}` (verl).
+    /// Dots address nested fields (`extra_info.question`).
+    pub prompt_key: String,
+    /// Field holding the ground truth (dots address nested fields, e.g. `reward_model.ground_truth`).
+    pub answer_key: String,
+    /// How the ground truth is read from the answer field: `none` or `gsm8k` (text after `####`).
+    pub answer_extract: String,
+    /// How prompt text becomes model input: `chat` (the tokenizer's chat template), `r1_zero`
+    /// (the R1-Zero text template), `raw`, or a custom template containing `{prompt}`.
+    pub prompt_template: String,
+    /// System message for `chat` templates.
+    pub system_prompt: Option<String>,
+    /// A procedural task from temper-reward instead of files (e.g. `arithmetic`).
+    pub task: Option<String>,
+    /// Task parameters, passed through to the task generator.
+    pub task_args: toml::Table,
+    /// Number of generated examples for `task` datasets.
+    pub task_train_size: usize,
+    pub task_val_size: usize,
+    pub max_prompt_length: usize,
+    pub max_response_length: usize,
+    /// Prompts per rollout step (each sampled `rollout.n` times).
+    pub train_batch_size: usize,
+    pub shuffle: bool,
+    /// Seed of the data order; defaults to `trainer.seed`.
+    pub seed: Option<u64>,
+    /// Drop prompts longer than `max_prompt_length` instead of applying `truncation`.
+    pub filter_overlong_prompts: bool,
+    /// `error`, `left` or `right`: what to do with a prompt longer than `max_prompt_length`.
+    pub truncation: String,
+}
+
+impl Default for DataConfig {
+    fn default() -> Self {
+        Self {
+            train_files: vec![],
+            val_files: vec![],
+            prompt_key: "prompt".into(),
+            answer_key: "answer".into(),
+            answer_extract: "none".into(),
+            prompt_template: "chat".into(),
+            system_prompt: None,
+            task: None,
+            task_args: toml::Table::new(),
+            task_train_size: 10_000,
+            task_val_size: 200,
+            max_prompt_length: 512,
+            max_response_length: 512,
+            train_batch_size: 1024,
+            shuffle: true,
+            seed: None,
+            filter_overlong_prompts: false,
+            truncation: "error".into(),
+        }
+    }
+}
+
+/// `actor`: the policy update (verl's `actor_rollout_ref.actor`).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct ActorConfig {
+    /// Prompts per optimizer step, as verl counts it (the step sees `ppo_mini_batch_size * n` responses).
+    pub ppo_mini_batch_size: usize,
+    /// Responses per forward/backward (gradient accumulation); `None` = the whole mini-batch.
+    pub ppo_micro_batch_size_per_gpu: Option<usize>,
+    /// Passes over each rollout batch (CS336 `epochs_per_rollout_batch`).
+    pub ppo_epochs: usize,
+    /// Shuffle responses between mini-batches on every epoch.
+    pub shuffle: bool,
+    /// Max global grad norm (clip_grad_norm_); <= 0 disables clipping.
+    pub grad_clip: f64,
+    pub clip_ratio: f64,
+    pub clip_ratio_low: Option<f64>,
+    pub clip_ratio_high: Option<f64>,
+    /// Dual-clip bound; `None` disables dual clip.
+    pub clip_ratio_c: Option<f64>,
+    pub loss_agg_mode: String,
+    /// `S` of `seq-mean-token-sum-norm`; `None` = `data.max_response_length`.
+    pub loss_scale_factor: Option<f64>,
+    pub entropy_coeff: f64,
+    pub use_kl_loss: bool,
+    pub kl_loss_coef: f64,
+    pub kl_loss_type: String,
+    pub policy_loss: PolicyLossConfig,
+    pub optim: OptimConfig,
+}
+
+impl Default for ActorConfig {
+    fn default() -> Self {
+        Self {
+            ppo_mini_batch_size: 256,
+            ppo_micro_batch_size_per_gpu: None,
+            ppo_epochs: 1,
+            shuffle: false,
+            grad_clip: 1.0,
+            clip_ratio: 0.2,
+            clip_ratio_low: None,
+            clip_ratio_high: None,
+            clip_ratio_c: Some(3.0),
+            loss_agg_mode: "token-mean".into(),
+            loss_scale_factor: None,
+            entropy_coeff: 0.0,
+            use_kl_loss: false,
+            kl_loss_coef: 0.001,
+            kl_loss_type: "low_var_kl".into(),
+            policy_loss: PolicyLossConfig::default(),
+            optim: OptimConfig::default(),
+        }
+    }
+}
+
+impl ActorConfig {
+    pub fn clip_low(&self) -> f64 {
+        self.clip_ratio_low.unwrap_or(self.clip_ratio)
+    }
+    pub fn clip_high(&self) -> f64 {
+        self.clip_ratio_high.unwrap_or(self.clip_ratio)
+    }
+}
+
+/// `actor.policy_loss`.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct PolicyLossConfig {
+    /// verl name: `vanilla`, `cispo`, `gspo`, `geo_mean`, `sapo`, `gpg`, `no_baseline`, ...
+    pub loss_mode: String,
+}
+
+impl Default for PolicyLossConfig {
+    fn default() -> Self {
+        Self {
+            loss_mode: "vanilla".into(),
+        }
+    }
+}
+
+/// `actor.optim`: AdamW and its learning-rate schedule (verl's names and defaults).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct OptimConfig {
+    pub lr: f64,
+    pub betas: [f64; 2],
+    pub eps: f64,
+    pub weight_decay: f64,
+    /// Warmup steps; negative = use `lr_warmup_steps_ratio`.
+    pub lr_warmup_steps: i64,
+    pub lr_warmup_steps_ratio: f64,
+    /// `constant` or `cosine` (verl's `warmup_style` is an alias).
+    pub lr_scheduler_type: String,
+    pub min_lr_ratio: f64,
+    pub num_cycles: f64,
+}
+
+impl Default for OptimConfig {
+    fn default() -> Self {
+        Self {
+            lr: 1e-6,
+            betas: [0.9, 0.999],
+            eps: 1e-8,
+            weight_decay: 0.01,
+            lr_warmup_steps: -1,
+            lr_warmup_steps_ratio: 0.0,
+            lr_scheduler_type: "constant".into(),
+            min_lr_ratio: 0.0,
+            num_cycles: 0.5,
+        }
+    }
+}
+
+/// `rollout`: sampling of training responses (verl's `actor_rollout_ref.rollout`).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct RolloutConfig {
+    /// Responses per prompt (the GRPO group size).
+    pub n: usize,
+    pub temperature: f64,
+    pub top_p: f64,
+    /// -1 = off.
+    pub top_k: i64,
+    /// Stop strings; the stop string is kept in the response.
+    pub stop: Vec<String>,
+    /// Sequences decoded together by the engine.
+    pub max_num_seqs: usize,
+}
+
+impl Default for RolloutConfig {
+    fn default() -> Self {
+        Self {
+            n: 1,
+            temperature: 1.0,
+            top_p: 1.0,
+            top_k: -1,
+            stop: vec![],
+            max_num_seqs: 256,
+        }
+    }
+}
+
+/// `algorithm`: advantages, KL in reward, DAPO filtering, rollout correction (verl's `algorithm`).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct AlgorithmConfig {
+    pub adv_estimator: String,
+    pub norm_adv_by_std_in_grpo: bool,
+    /// eps of the grpo std normalisation (CS336 `advantage_eps`).
+    pub advantage_eps: f64,
+    pub gamma: f64,
+    pub lam: f64,
+    pub use_kl_in_reward: bool,
+    pub kl_penalty: String,
+    pub kl_ctrl: KlCtrlConfig,
+    pub filter_groups: FilterGroupsConfig,
+    pub rollout_correction: RolloutCorrectionConfig,
+}
+
+impl Default for AlgorithmConfig {
+    fn default() -> Self {
+        Self {
+            adv_estimator: "grpo".into(),
+            norm_adv_by_std_in_grpo: true,
+            advantage_eps: 1e-6,
+            gamma: 1.0,
+            lam: 1.0,
+            use_kl_in_reward: false,
+            kl_penalty: "kl".into(),
+            kl_ctrl: KlCtrlConfig::default(),
+            filter_groups: FilterGroupsConfig::default(),
+            rollout_correction: RolloutCorrectionConfig::default(),
+        }
+    }
+}
+
+/// `algorithm.kl_ctrl`.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct KlCtrlConfig {
+    #[serde(rename = "type")]
+    pub kind: String,
+    pub kl_coef: f64,
+    pub horizon: f64,
+    pub target_kl: f64,
+}
+
+impl Default for KlCtrlConfig {
+    fn default() -> Self {
+        Self {
+            kind: "fixed".into(),
+            kl_coef: 0.001,
+            horizon: 10000.0,
+            target_kl: 0.1,
+        }
+    }
+}
+
+/// `algorithm.filter_groups`: DAPO dynamic sampling (drop groups whose rewards are all equal).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct FilterGroupsConfig {
+    pub enable: bool,
+    /// Extra generation rounds allowed to refill the batch; 0 = unlimited.
+    pub max_num_gen_batches: usize,
+}
+
+impl Default for FilterGroupsConfig {
+    fn default() -> Self {
+        Self {
+            enable: false,
+            max_num_gen_batches: 0,
+        }
+    }
+}
+
+/// `algorithm.rollout_correction`: truncated importance sampling against the sampler's logprobs.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct RolloutCorrectionConfig {
+    /// `token` or `sequence`; `None` = off.
+    pub rollout_is: Option<String>,
+    pub rollout_is_threshold: f64,
+    /// `token` or `sequence` rejection sampling; `None` = off.
+    pub rollout_rs: Option<String>,
+    pub rollout_rs_threshold: f64,
+    /// Use the rollout engine's logprobs as `old` (no recompute).
+    pub bypass_mode: bool,
+}
+
+impl Default for RolloutCorrectionConfig {
+    fn default() -> Self {
+        Self {
+            rollout_is: None,
+            rollout_is_threshold: 2.0,
+            rollout_rs: None,
+            rollout_rs_threshold: 2.0,
+            bypass_mode: false,
+        }
+    }
+}
+
+/// `reward`: which grader scores responses.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct RewardConfig {
+    /// A name known to `temper_reward::reward_by_name` (e.g. `r1_zero`, `arithmetic`).
+    pub name: String,
+    /// Passed through to the reward.
+    pub kwargs: toml::Table,
+    /// What a crashing reward does: `fail` (stop the run) or `zero` (score 0, counted in
+    /// `reward/errors`).
+    pub on_error: String,
+}
+
+impl Default for RewardConfig {
+    fn default() -> Self {
+        Self {
+            name: "r1_zero".into(),
+            kwargs: toml::Table::new(),
+            on_error: "fail".into(),
+        }
+    }
+}
+
+/// `trainer`: loop length, saving, evaluation, run directory (verl's `trainer` + temper's keys).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct TrainerConfig {
+    pub total_epochs: usize,
+    /// Overrides `total_epochs` when set.
+    pub total_training_steps: Option<usize>,
+    /// Checkpoint every this many steps (and at the end); <= 0 = only at the end.
+    pub save_freq: i64,
+    /// Evaluate every this many steps (and at the end); <= 0 = never.
+    pub test_freq: i64,
+    pub val_before_train: bool,
+    pub project_name: String,
+    /// Run folder name under `default_local_dir`; empty = `<config stem>-<UTC time>`.
+    pub experiment_name: String,
+    pub default_local_dir: String,
+    /// Assert `actor/ppo_kl == 0` and `actor/pg_clipfrac == 0` exactly at the first update of
+    /// every rollout batch (old logprobs are recomputed with the weights that sampled).
+    pub check_on_policy: bool,
+    /// Keep only this many checkpoints (oldest deleted); `None` keeps all.
+    pub max_ckpt_to_keep: Option<usize>,
+    pub seed: u64,
+    /// Torch intra-op threads; `None` = libtorch's default.
+    pub threads: Option<usize>,
+    /// `cpu`, `cuda` or `auto`.
+    pub device: String,
+    /// Rollouts written to `rollouts/step_<k>.jsonl` every this many steps; <= 0 = never.
+    pub rollout_log_freq: i64,
+    /// Show the progress bar (off when stderr is not a terminal).
+    pub progress: bool,
+}
+
+impl Default for TrainerConfig {
+    fn default() -> Self {
+        Self {
+            total_epochs: 30,
+            total_training_steps: None,
+            save_freq: -1,
+            test_freq: -1,
+            val_before_train: true,
+            project_name: "temper".into(),
+            experiment_name: String::new(),
+            default_local_dir: "runs".into(),
+            check_on_policy: false,
+            max_ckpt_to_keep: None,
+            seed: 42,
+            threads: None,
+            device: "cpu".into(),
+            rollout_log_freq: 1,
+            progress: true,
+        }
+    }
+}
+
+/// `eval`: held-out evaluation (verl's `actor_rollout_ref.rollout.val_kwargs` + temper's keys).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct EvalConfig {
+    /// Samples per prompt (pass@k and mean@k use them).
+    pub n: usize,
+    pub temperature: f64,
+    pub top_p: f64,
+    pub top_k: i64,
+    pub do_sample: bool,
+    /// Use at most this many held-out prompts; `None` = all.
+    pub max_prompts: Option<usize>,
+}
+
+impl Default for EvalConfig {
+    fn default() -> Self {
+        Self {
+            n: 1,
+            temperature: 0.0,
+            top_p: 1.0,
+            top_k: -1,
+            do_sample: false,
+            max_prompts: None,
+        }
+    }
+}
+
+/// Accept `x = "a"` as `x = ["a"]` (verl allows both for `train_files`).
+fn one_or_many<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<String>, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum OneOrMany {
+        One(String),
+        Many(Vec<String>),
+    }
+    Ok(match OneOrMany::deserialize(d)? {
+        OneOrMany::One(s) => vec![s],
+        OneOrMany::Many(v) => v,
+    })
+}
+
+impl Config {
+    /// Value checks that serde cannot express. Returns the first problem, naming the key.
+    pub fn validate(&self) -> anyhow::Result<()> {
+        use anyhow::bail;
+        let one_of = |key: &str, v: &str, allowed: &[&str]| -> anyhow::Result<()> {
+            if !allowed.contains(&v) {
+                bail!("{key} = {v:?}: expected one of {}", allowed.join(", "));
+            }
+            Ok(())
+        };
+        if self.model.path.is_empty() {
+            bail!("model.path is required (a model folder, `smollm2`, or `random:<config.json>`)");
+        }
+        one_of("model.dtype", &self.model.dtype, &["float32", "bfloat16"])?;
+        let d = &self.data;
+        if d.task.is_none() && d.train_files.is_empty() {
+            bail!("data.train_files is empty and data.task is not set: nothing to train on");
+        }
+        one_of(
+            "data.truncation",
+            &d.truncation,
+            &["error", "left", "right"],
+        )?;
+        one_of("data.answer_extract", &d.answer_extract, &["none", "gsm8k"])?;
+        if !["chat", "r1_zero", "raw"].contains(&d.prompt_template.as_str())
+            && !d.prompt_template.contains("{prompt}")
+        {
+            bail!(
+                "data.prompt_template = {:?}: expected chat, r1_zero, raw or a template containing {{prompt}}",
+                d.prompt_template
+            );
+        }
+        for (k, v) in [
+            ("data.train_batch_size", d.train_batch_size),
+            ("data.max_response_length", d.max_response_length),
+            ("data.max_prompt_length", d.max_prompt_length),
+            ("actor.ppo_mini_batch_size", self.actor.ppo_mini_batch_size),
+            ("actor.ppo_epochs", self.actor.ppo_epochs),
+            ("rollout.n", self.rollout.n),
+            ("rollout.max_num_seqs", self.rollout.max_num_seqs),
+            ("eval.n", self.eval.n),
+        ] {
+            if v == 0 {
+                bail!("{k} must be at least 1");
+            }
+        }
+        if d.train_batch_size % self.actor.ppo_mini_batch_size != 0 {
+            bail!(
+                "data.train_batch_size ({}) must be a multiple of actor.ppo_mini_batch_size ({})",
+                d.train_batch_size,
+                self.actor.ppo_mini_batch_size
+            );
+        }
+        if let Some(m) = self.actor.ppo_micro_batch_size_per_gpu {
+            let mini = self.actor.ppo_mini_batch_size * self.rollout.n;
+            if m == 0 || mini % m != 0 {
+                bail!(
+                    "actor.ppo_micro_batch_size_per_gpu ({m}) must divide the mini-batch of \
+                     ppo_mini_batch_size x rollout.n = {mini} responses"
+                );
+            }
+        }
+        let o = &self.actor.optim;
+        if !(o.lr >= 0.0) || !o.lr.is_finite() {
+            bail!("actor.optim.lr = {}: must be a finite number >= 0", o.lr);
+        }
+        if !(0.0..1.0).contains(&o.betas[0]) || !(0.0..1.0).contains(&o.betas[1]) {
+            bail!("actor.optim.betas = {:?}: each must be in [0, 1)", o.betas);
+        }
+        if !(o.eps > 0.0) {
+            bail!("actor.optim.eps = {}: must be > 0", o.eps);
+        }
+        one_of(
+            "actor.optim.lr_scheduler_type",
+            &o.lr_scheduler_type,
+            &["constant", "cosine"],
+        )?;
+        if !(0.0..=1.0).contains(&o.lr_warmup_steps_ratio) {
+            bail!(
+                "actor.optim.lr_warmup_steps_ratio = {}: must be in [0, 1]",
+                o.lr_warmup_steps_ratio
+            );
+        }
+        if !(0.0..=1.0).contains(&o.min_lr_ratio) {
+            bail!(
+                "actor.optim.min_lr_ratio = {}: must be in [0, 1]",
+                o.min_lr_ratio
+            );
+        }
+        for (k, v) in [
+            ("actor.clip_ratio", Some(self.actor.clip_ratio)),
+            ("actor.clip_ratio_low", self.actor.clip_ratio_low),
+            ("actor.clip_ratio_high", self.actor.clip_ratio_high),
+        ] {
+            if let Some(v) = v {
+                if !(v >= 0.0) {
+                    bail!("{k} = {v}: must be >= 0");
+                }
+            }
+        }
+        if !(self.rollout.temperature >= 0.0) {
+            bail!(
+                "rollout.temperature = {}: must be >= 0",
+                self.rollout.temperature
+            );
+        }
+        if !(self.rollout.top_p > 0.0 && self.rollout.top_p <= 1.0) {
+            bail!("rollout.top_p = {}: must be in (0, 1]", self.rollout.top_p);
+        }
+        one_of("reward.on_error", &self.reward.on_error, &["fail", "zero"])?;
+        one_of(
+            "trainer.device",
+            &self.trainer.device,
+            &["cpu", "cuda", "auto"],
+        )?;
+        one_of(
+            "algorithm.kl_ctrl.type",
+            &self.algorithm.kl_ctrl.kind,
+            &["fixed", "adaptive"],
+        )?;
+        if self.trainer.max_ckpt_to_keep == Some(0) {
+            bail!("trainer.max_ckpt_to_keep must be at least 1 (or unset to keep all)");
+        }
+        if self.trainer.check_on_policy && self.algorithm.rollout_correction.bypass_mode {
+            bail!(
+                "trainer.check_on_policy = true cannot hold with algorithm.rollout_correction.bypass_mode \
+                 (old logprobs come from the sampler, so the first ratio is not exactly 1)"
+            );
+        }
+        Ok(())
+    }
+
+    /// Number of optimizer-batch steps of the run (`total_training_steps` or epochs x batches).
+    pub fn total_steps(&self, train_examples: usize) -> usize {
+        self.trainer.total_training_steps.unwrap_or_else(|| {
+            (train_examples / self.data.train_batch_size).max(1) * self.trainer.total_epochs
+        })
+    }
+}

@@ -1,0 +1,141 @@
+//! `torch.optim.AdamW` (decoupled weight decay, single-tensor CPU path), op for op, so that the
+//! parameters after each step are bitwise equal to PyTorch's on the same inputs.
+use anyhow::{bail, Context, Result};
+use std::path::Path;
+use tch::{Kind, Tensor};
+
+/// AdamW over a fixed, named list of parameters (the model's trainable tensors, in order).
+pub struct AdamW {
+    pub lr: f64,
+    pub betas: (f64, f64),
+    pub eps: f64,
+    pub weight_decay: f64,
+    names: Vec<String>,
+    exp_avg: Vec<Tensor>,
+    exp_avg_sq: Vec<Tensor>,
+    /// Steps taken (PyTorch keeps one per parameter; they are always equal here).
+    step: u64,
+}
+
+impl AdamW {
+    /// State for `params` (zeros, like PyTorch's lazy init at the first step).
+    pub fn new(
+        params: &[(String, Tensor)],
+        lr: f64,
+        betas: (f64, f64),
+        eps: f64,
+        weight_decay: f64,
+    ) -> Self {
+        let zeros = |p: &Tensor| p.zeros_like().set_requires_grad(false);
+        Self {
+            lr,
+            betas,
+            eps,
+            weight_decay,
+            names: params.iter().map(|(n, _)| n.clone()).collect(),
+            exp_avg: params.iter().map(|(_, p)| zeros(p)).collect(),
+            exp_avg_sq: params.iter().map(|(_, p)| zeros(p)).collect(),
+            step: 0,
+        }
+    }
+
+    pub fn steps_taken(&self) -> u64 {
+        self.step
+    }
+
+    /// One step with the gradients currently in `params` (a parameter without a gradient is
+    /// skipped, as in PyTorch). `params` must be the list given to [`AdamW::new`], in order.
+    pub fn step(&mut self, params: &[(String, Tensor)]) -> Result<()> {
+        if params.len() != self.names.len() {
+            bail!(
+                "AdamW: {} parameters given, state has {}",
+                params.len(),
+                self.names.len()
+            );
+        }
+        self.step += 1;
+        let (beta1, beta2) = self.betas;
+        let lr = self.lr;
+        let step = self.step as f64;
+        let bias_correction1 = 1.0 - beta1.powf(step);
+        let bias_correction2 = 1.0 - beta2.powf(step);
+        let step_size = lr / bias_correction1;
+        let bias_correction2_sqrt = bias_correction2.powf(0.5);
+        tch::no_grad(|| -> Result<()> {
+            for (i, (name, p)) in params.iter().enumerate() {
+                if *name != self.names[i] {
+                    bail!(
+                        "AdamW: parameter {i} is `{name}`, state has `{}`",
+                        self.names[i]
+                    );
+                }
+                let g = p.grad();
+                if !g.defined() {
+                    continue;
+                }
+                let mut p = p.shallow_clone();
+                if self.weight_decay != 0.0 {
+                    let _ = p.f_mul_scalar_(1.0 - lr * self.weight_decay)?;
+                }
+                let _ = self.exp_avg[i].f_lerp_(&g, 1.0 - beta1)?;
+                // exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1 - beta2): tch's addcmul_ has no
+                // `value`, so the scalar is folded into the first factor, which is exactly what the
+                // kernel computes first (`self + value * t1 * t2`).
+                let _ = self.exp_avg_sq[i].f_mul_scalar_(beta2)?;
+                let _ = self.exp_avg_sq[i].f_addcmul_(&g.f_mul_scalar(1.0 - beta2)?, &g)?;
+                let mut denom = self.exp_avg_sq[i]
+                    .f_sqrt()?
+                    .f_div_scalar(bias_correction2_sqrt)?;
+                let _ = denom.f_add_scalar_(self.eps)?;
+                // param.addcdiv_(exp_avg, denom, value=-step_size), folded the same way.
+                let _ = p.f_addcdiv_(&self.exp_avg[i].f_mul_scalar(-step_size)?, &denom)?;
+            }
+            Ok(())
+        })
+    }
+
+    /// Writes the state (moments per parameter + step) as one safetensors file.
+    pub fn save(&self, path: &Path) -> Result<()> {
+        let mut named: Vec<(String, Tensor)> = Vec::new();
+        for (i, n) in self.names.iter().enumerate() {
+            named.push((format!("exp_avg/{n}"), self.exp_avg[i].shallow_clone()));
+            named.push((
+                format!("exp_avg_sq/{n}"),
+                self.exp_avg_sq[i].shallow_clone(),
+            ));
+        }
+        named.push(("step".into(), Tensor::from_slice(&[self.step as i64])));
+        Tensor::write_safetensors(&named, path)
+            .with_context(|| format!("writing {}", path.display()))
+    }
+
+    /// Restores the state written by [`AdamW::save`] (the hyper-parameters come from the config).
+    pub fn load(&mut self, path: &Path) -> Result<()> {
+        let tensors = Tensor::read_safetensors(path)
+            .with_context(|| format!("reading {}", path.display()))?;
+        let map: std::collections::HashMap<String, Tensor> = tensors.into_iter().collect();
+        let get = |k: &str| {
+            map.get(k)
+                .with_context(|| format!("{}: optimizer state lacks `{k}`", path.display()))
+        };
+        for (i, n) in self.names.iter().enumerate() {
+            for (key, dst) in [
+                ("exp_avg", &mut self.exp_avg[i]),
+                ("exp_avg_sq", &mut self.exp_avg_sq[i]),
+            ] {
+                let src = get(&format!("{key}/{n}"))?;
+                if src.size() != dst.size() {
+                    bail!(
+                        "{}: `{key}/{n}` has shape {:?}, parameter has {:?}",
+                        path.display(),
+                        src.size(),
+                        dst.size()
+                    );
+                }
+                tch::no_grad(|| dst.copy_(&src.to_kind(dst.kind())));
+            }
+        }
+        self.step = get("step")?.to_kind(Kind::Int64).int64_value(&[0]) as u64;
+        Ok(())
+    }
+}

@@ -1,0 +1,215 @@
+use temper_train::config::{expand_sweeps, load_config, parse_override, Config};
+
+fn load(text: &str, overrides: &[&str]) -> anyhow::Result<Config> {
+    let dir = std::env::temp_dir().join(format!("temper-cfg-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let p = dir.join(format!("c{}.toml", rand_id()));
+    std::fs::write(&p, text).unwrap();
+    let ov: Vec<String> = overrides.iter().map(|s| s.to_string()).collect();
+    let r = load_config(Some(&p), &ov).map(|l| l.config);
+    std::fs::remove_file(&p).ok();
+    r
+}
+
+fn rand_id() -> u64 {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static N: AtomicU64 = AtomicU64::new(0);
+    N.fetch_add(1, Ordering::Relaxed)
+}
+
+const MIN: &str = "[model]\npath = \"m\"\n[data]\ntask = \"arithmetic\"\n";
+
+#[test]
+fn defaults_are_verls() {
+    let c = load(MIN, &[]).unwrap();
+    assert_eq!(c.actor.optim.lr, 1e-6);
+    assert_eq!(c.actor.optim.weight_decay, 0.01);
+    assert_eq!(c.actor.optim.betas, [0.9, 0.999]);
+    assert_eq!(c.actor.clip_ratio, 0.2);
+    assert_eq!(c.actor.clip_low(), 0.2);
+    assert_eq!(c.actor.clip_ratio_c, Some(3.0));
+    assert_eq!(c.actor.loss_agg_mode, "token-mean");
+    assert_eq!(c.actor.kl_loss_type, "low_var_kl");
+    assert_eq!(c.actor.kl_loss_coef, 0.001);
+    assert_eq!(c.actor.ppo_mini_batch_size, 256);
+    assert_eq!(c.actor.grad_clip, 1.0);
+    assert_eq!(c.data.train_batch_size, 1024);
+    assert_eq!(c.data.max_prompt_length, 512);
+    assert_eq!(c.rollout.n, 1);
+    assert_eq!(c.trainer.total_epochs, 30);
+    assert_eq!(c.trainer.default_local_dir, "runs");
+    assert!(c.algorithm.norm_adv_by_std_in_grpo);
+}
+
+#[test]
+fn overrides_parse_values_as_toml() {
+    let c = load(
+        MIN,
+        &[
+            "actor.policy_loss.loss_mode=cispo",
+            "actor.optim.lr=1e-5",
+            "actor.optim.betas=[0.9, 0.95]",
+            "trainer.check_on_policy=true",
+            "rollout.stop=[\"</answer>\"]",
+            "data.task_args.digits=2",
+        ],
+    )
+    .unwrap();
+    assert_eq!(c.actor.policy_loss.loss_mode, "cispo");
+    assert_eq!(c.actor.optim.lr, 1e-5);
+    assert_eq!(c.actor.optim.betas, [0.9, 0.95]);
+    assert!(c.trainer.check_on_policy);
+    assert_eq!(c.rollout.stop, vec!["</answer>".to_string()]);
+    assert_eq!(c.data.task_args["digits"].as_integer(), Some(2));
+}
+
+#[test]
+fn verl_paths_are_aliases() {
+    let c = load(
+        MIN,
+        &[
+            "actor_rollout_ref.actor.clip_ratio_low=10",
+            "actor_rollout_ref.rollout.n=8",
+            "actor_rollout_ref.actor.optim.warmup_style=cosine",
+            "actor_rollout_ref.rollout.val_kwargs.temperature=0.6",
+            "data.train_batch_size=512",
+            "actor.lr=3e-6",
+            "actor.epochs_per_rollout_batch=2",
+            "trainer.max_actor_ckpt_to_keep=2",
+            "actor_rollout_ref.rollout.gpu_memory_utilization=0.5",
+        ],
+    )
+    .unwrap();
+    assert_eq!(c.actor.clip_ratio_low, Some(10.0));
+    assert_eq!(c.actor.clip_high(), 0.2);
+    assert_eq!(c.rollout.n, 8);
+    assert_eq!(c.actor.optim.lr_scheduler_type, "cosine");
+    assert_eq!(c.eval.temperature, 0.6);
+    assert_eq!(c.data.train_batch_size, 512);
+    assert_eq!(c.actor.optim.lr, 3e-6);
+    assert_eq!(c.actor.ppo_epochs, 2);
+    assert_eq!(c.trainer.max_ckpt_to_keep, Some(2));
+}
+
+#[test]
+fn verl_nested_tables_in_file() {
+    let text = format!(
+        "{MIN}[actor_rollout_ref.actor.policy_loss]\nloss_mode = \"gspo\"\n[actor_rollout_ref.actor.optim]\nlr = 2e-6\n"
+    );
+    let c = load(&text, &[]).unwrap();
+    assert_eq!(c.actor.policy_loss.loss_mode, "gspo");
+    assert_eq!(c.actor.optim.lr, 2e-6);
+}
+
+#[test]
+fn unknown_key_names_key_file_and_suggestion() {
+    let e = load(&format!("{MIN}[actor.optim]\nlrr = 1.0\n"), &[])
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("unknown key `actor.optim.lrr`"), "{e}");
+    assert!(e.contains("did you mean `actor.optim.lr`"), "{e}");
+    assert!(e.contains(".toml"), "{e}");
+    let e = load(MIN, &["rollout.temprature=1"])
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("override `rollout.temprature=1`"), "{e}");
+    assert!(e.contains("did you mean `rollout.temperature`"), "{e}");
+    // Right key, wrong section.
+    let e = load(MIN, &["actor.n=4"]).unwrap_err().to_string();
+    assert!(e.contains("unknown key `actor.n`"), "{e}");
+    let e = load(MIN, &["zzz.qqq=4"]).unwrap_err().to_string();
+    assert!(
+        e.contains("unknown key `zzz.qqq`") && !e.contains("did you mean"),
+        "{e}"
+    );
+}
+
+#[test]
+fn wrong_type_names_key() {
+    let e = load(MIN, &["actor.optim.lr=fast"]).unwrap_err().to_string();
+    assert!(e.contains("actor.optim.lr"), "{e}");
+    let e = load(&format!("{MIN}[rollout]\nn = \"four\"\n"), &[])
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("rollout.n") && e.contains(".toml"), "{e}");
+}
+
+#[test]
+fn bad_values_are_rejected_with_the_key() {
+    for (ov, key) in [
+        (
+            "actor.optim.lr_scheduler_type=linear",
+            "actor.optim.lr_scheduler_type",
+        ),
+        ("data.train_batch_size=0", "data.train_batch_size"),
+        ("rollout.top_p=0", "rollout.top_p"),
+        ("actor.optim.lr=-1", "actor.optim.lr"),
+        ("actor.ppo_mini_batch_size=3", "actor.ppo_mini_batch_size"),
+        ("data.truncation=middle", "data.truncation"),
+    ] {
+        let e = load(MIN, &[ov]).unwrap_err();
+        let e = format!("{e:#}");
+        assert!(e.contains(key), "{ov}: {e}");
+    }
+    let e = format!("{:#}", load("[data]\ntask = \"x\"\n", &[]).unwrap_err());
+    assert!(e.contains("model.path"), "{e}");
+}
+
+#[test]
+fn a_key_set_twice_through_an_alias_is_an_error() {
+    let e = load(
+        &format!("{MIN}[actor]\nlr = 1e-6\n[actor.optim]\nlr = 2e-6\n"),
+        &[],
+    )
+    .unwrap_err();
+    assert!(e.to_string().contains("set twice"), "{e}");
+}
+
+#[test]
+fn resolved_config_round_trips() {
+    let c = load(
+        MIN,
+        &[
+            "actor.clip_ratio_high=0.28",
+            "trainer.total_training_steps=7",
+        ],
+    )
+    .unwrap();
+    let text = toml::to_string_pretty(&c).unwrap();
+    let c2 = load(&text, &[]).unwrap();
+    assert_eq!(c, c2);
+}
+
+#[test]
+fn override_values() {
+    assert_eq!(parse_override("a.b=1e-6").unwrap().1.as_float(), Some(1e-6));
+    assert_eq!(
+        parse_override("a.b=cispo").unwrap().1.as_str(),
+        Some("cispo")
+    );
+    assert_eq!(parse_override("a.b=\"1\"").unwrap().1.as_str(), Some("1"));
+    assert!(parse_override("a.b").is_err());
+    assert!(parse_override("a..b=1").is_err());
+}
+
+#[test]
+fn sweeps_are_a_cartesian_product() {
+    let runs = expand_sweeps(&[
+        "actor.optim.lr=1e-6,1e-5".into(),
+        "rollout.stop=[\"a\",\"b\"],[]".into(),
+    ])
+    .unwrap();
+    assert_eq!(runs.len(), 4);
+    assert_eq!(
+        runs[0].overrides,
+        vec!["actor.optim.lr=1e-6", "rollout.stop=[\"a\",\"b\"]"]
+    );
+    assert_eq!(
+        runs[3].overrides,
+        vec!["actor.optim.lr=1e-5", "rollout.stop=[]"]
+    );
+    assert_eq!(runs[1].tag, "lr=1e-6,stop=__");
+    assert!(runs[0].tag != runs[1].tag);
+    assert_eq!(expand_sweeps(&[]).unwrap().len(), 1);
+    assert!(expand_sweeps(&["x".into()]).is_err());
+}
