@@ -8,7 +8,8 @@ Prints one JSON object per (file, folder) pair, one per line:
   `from_pretrained(dir, gguf_file=FILE)` (both float32);
 - logits_max_diff: the two models' logits on a few token sequences;
 - tokens_mismatch: strings whose ids differ between the tokenizers (transformers' GGUF
-  conversion vs HF_DIR/tokenizer.json), with both encodings; texts: how many were compared;
+  conversion vs HF_DIR/tokenizer.json), with both encodings; texts, ref_ids: the strings compared
+  and transformers' ids for them (for checks of other tokenizer implementations);
 - chat_equal: the chat template renders the same conversation identically;
 - truth_max_diff: with TRUTH.npz, max |converted - truth| over the arrays it holds (HF names).
 Used by the Rust tests; exit status 0 whenever the comparison itself ran.
@@ -62,9 +63,10 @@ def check(gguf_path: Path, hf_dir: Path, truth) -> None:
 
     tok_ref = AutoTokenizer.from_pretrained(gguf_path.parent, **kw)
     tok_ours = AutoTokenizer.from_pretrained(hf_dir)
-    mismatch = []
+    mismatch, ref_ids = [], []
     for t in TEXTS:
         a, b = tok_ref(t).input_ids, tok_ours(t).input_ids
+        ref_ids.append(a)
         if a != b:
             mismatch.append({"text": t, "transformers": a, "ours": b})
     chat_equal = tok_ref.apply_chat_template(CHAT, tokenize=False) == tok_ours.apply_chat_template(CHAT, tokenize=False)
@@ -80,7 +82,8 @@ def check(gguf_path: Path, hf_dir: Path, truth) -> None:
         "state_max_diff": state_diff,
         "logits_max_diff": logits_diff,
         "tokens_mismatch": mismatch,
-        "texts": len(TEXTS),
+        "texts": TEXTS,
+        "ref_ids": ref_ids,
         "chat_equal": chat_equal,
     }
     if truth is not None:
