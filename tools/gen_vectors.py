@@ -60,6 +60,13 @@ def masked_mean(x, m, dim=None):
     return (x * m).sum(dim) / m.sum(dim)
 
 
+def metric_mean(x, m, dim=None):
+    """verl's masked_mean for metrics: sum / (count + 1e-8)."""
+    if dim is None:
+        return (x * m).sum() / (m.sum() + 1e-8)
+    return (x * m).sum(dim) / (m.sum(dim) + 1e-8)
+
+
 def masked_whiten(x, m):
     n = m.sum()
     mean = (x * m).sum() / n
@@ -68,10 +75,10 @@ def masked_whiten(x, m):
 
 
 def agg(L, M, mode, S=None):
-    """ALGORITHMS.md section 3 on one mini-batch. R = all rows; seq-mean-token-mean skips empty rows."""
-    rows = L.shape[0]
+    """ALGORITHMS.md section 3 on one mini-batch. The seq-mean modes average over rows with >= 1 valid token."""
     row_sum = (L * M).sum(-1)
     count = M.sum(-1)
+    rows = (count > 0).sum()
     if mode == "token-mean":
         return row_sum.sum() / count.sum()
     if mode == "token-sum":
@@ -138,54 +145,54 @@ def policy_loss_ref(mode, logp, old, A, M, agg_mode, lo=0.2, hi=0.2, c=3.0, tau_
     met = {}
     if mode in ("vanilla", "grpo_clip", "tinker_ppo"):
         d, r = ratio_terms(logp, old)
-        met["ppo_kl"] = masked_mean(-d, M)
+        met["ppo_kl"] = metric_mean(-d, M)
         unclipped = r * A
         clipped = torch.clamp(r, 1 - lo, 1 + hi) * A
         L = -torch.min(unclipped, clipped)
-        met["pg_clipfrac"] = masked_mean((clipped < unclipped).double(), M)
+        met["pg_clipfrac"] = metric_mean((clipped < unclipped).double(), M)
         met["pg_clipfrac_lower"] = torch.tensor(0.0)
         if mode == "vanilla" and c is not None:
             neg = (A < 0).expand_as(L)
             cap_loss = -c * A
-            met["pg_clipfrac_lower"] = masked_mean(((L > cap_loss) & neg).double(), M)
+            met["pg_clipfrac_lower"] = metric_mean(((L > cap_loss) & neg).double(), M)
             L = torch.where(neg, torch.min(L, cap_loss), L)
     elif mode in ("no_baseline", "reinforce_with_baseline", "gpg"):
         L = -A * logp
     elif mode in ("cispo", "trl_cispo", "tinker_cispo"):
         d, r = ratio_terms(logp, old)
-        met["ppo_kl"] = masked_mean(-d, M)
+        met["ppo_kl"] = metric_mean(-d, M)
         if mode == "cispo":
             rc = torch.clamp(r, 1 - lo, 1 + hi)
         elif mode == "trl_cispo":
             rc = torch.clamp(r, max=5.0 if cap is None else cap)
         else:
             rc = torch.clamp(r, 0.0, 4.0 if cap is None else cap)
-        met["pg_clipfrac"] = masked_mean((rc != r).double(), M)
+        met["pg_clipfrac"] = metric_mean((rc != r).double(), M)
         met["pg_clipfrac_lower"] = torch.tensor(0.0)
         L = -rc.detach() * A * logp
     elif mode == "tinker_importance_sampling":
         d, r = ratio_terms(logp, old)
-        met["ppo_kl"] = masked_mean(-d, M)
+        met["ppo_kl"] = metric_mean(-d, M)
         L = -r * A
     elif mode == "gspo":
         D = logp - old
-        met["ppo_kl"] = masked_mean(-D, M)
+        met["ppo_kl"] = metric_mean(-D, M)
         log_si = (D * M).sum(-1) / M.sum(-1).clamp(min=1)
         s = torch.exp(torch.clamp(logp - logp.detach() + log_si.detach()[:, None], max=10.0))
         a, b = -A * s, -A * torch.clamp(s, 1 - lo, 1 + hi)
         L = torch.max(a, b)
-        met["pg_clipfrac"] = masked_mean((b > a).double(), M)
+        met["pg_clipfrac"] = metric_mean((b > a).double(), M)
         met["pg_clipfrac_lower"] = torch.tensor(0.0)
     elif mode == "sapo":
         d, r = ratio_terms(logp, old)
-        met["ppo_kl"] = masked_mean(-d, M)
+        met["ppo_kl"] = metric_mean(-d, M)
         tau = torch.where(A > 0, torch.tensor(tau_pos), torch.tensor(tau_neg))
         L = -A * (4.0 / tau) * torch.sigmoid(tau * (r - 1))
         met["pg_clipfrac"] = torch.tensor(0.0)
         met["pg_clipfrac_lower"] = torch.tensor(0.0)
     elif mode == "geo_mean":
         D = logp - old
-        met["ppo_kl"] = masked_mean(-D, M)
+        met["ppo_kl"] = metric_mean(-D, M)
         sg = torch.sign(A)
         Dc = torch.clamp(D, -lo, hi)
         Dmin = sg * torch.min(sg * D, sg * Dc)
@@ -196,8 +203,8 @@ def policy_loss_ref(mode, logp, old, A, M, agg_mode, lo=0.2, hi=0.2, c=3.0, tau_
         if w is not None:
             per_seq = per_seq * torch.exp((torch.log(w + 1e-10) * M).sum(-1) / (n + 1e-8))
         clipped = (D != Dc)
-        met["pg_clipfrac"] = masked_mean((clipped & (A > 0)).double(), M)
-        met["pg_clipfrac_lower"] = masked_mean((clipped & (A < 0)).double(), M)
+        met["pg_clipfrac"] = metric_mean((clipped & (A > 0)).double(), M)
+        met["pg_clipfrac_lower"] = metric_mean((clipped & (A < 0)).double(), M)
         return per_seq, per_seq.mean(), met
     else:
         raise ValueError(mode)
@@ -450,10 +457,10 @@ for is_level, rs_level, thr in [("token", None, 2.0), ("sequence", None, 2.0), (
     tok = torch.clamp(diff, -20, 20)
     seq = torch.clamp((diff * MASK).sum(-1, keepdim=True), -20, 20).expand(B, T)
     lvl = {"token": tok, "sequence": seq}
-    exp = {"logprob_abs_diff_mean": masked_mean(diff.abs(), MASK),
+    exp = {"logprob_abs_diff_mean": metric_mean(diff.abs(), MASK),
            "logprob_abs_diff_max": (diff.abs() * MASK).max(),
-           "kl": masked_mean(-diff, MASK),
-           "k3_kl": masked_mean(torch.exp(tok) - tok - 1, MASK)}
+           "kl": metric_mean(-diff, MASK),
+           "k3_kl": metric_mean(torch.exp(tok) - tok - 1, MASK)}
     if is_level:
         exp["rollout_is_weights"] = torch.clamp(torch.exp(lvl[is_level]), max=thr)
     if rs_level:
@@ -475,7 +482,7 @@ kr_old, kr_ref = OLD[[0, 1, 2, 4]], roll[[0, 1, 2, 4]]
 for kt, ctrl in [("k1", "fixed"), ("low_var_kl", "adaptive")]:
     kld = kl_ref(kr_old, kr_ref, kt) * kr_mask
     beta = 0.05
-    current = masked_mean(kld, kr_mask, -1).mean()
+    current = metric_mean(kld, kr_mask, -1).mean()
     nxt = beta
     if ctrl == "adaptive":
         nxt = beta * (1 + min(max(current.item() / 0.02 - 1, -0.2), 0.2) * 4 / 100)

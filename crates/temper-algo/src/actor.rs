@@ -92,7 +92,7 @@ pub fn actor_loss(
         let ent = ctx.aggregate(h, inp.response_mask);
         metrics.insert("actor/entropy", value(&ent));
         if cfg.entropy_coeff != 0.0 {
-            loss = loss - ent * cfg.entropy_coeff;
+            loss -= ent * cfg.entropy_coeff;
         }
     } else if cfg.entropy_coeff != 0.0 {
         bail!(
@@ -111,7 +111,7 @@ pub fn actor_loss(
         );
         metrics.insert("actor/kl_loss", value(&kl));
         metrics.insert("actor/kl_coef", cfg.kl_loss_coef);
-        loss = loss + kl * cfg.kl_loss_coef;
+        loss += kl * cfg.kl_loss_coef;
     }
     Ok(ActorLossOutput { loss, metrics })
 }

@@ -100,7 +100,7 @@ pub(crate) fn groups_of(index: &[i64]) -> Vec<Vec<usize>> {
 
 /// Group ids for `n` responses in contiguous groups of `group_size` (rollout `n`).
 pub fn contiguous_groups(n: usize, group_size: usize) -> Result<Vec<i64>> {
-    if group_size == 0 || n % group_size != 0 {
+    if group_size == 0 || !n.is_multiple_of(group_size) {
         bail!("{n} responses cannot be split into groups of {group_size}");
     }
     Ok((0..n).map(|i| (i / group_size) as i64).collect())
@@ -246,7 +246,7 @@ pub fn compute_advantages(
             for t in (0..t_len).rev() {
                 running = rewards.select(1, t) + running * cfg.gamma;
                 returns.select(1, t).copy_(&running);
-                running = running * mask.select(1, t);
+                running *= mask.select(1, t);
             }
             masked_whiten(&returns, &mask, true)? * &mask
         }

@@ -5,13 +5,14 @@
 //! the loss of the whole mini-batch, so gradient accumulation gives the same gradient however the
 //! mini-batch is split. [`agg_loss`] is the plain verl-style call on one batch (local counts).
 //!
-//! With `L` the per-token loss, `M` the mask, `R` the number of rows (sequences) of the mini-batch,
-//! `R+` the number of rows with at least one valid token, `S` the `loss_scale_factor`:
+//! With `L` the per-token loss, `M` the mask, `R+` the number of sequences of the mini-batch with at
+//! least one valid token (rows without one are padding: excluded, as in verl 0.9's `agg_loss`),
+//! `S` the `loss_scale_factor`:
 //! - `token-mean`: `sum M L / sum M`
-//! - `seq-mean-token-sum`: `sum_i(sum_t M L) / R`
-//! - `seq-mean-token-mean`: `sum_i(sum_t M L / |y_i|) / R+` (rows without a valid token excluded)
-//! - `seq-mean-token-sum-norm`: `sum_i(sum_t M L) / (R * S)`, `S` = `loss_scale_factor`, else the
-//!   padded response length (verl's current `agg_loss`: a sequence mean, then `/ S`)
+//! - `seq-mean-token-sum`: `sum_i(sum_t M L) / R+`
+//! - `seq-mean-token-mean`: `sum_i(sum_t M L / |y_i|) / R+`
+//! - `seq-mean-token-sum-norm`: `sum_i(sum_t M L) / R+ / S`, `S` = `loss_scale_factor`, else the
+//!   padded response length (a sequence mean, then `/ S`, as in verl 0.9)
 //! - `token-sum`: `sum M L`
 
 use anyhow::{bail, Result};
@@ -22,18 +23,14 @@ use crate::names::named_enum;
 
 named_enum! {
     /// `actor.loss_agg_mode`.
+    #[derive(Default)]
     pub enum AggMode ("loss_agg_mode") {
+        #[default]
         TokenMean => "token-mean" | "token_mean",
         SeqMeanTokenSum => "seq-mean-token-sum" | "seq_mean_token_sum",
         SeqMeanTokenMean => "seq-mean-token-mean" | "seq_mean_token_mean",
         SeqMeanTokenSumNorm => "seq-mean-token-sum-norm" | "seq_mean_token_sum_norm",
         TokenSum => "token-sum" | "token_sum",
-    }
-}
-
-impl Default for AggMode {
-    fn default() -> Self {
-        AggMode::TokenMean
     }
 }
 
@@ -44,9 +41,9 @@ pub struct AggContext {
     pub mode: AggMode,
     /// `sum M` over the mini-batch.
     pub global_tokens: f64,
-    /// Rows with at least one valid token (`R+`), the divisor of `seq-mean-token-mean`.
+    /// Rows with at least one valid token (`R+`), the divisor of the `seq-mean-*` modes.
     pub global_seqs: f64,
-    /// All rows (`R`), the divisor of `seq-mean-token-sum(-norm)` and of `geo_mean`.
+    /// All rows, the divisor of `geo_mean` (verl's `torch.mean` over the batch).
     pub global_rows: f64,
     /// `S` of `seq-mean-token-sum-norm`, resolved (config value or padded length).
     pub loss_scale_factor: f64,
@@ -85,7 +82,7 @@ impl AggContext {
             max_t = max_t.max(m.size()[1]);
         }
         let s = match loss_scale_factor {
-            Some(s) if !(s > 0.0) => bail!("loss_scale_factor must be > 0, got {s}"),
+            Some(s) if s.is_nan() || s <= 0.0 => bail!("loss_scale_factor must be > 0, got {s}"),
             Some(s) => s,
             None => max_t as f64,
         };
@@ -108,9 +105,9 @@ impl AggContext {
         match self.mode {
             AggMode::TokenMean => masked_sum(loss_mat, mask, None) / self.global_tokens,
             AggMode::TokenSum => masked_sum(loss_mat, mask, None),
-            AggMode::SeqMeanTokenSum => masked_sum(loss_mat, mask, None) / self.global_rows,
+            AggMode::SeqMeanTokenSum => masked_sum(loss_mat, mask, None) / self.global_seqs,
             AggMode::SeqMeanTokenSumNorm => {
-                masked_sum(loss_mat, mask, None) / (self.global_rows * self.loss_scale_factor)
+                masked_sum(loss_mat, mask, None) / self.global_seqs / self.loss_scale_factor
             }
             AggMode::SeqMeanTokenMean => {
                 let x = masked(loss_mat, mask);

@@ -10,7 +10,7 @@ use std::str::FromStr;
 use anyhow::{bail, Result};
 use tch::{Kind, Tensor};
 
-use crate::masked::{mask_like, masked_mean};
+use crate::masked::{mask_like, masked_mean_eps};
 use crate::names::{named_enum, UnknownName};
 use crate::Metrics;
 
@@ -195,7 +195,7 @@ impl KlController {
         match cfg.kind.as_str() {
             "fixed" => Ok(KlController::Fixed { value: cfg.kl_coef }),
             "adaptive" => {
-                if !(cfg.horizon > 0.0) {
+                if cfg.horizon.is_nan() || cfg.horizon <= 0.0 {
                     bail!("kl_ctrl.horizon must be > 0, got {}", cfg.horizon);
                 }
                 Ok(KlController::Adaptive {
@@ -229,9 +229,9 @@ impl KlController {
 }
 
 /// `algorithm.use_kl_in_reward` (verl's `apply_kl_penalty`): token rewards
-/// `scores - beta * kl(old, ref) * M`, then the controller is updated with the batch KL
-/// (mean over responses of each response's masked-mean KL; responses without a valid token are
-/// left out) and `n_steps` = number of responses.
+/// `scores - beta * kl(old, ref) * M`, then the controller is updated with the batch KL (mean over
+/// responses of each response's masked-mean KL, verl's `sum / (count + 1e-8)`, so a response
+/// without a valid token counts as 0) and `n_steps` = number of responses.
 /// Metrics: `actor/reward_kl_penalty` (that KL), `actor/reward_kl_penalty_coeff` (beta used).
 pub fn apply_kl_in_reward(
     token_level_scores: &Tensor,
@@ -252,11 +252,8 @@ pub fn apply_kl_in_reward(
     let kld = kl_penalty(&old_log_prob.to_kind(m.kind()), ref_log_prob, kl) * &m;
     let beta = ctrl.value();
     let rewards = token_level_scores - &kld * beta;
-    let per_row = masked_mean(&kld, &m, Some(-1));
-    let valid = m.sum_dim_intlist(-1, false, None::<Kind>).gt(0.0);
-    let current = masked_mean(&per_row, &valid, None)
-        .to_kind(Kind::Double)
-        .double_value(&[]);
+    let per_row = masked_mean_eps(&kld, &m, Some(-1));
+    let current = per_row.mean(Kind::Double).double_value(&[]);
     ctrl.update(current, token_level_scores.size()[0] as f64);
     let mut metrics = Metrics::new();
     metrics.insert("actor/reward_kl_penalty", current);

@@ -39,6 +39,20 @@ pub fn masked_mean(values: &Tensor, mask: &Tensor, dim: Option<i64>) -> Tensor {
     }
 }
 
+/// verl's metric mean: `sum(values * mask) / (sum(mask) + 1e-8)` over all elements (0 when the
+/// mask is empty). Used for `pg_clipfrac`, `ppo_kl` and the other masked-mean metrics.
+pub fn masked_mean_eps(values: &Tensor, mask: &Tensor, dim: Option<i64>) -> Tensor {
+    let x = masked(values, mask);
+    let m = mask_like(mask, &x).expand_as(&x);
+    match dim {
+        None => x.sum(None::<Kind>) / (m.sum(None::<Kind>) + 1e-8),
+        Some(d) => {
+            x.sum_dim_intlist(d, false, None::<Kind>)
+                / (m.sum_dim_intlist(d, false, None::<Kind>) + 1e-8)
+        }
+    }
+}
+
 /// verl's `masked_var`: masked variance over all elements, Bessel-corrected when `unbiased`.
 pub fn masked_var(values: &Tensor, mask: &Tensor, unbiased: bool) -> Result<Tensor> {
     let mean = masked_mean(values, mask, None);

@@ -17,19 +17,22 @@
 //!   `-min(r A, clip(r, 1-lo, 1+hi) A)`, `-sg(clip(r, 0, cap)) A logp` (cap default 4), SUMMED.
 //!
 //! Metrics (full verl names): `actor/pg_clipfrac`, `actor/pg_clipfrac_lower`, `actor/ppo_kl`
-//! (masked means over the micro-batch's valid tokens); losses without a ratio report none.
+//! (verl's masked means `sum / (count + 1e-8)` over the micro-batch's valid tokens: 0 when it has
+//! none); losses without a ratio report none.
 
 use anyhow::{bail, Result};
 use tch::{Kind, Tensor};
 
 use crate::agg::{AggContext, AggMode};
-use crate::masked::{mask_like, masked, masked_mean};
+use crate::masked::{mask_like, masked, masked_mean_eps as masked_mean};
 use crate::names::named_enum;
 use crate::Metrics;
 
 named_enum! {
     /// `actor.policy_loss.loss_mode` (verl), CS336's `loss_type`, Tinker's `loss_fn`.
+    #[derive(Default)]
     pub enum PolicyLossMode ("policy loss_mode") {
+        #[default]
         Vanilla => "vanilla",
         /// CS336's `grpo_clip`: PPO-clip with `cliprange` on both sides and no dual clip.
         GrpoClip => "grpo_clip",
@@ -45,12 +48,6 @@ named_enum! {
         TinkerImportanceSampling => "tinker_importance_sampling" | "importance_sampling",
         TinkerPpo => "tinker_ppo",
         TinkerCispo => "tinker_cispo",
-    }
-}
-
-impl Default for PolicyLossMode {
-    fn default() -> Self {
-        PolicyLossMode::Vanilla
     }
 }
 
@@ -218,7 +215,7 @@ pub fn policy_loss(
 ) -> Result<PolicyLossOutput> {
     check_shapes(inp)?;
     if let Some(c) = params.clip_ratio_c {
-        if mode == PolicyLossMode::Vanilla && !(c > 1.0) {
+        if mode == PolicyLossMode::Vanilla && (c.is_nan() || c <= 1.0) {
             bail!("clip_ratio_c must be > 1 for dual-clip PPO, got {c}");
         }
     }
@@ -374,7 +371,7 @@ fn geo_mean(
         let seq_w = (((w + 1e-10).log() * &m).sum_dim_intlist(-1, false, None::<Kind>)
             / (&len + 1e-8))
             .exp();
-        pg_losses = pg_losses * seq_w;
+        pg_losses *= seq_w;
     }
     let pg_loss = pg_losses.sum(None::<Kind>) / ctx.global_rows;
     let clipped = d.ne_tensor(&dc);

@@ -17,7 +17,7 @@
 use anyhow::{bail, Result};
 use tch::{Kind, Tensor};
 
-use crate::masked::{mask_like, masked, masked_mean};
+use crate::masked::{mask_like, masked, masked_mean_eps as masked_mean};
 use crate::names::named_enum;
 use crate::Metrics;
 
@@ -87,7 +87,7 @@ pub fn rollout_correction(
         rollout_log_prob,
     )?;
     crate::agg::check_same_shape("old_log_prob", old_log_prob, "response_mask", response_mask)?;
-    if !(cfg.rollout_is_threshold > 1.0) {
+    if cfg.rollout_is_threshold.is_nan() || cfg.rollout_is_threshold <= 1.0 {
         bail!(
             "rollout_is_threshold must be > 1, got {}",
             cfg.rollout_is_threshold
@@ -136,7 +136,7 @@ pub fn rollout_correction(
         None => response_mask.shallow_clone(),
         Some(level) => {
             let c = cfg.rollout_rs_threshold.unwrap_or(cfg.rollout_is_threshold);
-            if !(c > 1.0) {
+            if c.is_nan() || c <= 1.0 {
                 bail!("rollout_rs_threshold must be > 1, got {c}");
             }
             let ratio = log_ratio(level).exp();

@@ -116,10 +116,10 @@ pub(crate) fn compare(
             continue;
         }
         let err = (x - w).abs();
-        if x.is_nan() || !(err <= atol + rtol * w.abs()) {
-            if worst.map_or(true, |(_, e, _)| !(e >= err)) {
-                worst = Some((i, err, x));
-            }
+        let bad = x.is_nan() || err > atol + rtol * w.abs();
+        // The worst failure: a NaN beats any number.
+        if bad && worst.is_none_or(|(_, e, _)| err.is_nan() || e < err) {
+            worst = Some((i, err, x));
         }
         if err > max_err || err.is_nan() {
             max_err = err;
