@@ -37,32 +37,32 @@ pub struct ResolveEnv {
     pub python: OsString,
 }
 
-fn env_path(name: &str) -> Option<PathBuf> {
-    std::env::var_os(name)
-        .filter(|v| !v.is_empty())
-        .map(PathBuf::from)
-}
-
 impl ResolveEnv {
+    /// From the process environment: `HF_HUB_CACHE`, `HF_HOME`, `XDG_CACHE_HOME`, `HOME`,
+    /// `TEMPER_CACHE`, `TEMPER_PYTHON`.
     pub fn from_env() -> Result<ResolveEnv> {
+        Self::from_vars(|k| std::env::var_os(k))
+    }
+
+    /// As [`ResolveEnv::from_env`] with the variables looked up by `var` (empty values count as unset).
+    pub fn from_vars(var: impl Fn(&str) -> Option<OsString>) -> Result<ResolveEnv> {
+        let get = |k: &str| var(k).filter(|v| !v.is_empty());
         let home = || {
-            env_path("HOME").context("HOME is not set (set HF_HUB_CACHE and TEMPER_CACHE instead)")
+            get("HOME")
+                .map(PathBuf::from)
+                .context("HOME is not set (set HF_HUB_CACHE and TEMPER_CACHE instead)")
         };
-        let cache = || -> Result<PathBuf> {
-            Ok(env_path("XDG_CACHE_HOME").map_or_else(|| home().map(|h| h.join(".cache")), Ok)?)
+        let hub_cache = match (get("HF_HUB_CACHE"), get("HF_HOME"), get("XDG_CACHE_HOME")) {
+            (Some(p), _, _) => PathBuf::from(p),
+            (None, Some(h), _) => PathBuf::from(h).join("hub"),
+            (None, None, Some(x)) => PathBuf::from(x).join("huggingface").join("hub"),
+            (None, None, None) => home()?.join(".cache").join("huggingface").join("hub"),
         };
-        let hub_cache = match (env_path("HF_HUB_CACHE"), env_path("HF_HOME")) {
-            (Some(p), _) => p,
-            (None, Some(h)) => h.join("hub"),
-            (None, None) => cache()?.join("huggingface").join("hub"),
-        };
-        let temper_cache = match env_path("TEMPER_CACHE") {
-            Some(p) => p,
+        let temper_cache = match get("TEMPER_CACHE") {
+            Some(p) => PathBuf::from(p),
             None => home()?.join(".cache").join("temper"),
         };
-        let python = std::env::var_os("TEMPER_PYTHON")
-            .filter(|v| !v.is_empty())
-            .unwrap_or_else(|| "python3".into());
+        let python = get("TEMPER_PYTHON").unwrap_or_else(|| "python3".into());
         Ok(ResolveEnv {
             hub_cache,
             temper_cache,

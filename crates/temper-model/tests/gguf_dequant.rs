@@ -138,7 +138,8 @@ fn version_2_reads_and_others_are_refused() {
         manifest()["tensors"].as_array().unwrap().len()
     );
 
-    let cases: [(&str, Box<dyn FnOnce(&mut Vec<u8>)>, &str); 4] = [
+    type Patch = Box<dyn FnOnce(&mut Vec<u8>)>;
+    let cases: [(&str, Patch, &str); 4] = [
         (
             "v1.gguf",
             Box::new(|b| b[4..8].copy_from_slice(&1u32.to_le_bytes())),

@@ -14,7 +14,7 @@ pub fn dequantize(ty: GgmlType, bytes: &[u8], n: usize) -> Result<Vec<f32>> {
     let Some((block, size)) = ty.block_geometry() else {
         bail!("unsupported ggml type {ty}");
     };
-    if n % block != 0 || bytes.len() != n / block * size {
+    if !n.is_multiple_of(block) || bytes.len() != n / block * size {
         bail!(
             "{ty}: {} bytes do not hold {n} elements ({block} per {size}-byte block)",
             bytes.len()

@@ -123,12 +123,12 @@ impl Dims {
             Some(v) => nonzero(&k("attention.head_count_kv"), v)?,
             None => n_head,
         };
-        if n_head % n_kv_head != 0 {
+        if !n_head.is_multiple_of(n_kv_head) {
             bail!("{n_head} attention heads are not a multiple of {n_kv_head} KV heads");
         }
         let head_dim = match meta_opt_usize(g, &k("attention.key_length"))? {
             Some(v) => nonzero(&k("attention.key_length"), v)?,
-            None if hidden % n_head == 0 => hidden / n_head,
+            None if hidden.is_multiple_of(n_head) => hidden / n_head,
             None => bail!("hidden size {hidden} is not a multiple of {n_head} heads and no attention.key_length is given"),
         };
         if let Some(v) = meta_opt_usize(g, &k("attention.value_length"))? {

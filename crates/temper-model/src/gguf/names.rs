@@ -60,7 +60,7 @@ pub fn hf_name(gguf: &str) -> Result<String> {
 /// output row `h*2d + a*d + i` is input row `h*2d + 2i + a` for `a in {0,1}`, `i < d`.
 /// `n_head` is the number of heads the rows belong to (KV heads for K).
 pub fn unpermute_rows(data: &mut [f32], rows: usize, cols: usize, n_head: usize) -> Result<()> {
-    if n_head == 0 || rows % (2 * n_head) != 0 || data.len() != rows * cols {
+    if n_head == 0 || !rows.is_multiple_of(2 * n_head) || data.len() != rows * cols {
         bail!("cannot undo the Q/K permutation: {rows} rows x {cols} cols for {n_head} heads");
     }
     let d = rows / n_head / 2;

@@ -136,7 +136,7 @@ impl TensorInfo {
             )
         })?;
         let row = self.dims.first().copied().unwrap_or(1);
-        if row % block as u64 != 0 {
+        if !row.is_multiple_of(block as u64) {
             bail!(
                 "tensor '{}': row length {row} is not a multiple of the {} block size {block}",
                 self.name,
@@ -205,7 +205,7 @@ impl GgufFile {
     fn check_tensor_bounds(&self) -> Result<()> {
         let data_len = (self.map.len() as u64).saturating_sub(self.data_offset);
         for t in &self.tensors {
-            if t.offset % self.alignment != 0 {
+            if !t.offset.is_multiple_of(self.alignment) {
                 bail!(
                     "tensor '{}': offset {} is not a multiple of the alignment {}",
                     t.name,
