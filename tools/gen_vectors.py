@@ -398,6 +398,24 @@ for mode in ["vanilla", "gspo", "cispo", "geo_mean", "sapo", "tinker_ppo"]:
     policy_case(f"pl_{mode}_ratio_one", mode, "token-mean", old=LOGP, A=ADV_TOK,
                 note="old == logp: r == 1, ppo_kl and pg_clipfrac are 0")
 
+# ---------------------------------------------------------------- actor loss = policy + KL - entropy
+
+ENT = rounded(2.0 * rand(B, T))
+REF = rounded(LOGP + 0.4 * randn(B, T))
+for mode, agg_mode, kt in [("vanilla", "token-mean", "low_var_kl"), ("gspo", "seq-mean-token-sum-norm", "k3+"),
+                           ("cispo", "seq-mean-token-mean", "k1"), ("geo_mean", "token-sum", "mse")]:
+    lp = LOGP.clone().requires_grad_(True)
+    _, pg, _ = policy_loss_ref(mode, lp, OLD, ADV_TOK, MASK, agg_mode)
+    total = pg + 0.1 * agg(kl_ref(lp, REF, kt), MASK, agg_mode) - 0.01 * agg(ENT, MASK, agg_mode)
+    total.backward()
+    case(f"actor_loss_{mode}_{kt}", "actor_loss",
+         {"loss_mode": mode, "loss_agg_mode": agg_mode, "use_kl_loss": True, "kl_loss_coef": 0.1,
+          "kl_loss_type": kt, "entropy_coeff": 0.01},
+         {"log_prob": LOGP, "old_log_prob": OLD, "ref_log_prob": REF, "advantages": ADV_TOK, "response_mask": MASK,
+          "entropy": ENT},
+         {"loss": total, "grad_log_prob": lp.grad},
+         note="pg_loss + kl_loss_coef * agg(kl) - entropy_coeff * agg(entropy), KL and entropy with loss_agg_mode")
+
 # ---------------------------------------------------------------- KL and entropy
 
 kl_logp = torch.tensor([[-0.5, -1.2, -30.0, -0.1, -2.0, -4.0], [-0.3, -3.0, -0.2, -8.0, -0.05, -1.0]])

@@ -30,12 +30,13 @@ pub mod vectors;
 
 pub use actor::{actor_loss, ActorLossConfig, ActorLossInput, ActorLossOutput};
 pub use advantage::{
-    compute_advantages, filter_groups, zero_adv_groups, AdvConfig, AdvEstimator, Preset,
+    compute_advantages, contiguous_groups, filter_groups, outcome_to_token_rewards,
+    scalar_advantages, zero_adv_groups, AdvConfig, AdvEstimator, Preset,
 };
 pub use agg::{agg_loss, AggContext, AggMode};
 pub use entropy::entropy_from_logits;
 pub use kl::{apply_kl_in_reward, kl_penalty, KlController, KlCtrlConfig, KlType};
-pub use masked::{masked_mean, masked_sum, masked_whiten};
+pub use masked::{masked_mean, masked_mean_eps, masked_sum, masked_whiten};
 pub use names::UnknownName;
 pub use policy_loss::{
     policy_loss, PolicyLossInput, PolicyLossMode, PolicyLossOutput, PolicyLossParams,

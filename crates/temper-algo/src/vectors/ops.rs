@@ -8,6 +8,7 @@ use serde_json::{Map, Value};
 use tch::{Kind, Tensor};
 
 use super::json::Array;
+use crate::actor::{actor_loss, ActorLossConfig, ActorLossInput};
 use crate::advantage::{
     compute_advantages, contiguous_groups, outcome_to_token_rewards, scalar_advantages, AdvConfig,
     AdvEstimator,
@@ -68,6 +69,35 @@ pub(crate) const OPS: &[OpSpec] = &[
             "grad_log_prob",
         ],
         run: run_policy_loss,
+    },
+    OpSpec {
+        name: "actor_loss",
+        args: &[
+            "loss_mode",
+            "clip_ratio",
+            "clip_ratio_low",
+            "clip_ratio_high",
+            "clip_ratio_c",
+            "loss_agg_mode",
+            "loss_scale_factor",
+            "tau_pos",
+            "tau_neg",
+            "cispo_max_ratio",
+            "use_kl_loss",
+            "kl_loss_coef",
+            "kl_loss_type",
+            "entropy_coeff",
+        ],
+        inputs: &[
+            "log_prob",
+            "old_log_prob",
+            "ref_log_prob",
+            "advantages",
+            "response_mask",
+            "entropy",
+        ],
+        expected: &["loss", "grad_log_prob"],
+        run: run_actor_loss,
     },
     OpSpec {
         name: "agg_loss",
@@ -401,6 +431,50 @@ fn run_policy_loss(a: &Args, inp: &Inputs, wants: &Want) -> Result<Outputs> {
         out.push(("pg_loss", o.pg_loss.detach()));
     }
     Ok(out)
+}
+
+fn run_actor_loss(a: &Args, inp: &Inputs, wants: &Want) -> Result<Outputs> {
+    let d = ActorLossConfig::default();
+    let cfg = ActorLossConfig {
+        loss_mode: a
+            .parse("loss_mode")?
+            .ok_or_else(|| anyhow!("args.loss_mode is required"))?,
+        params: loss_params(a)?,
+        loss_agg_mode: a.parse("loss_agg_mode")?.unwrap_or_default(),
+        loss_scale_factor: a.opt_f64("loss_scale_factor", None)?,
+        use_kl_loss: a.bool_or("use_kl_loss", d.use_kl_loss)?,
+        kl_loss_coef: a.f64_or("kl_loss_coef", d.kl_loss_coef)?,
+        kl_loss_type: a.parse("kl_loss_type")?.unwrap_or(d.kl_loss_type),
+        entropy_coeff: a.f64_or("entropy_coeff", d.entropy_coeff)?,
+    };
+    let logp = inp.req("log_prob")?.set_requires_grad(true);
+    let (old, reference, entropy) = (
+        inp.opt("old_log_prob"),
+        inp.opt("ref_log_prob"),
+        inp.opt("entropy"),
+    );
+    let mask = inp.req("response_mask")?;
+    let ctx = cfg.context(&[&mask])?;
+    let out = actor_loss(
+        &cfg,
+        &ActorLossInput {
+            log_prob: &logp,
+            old_log_prob: old.as_ref(),
+            ref_log_prob: reference.as_ref(),
+            advantages: &inp.req("advantages")?,
+            response_mask: &mask,
+            entropy: entropy.as_ref(),
+            rollout_is_weights: None,
+        },
+        &ctx,
+    )?;
+    let mut outputs = Outputs::new();
+    if wants.has("grad_log_prob") {
+        out.loss.f_backward()?;
+        outputs.push(("grad_log_prob", logp.grad()));
+    }
+    outputs.push(("loss", out.loss.detach()));
+    Ok(outputs)
 }
 
 fn run_agg_loss(a: &Args, inp: &Inputs, wants: &Want) -> Result<Outputs> {
