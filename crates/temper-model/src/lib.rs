@@ -1,4 +1,63 @@
 //! temper-model: config parsing, the decoder (Llama/Qwen2/Qwen3 by config flags), weight loading
 //! (HF folder, hub cache, GGUF import), saving, tokenizer and chat template.
+//!
+//! # The API in one screen
+//! ```no_run
+//! use temper_model::{CausalLm, ComputeKind, KvCache, Tokenizer, ChatMessage, GenerationConfig};
+//! use tch::{Device, Kind, Tensor};
+//! # fn main() -> anyhow::Result<()> {
+//! let dir = std::path::Path::new("path/to/hf-folder");
+//! let model = CausalLm::load(dir, Device::Cpu, ComputeKind::F32)?; // f32 master weights
+//! let tok = Tokenizer::from_dir(dir)?;
+//! let gen = GenerationConfig::from_dir(dir, Some(model.config()), Some(&tok))?; // EOS ids
+//! let text = tok.apply_chat_template(&[ChatMessage::user("Hi")], true)?;
+//! let ids = tok.encode(&text, false)?;
+//!
+//! // Training: one padded batch, autograd on.
+//! let input = Tensor::from_slice(&ids).unsqueeze(0); // (B, T)
+//! let mask = input.ones_like(); // (B, T), 1 = real token
+//! let pos = temper_model::position_ids_from_mask(&mask); // (B, T)
+//! let targets = input.roll([-1], [1]); // next tokens (mask the last position yourself)
+//! let (logp, entropy) = model.token_logprobs(&input, &mask, &pos, &targets, 1.0); // (B, T) each
+//!
+//! // Sampling: same forward, no grad, with a cache; decode one token per step.
+//! tch::no_grad(|| {
+//!     let mut cache = model.new_cache();
+//!     let hidden = model.forward_hidden(&input, &pos, &mask, Some(&mut cache));
+//!     let last = model.logits(&hidden.select(1, -1)); // (B, V)
+//!     // next step: input (B,1), position (B,1), mask (B, cache.len()+1)
+//! });
+//! # Ok(()) }
+//! ```
+//!
+//! Conventions:
+//! - Tensors: ids/positions i64; `attention_mask` (B, S_past+T) with 1 for real tokens; logits,
+//!   logprobs and entropy are f32 whatever the compute dtype.
+//! - Padding: left or right, anywhere; positions are per row. A padded row gives the same numbers as
+//!   the row alone (pad positions produce finite garbage that nothing reads).
+//! - Weights: f32 master copies in a `tch::nn::VarStore` named with HF parameter names; with
+//!   [`ComputeKind::Bf16`] matmuls and attention run in bf16 (weights cast at each use).
+//! - The same [`CausalLm::forward_hidden`] serves training (no cache, autograd) and sampling
+//!   (`tch::no_grad`, [`KvCache`]): identical kernels and mask handling, so sampler and trainer
+//!   logprobs agree to float rounding.
+pub mod chat_template;
+pub mod config;
+pub mod generation_config;
 pub mod gguf;
+pub mod kv_cache;
+pub mod load;
+pub mod logprobs;
+pub mod model;
 pub mod resolve;
+pub mod rope;
+pub mod safetensors_io;
+pub mod save;
+pub mod tokenizer;
+
+pub use chat_template::{ChatMessage, ChatTemplate};
+pub use config::{Arch, ModelConfig, RopeScaling};
+pub use generation_config::GenerationConfig;
+pub use kv_cache::KvCache;
+pub use logprobs::{logprobs_and_entropy, logprobs_of};
+pub use model::{attention_mask_4d, position_ids_from_mask, CausalLm, ComputeKind};
+pub use tokenizer::Tokenizer;

@@ -1,0 +1,110 @@
+//! Key/value cache for incremental decoding.
+//!
+//! Per layer, K and V live in a preallocated buffer of shape (B, n_kv_heads, capacity, head_dim) in
+//! the model's compute dtype; a forward with T new tokens writes them at positions `len..len+T` and
+//! attends over the view `0..len+T`. Growing doubles the capacity, so decoding does not copy the whole
+//! cache at every step. The attention mask passed to [`crate::CausalLm::forward`] always covers all
+//! `len + T` positions; rows may hold padding anywhere (masked keys are never attended to).
+//!
+//! Use it under `tch::no_grad` (the buffers are written in place).
+
+use tch::{Kind, Tensor};
+
+/// Per-layer K/V buffers plus the number of filled positions.
+#[derive(Debug)]
+pub struct KvCache {
+    layers: Vec<Option<(Tensor, Tensor)>>,
+    len: i64,
+    /// Capacity to allocate on first use (positions); grows by doubling afterwards.
+    initial_capacity: i64,
+}
+
+impl KvCache {
+    /// An empty cache for a model with `num_layers` layers.
+    pub fn new(num_layers: usize) -> Self {
+        Self::with_capacity(num_layers, 0)
+    }
+
+    /// An empty cache that reserves room for `capacity` positions at the first forward (e.g. prompt
+    /// length + max new tokens), so that it never has to grow.
+    pub fn with_capacity(num_layers: usize, capacity: i64) -> Self {
+        KvCache {
+            layers: (0..num_layers).map(|_| None).collect(),
+            len: 0,
+            initial_capacity: capacity,
+        }
+    }
+
+    /// Number of cached positions (S_past).
+    pub fn len(&self) -> i64 {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Number of rows (B), or None before the first forward.
+    pub fn batch_size(&self) -> Option<i64> {
+        self.layers
+            .iter()
+            .flatten()
+            .next()
+            .map(|(k, _)| k.size()[0])
+    }
+
+    /// Keep only the rows in `rows` (an i64 index tensor, repeats allowed): `[0,0,0,1,1,1]` turns one
+    /// prefill of two prompts into three samples each; dropping finished rows shrinks the batch.
+    /// The attention mask the caller keeps must be re-indexed the same way.
+    pub fn select_rows(&mut self, rows: &Tensor) {
+        for (k, v) in self.layers.iter_mut().flatten() {
+            let idx = rows.to_device(k.device());
+            *k = k.index_select(0, &idx);
+            *v = v.index_select(0, &idx);
+        }
+    }
+
+    /// Drop every position (keeps nothing allocated).
+    pub fn clear(&mut self) {
+        for l in self.layers.iter_mut() {
+            *l = None;
+        }
+        self.len = 0;
+    }
+
+    /// Write this layer's new K and V (B, n_kv, T, d) after the cached positions and return views of
+    /// all `len + T` positions.
+    pub(crate) fn append(&mut self, layer: usize, k: &Tensor, v: &Tensor) -> (Tensor, Tensor) {
+        let t = k.size()[2];
+        let needed = self.len + t;
+        let slot = &mut self.layers[layer];
+        let grow = match slot {
+            None => true,
+            Some((kb, _)) => kb.size()[2] < needed,
+        };
+        if grow {
+            let [b, h, _, d] = k.size()[..] else {
+                unreachable!("K is 4-D")
+            };
+            let old_cap = slot.as_ref().map_or(0, |(kb, _)| kb.size()[2]);
+            let cap = needed.max(2 * old_cap).max(self.initial_capacity);
+            let kind: Kind = k.kind();
+            let kb = Tensor::zeros([b, h, cap, d], (kind, k.device()));
+            let vb = Tensor::zeros([b, h, cap, d], (kind, k.device()));
+            if let Some((ok, ov)) = slot.as_ref() {
+                kb.narrow(2, 0, self.len).copy_(&ok.narrow(2, 0, self.len));
+                vb.narrow(2, 0, self.len).copy_(&ov.narrow(2, 0, self.len));
+            }
+            *slot = Some((kb, vb));
+        }
+        let (kb, vb) = slot.as_mut().expect("allocated above");
+        kb.narrow(2, self.len, t).copy_(k);
+        vb.narrow(2, self.len, t).copy_(v);
+        (kb.narrow(2, 0, needed), vb.narrow(2, 0, needed))
+    }
+
+    /// Called once per forward, after every layer appended `t` positions.
+    pub(crate) fn advance(&mut self, t: i64) {
+        self.len += t;
+    }
+}

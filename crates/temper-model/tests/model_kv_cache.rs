@@ -1,0 +1,144 @@
+//! The cached path (prefill + one token at a time) equals the uncached forward, and `select_rows`
+//! lets several samples share one prefill.
+mod common;
+
+use common::{pad, reference};
+use tch::{Device, Kind, Tensor};
+use temper_model::{CausalLm, ComputeKind};
+
+/// Max |difference| of log-softmax(logits) over real (mask = 1) positions.
+fn max_diff_on_mask(a: &Tensor, b: &Tensor, mask: &Tensor) -> f64 {
+    let m = mask.to_kind(Kind::Float).unsqueeze(-1);
+    let (la, lb) = (
+        a.log_softmax(-1, Kind::Float),
+        b.log_softmax(-1, Kind::Float),
+    );
+    f64::try_from(((la - lb) * m).abs().max()).unwrap()
+}
+
+fn incremental_equals_full(name: &str, compute: ComputeKind, prefill: i64, tol: f64) {
+    let r = reference(name);
+    let model = CausalLm::load(&r.dir, Device::Cpu, compute).unwrap();
+    let b = pad(&r.rows, true, 0, 0);
+    let t = b.ids.size()[1];
+    tch::no_grad(|| {
+        let full = model.forward(&b.ids, &b.pos, &b.mask, None);
+        let mut cache = model.new_cache();
+        let first = model.forward(
+            &b.ids.narrow(1, 0, prefill),
+            &b.pos.narrow(1, 0, prefill),
+            &b.mask.narrow(1, 0, prefill),
+            Some(&mut cache),
+        );
+        let d = max_diff_on_mask(
+            &first,
+            &full.narrow(1, 0, prefill),
+            &b.mask.narrow(1, 0, prefill),
+        );
+        assert!(d <= tol, "{name} {compute}: prefill logits differ by {d:e}");
+        for i in prefill..t {
+            assert_eq!(cache.len(), i);
+            let step = model.forward(
+                &b.ids.narrow(1, i, 1),
+                &b.pos.narrow(1, i, 1),
+                &b.mask.narrow(1, 0, i + 1),
+                Some(&mut cache),
+            );
+            let d = max_diff_on_mask(&step, &full.narrow(1, i, 1), &b.mask.narrow(1, i, 1));
+            assert!(
+                d <= tol,
+                "{name} {compute}: step {i} logits differ by {d:e}"
+            );
+        }
+    });
+}
+
+#[test]
+fn cached_decode_equals_full_forward_f32() {
+    // The contract of `temper check-logprobs` is 1e-4. What remains is GEMM blocking (the number of
+    // rows changes the kernel's summation order): an uncached prefix differs from the full forward
+    // just as much (~3e-5 on the random llama, whose weights amplify rounding).
+    incremental_equals_full("qwen2", ComputeKind::F32, 4, 1e-4);
+    incremental_equals_full("qwen3", ComputeKind::F32, 1, 1e-4);
+    incremental_equals_full("llama", ComputeKind::F32, 11, 1e-4);
+}
+
+#[test]
+fn cached_decode_close_to_full_forward_bf16() {
+    incremental_equals_full("qwen3", ComputeKind::Bf16, 5, 0.1);
+}
+
+/// Two prompts prefilled once, expanded to three samples with `select_rows`, each continued with its
+/// own tokens: the logits equal a full forward of each whole sequence on its own.
+#[test]
+fn select_rows_shares_a_prefill() {
+    let r = reference("qwen2");
+    let model = CausalLm::load(&r.dir, Device::Cpu, ComputeKind::F32).unwrap();
+    let prompts = vec![r.rows[0][..5].to_vec(), r.rows[1].clone()];
+    let conts: Vec<Vec<i64>> = vec![vec![11, 12, 13], vec![21, 22, 23], vec![31, 32, 33]];
+    let owner = [0usize, 0, 1];
+    let p = pad(&prompts, true, 0, 0);
+    let pl = p.ids.size()[1];
+    tch::no_grad(|| {
+        let mut cache = model.new_cache();
+        let _ = model.forward(&p.ids, &p.pos, &p.mask, Some(&mut cache));
+        let rows = Tensor::from_slice(&[0i64, 0, 1]);
+        cache.select_rows(&rows);
+        let mut mask = p.mask.index_select(0, &rows);
+        let prompt_len =
+            p.mask
+                .index_select(0, &rows)
+                .sum_dim_intlist([1i64].as_slice(), false, Kind::Int64);
+        let mut last = None;
+        for step in 0..3 {
+            let ids =
+                Tensor::from_slice(&conts.iter().map(|c| c[step]).collect::<Vec<_>>()).view([3, 1]);
+            mask = Tensor::cat(
+                &[&mask, &Tensor::ones([3, 1], (Kind::Int64, Device::Cpu))],
+                1,
+            );
+            let pos = (&prompt_len + step as i64).view([3, 1]);
+            last = Some(model.forward(&ids, &pos, &mask, Some(&mut cache)));
+        }
+        assert_eq!(cache.len(), pl + 3);
+        let last = last.unwrap();
+        for s in 0..3 {
+            let mut seq = prompts[owner[s]].clone();
+            seq.extend(&conts[s]);
+            let one = pad(&[seq], false, 0, 0);
+            let full = model.forward(&one.ids, &one.pos, &one.mask, None);
+            let (a, b) = (
+                full.get(0).get(-1).log_softmax(-1, Kind::Float),
+                last.get(s as i64).get(0).log_softmax(-1, Kind::Float),
+            );
+            let d = f64::try_from((a - b).abs().max()).unwrap();
+            assert!(d <= 1e-4, "sample {s}: cached logits differ by {d:e}");
+        }
+    });
+}
+
+/// A cache reserved up front and one grown step by step give identical numbers.
+#[test]
+fn preallocated_and_growing_caches_agree() {
+    let r = reference("llama");
+    let model = CausalLm::load(&r.dir, Device::Cpu, ComputeKind::F32).unwrap();
+    let b = pad(&r.rows, true, 0, 0);
+    let t = b.ids.size()[1];
+    tch::no_grad(|| {
+        let mut grow = model.new_cache();
+        let mut big = temper_model::KvCache::with_capacity(model.num_layers(), t);
+        for i in 0..t {
+            let args = (
+                b.ids.narrow(1, i, 1),
+                b.pos.narrow(1, i, 1),
+                b.mask.narrow(1, 0, i + 1),
+            );
+            let a = model.forward(&args.0, &args.1, &args.2, Some(&mut grow));
+            let c = model.forward(&args.0, &args.1, &args.2, Some(&mut big));
+            assert!(
+                a.equal(&c),
+                "step {i}: growing and preallocated caches differ"
+            );
+        }
+    });
+}

@@ -1,0 +1,119 @@
+//! Save -> transformers reload round trip: transformers computes the same logprobs from the saved
+//! folder as the Rust model that saved it; the saved folder reloads bit-identically in Rust.
+mod common;
+
+use common::{max_abs_diff, pad, reference, run_tool, scratch};
+use serde_json::Value;
+use tch::{Device, Kind, Tensor};
+use temper_model::{CausalLm, ComputeKind};
+
+fn perturb(model: &CausalLm) {
+    tch::manual_seed(7);
+    tch::no_grad(|| {
+        for (_, mut t) in model.named_parameters() {
+            let noise = t.randn_like() * 0.05;
+            let _ = t.g_add_(&noise);
+        }
+    });
+}
+
+fn round_trip(name: &str) {
+    let r = reference(name);
+    let model = CausalLm::load(&r.dir, Device::Cpu, ComputeKind::F32).unwrap();
+    perturb(&model);
+    let out = scratch(&format!("save-{name}")).join("saved");
+    model.save(&out).unwrap();
+    assert!(
+        out.join("generation_config.json").is_file(),
+        "generation_config.json not copied"
+    );
+    let b = pad(&r.rows, true, 0, 0);
+    let (logp, ent) =
+        tch::no_grad(|| model.token_logprobs(&b.ids, &b.mask, &b.pos, &b.targets, 1.0));
+    let rows = serde_json::to_string(&r.rows).unwrap();
+    let py: Value = serde_json::from_str(&run_tool(
+        "model_logprobs.py",
+        &["--model", out.to_str().unwrap(), "--rows", &rows],
+    ))
+    .unwrap();
+    let py_logp: Vec<Vec<f64>> = serde_json::from_value(py["logp"].clone()).unwrap();
+    let py_ent: Vec<Vec<f64>> = serde_json::from_value(py["entropy"].clone()).unwrap();
+    let d = max_abs_diff(&b.per_row(&logp), &py_logp);
+    let de = max_abs_diff(&b.per_row(&ent), &py_ent);
+    assert!(
+        d <= 1e-4 && de <= 1e-4,
+        "{name}: transformers on the saved folder differs: logp {d:e}, entropy {de:e}"
+    );
+    // The perturbation moved the numbers away from the original reference, so the check has teeth.
+    assert!(
+        max_abs_diff(&py_logp, &r.logp) > 1e-3,
+        "{name}: perturbation had no effect"
+    );
+    let again = CausalLm::load(&out, Device::Cpu, ComputeKind::F32).unwrap();
+    for ((n1, t1), (n2, t2)) in model
+        .named_parameters()
+        .iter()
+        .zip(again.named_parameters().iter())
+    {
+        assert_eq!(n1, n2);
+        assert!(t1.equal(t2), "{n1} changed in the save/load round trip");
+    }
+}
+
+#[test]
+fn qwen2_untied_save_reloads_in_transformers() {
+    round_trip("qwen2");
+}
+
+#[test]
+fn llama_tied_save_reloads_in_transformers() {
+    round_trip("llama");
+}
+
+#[test]
+fn qwen3_save_reloads_in_transformers() {
+    round_trip("qwen3");
+}
+
+/// Saving into an existing folder replaces it; bf16 saves hold bf16-rounded master weights.
+#[test]
+fn save_replaces_and_saves_bf16() {
+    let cfg = temper_model::ModelConfig::qwen2_like(50, 32, 48, 1, 4, 2, true);
+    let model = CausalLm::random(cfg, 3, Device::Cpu, ComputeKind::F32);
+    let dir = scratch("save-bf16").join("ckpt");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("stale.txt"), "old").unwrap();
+    model.save_as(&dir, Kind::BFloat16, None).unwrap();
+    assert!(
+        !dir.join("stale.txt").exists(),
+        "old folder contents survived"
+    );
+    let siblings: Vec<_> = std::fs::read_dir(dir.parent().unwrap())
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(
+        siblings.len(),
+        1,
+        "temporary folders left behind: {siblings:?}"
+    );
+    let cfg: Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("config.json")).unwrap()).unwrap();
+    assert_eq!(cfg["dtype"], "bfloat16");
+    let raw: std::collections::HashMap<String, Tensor> =
+        Tensor::read_safetensors(dir.join("model.safetensors"))
+            .unwrap()
+            .into_iter()
+            .collect();
+    assert!(
+        !raw.contains_key("lm_head.weight"),
+        "tied head should not be saved"
+    );
+    for (name, t) in model.named_parameters() {
+        assert_eq!(raw[&name].kind(), Kind::BFloat16);
+        assert!(
+            raw[&name].equal(&t.to_kind(Kind::BFloat16)),
+            "{name} not the bf16 rounding of the master weight"
+        );
+    }
+}
