@@ -1,0 +1,486 @@
+//! The engine on a tiny random Llama, against transformers (run live from the venv).
+
+mod common;
+
+use common::tiny::{reference, tiny_model};
+use temper_model::CausalLm;
+use temper_rollout::verify::{compare, trainer_logprobs};
+use temper_rollout::{
+    Decode, Engine, EngineConfig, Finish, LogprobKind, Request, Sample, SamplingParams, StopReason,
+};
+
+/// Prompts of mixed lengths (1 to 17 tokens).
+fn prompts() -> Vec<Vec<i64>> {
+    reference().prompts.clone()
+}
+
+fn engine(model: &CausalLm, eos: Vec<i64>, max_rows: usize) -> Engine<'_> {
+    Engine::new(model, eos).with_config(EngineConfig {
+        max_batch_rows: max_rows,
+        ..EngineConfig::default()
+    })
+}
+
+fn run(engine: &Engine, requests: &[Request]) -> Vec<Sample> {
+    engine.generate(requests, &mut |_| {}).expect("generate")
+}
+
+fn requests(prompts: &[Vec<i64>], params: &SamplingParams) -> Vec<Request> {
+    prompts
+        .iter()
+        .map(|p| Request {
+            prompt_ids: p.clone(),
+            params: params.clone(),
+        })
+        .collect()
+}
+
+fn max_abs_diff(a: &[f32], b: &[f64]) -> f64 {
+    assert_eq!(a.len(), b.len());
+    a.iter()
+        .zip(b)
+        .map(|(&x, &y)| (x as f64 - y).abs())
+        .fold(0.0, f64::max)
+}
+
+#[test]
+fn greedy_matches_transformers_generate() {
+    let model = tiny_model();
+    let ps = prompts();
+    let r = &reference().greedy_eos;
+    let (eos, want, want_lp) = (r.eos, &r.completions, &r.logprobs);
+    // The EOS id really ends some prompts early.
+    assert!(
+        want.iter().any(|c| c.len() < r.max_new) && want.iter().any(|c| c.len() == r.max_new),
+        "{want:?}"
+    );
+    let params = SamplingParams {
+        logprobs: LogprobKind::Raw,
+        ..SamplingParams::greedy(r.max_new)
+    };
+    // All rows at once; then 2 rows at a time, so finished rows are refilled from the queue.
+    for max_rows in [64, 2] {
+        let samples = run(
+            &engine(&model, vec![eos], max_rows),
+            &requests(&ps, &params),
+        );
+        assert_eq!(samples.len(), ps.len());
+        for (i, s) in samples.iter().enumerate() {
+            assert_eq!((s.request_index, s.sample_index), (i, 0));
+            assert_eq!(s.prompt_ids, ps[i]);
+            assert_eq!(s.completion_ids, want[i], "prompt {i}, max_rows {max_rows}");
+            let stopped = want[i].last() == Some(&eos);
+            assert_eq!(
+                s.finish,
+                if stopped {
+                    Finish::Stop
+                } else {
+                    Finish::Length
+                }
+            );
+            assert_eq!(s.stop_reason, stopped.then_some(StopReason::Eos(eos)));
+            let d = max_abs_diff(&s.completion_logprobs, &want_lp[i]);
+            assert!(
+                d < 1e-4,
+                "prompt {i}: logprobs differ from transformers by {d}"
+            );
+        }
+    }
+}
+
+#[test]
+fn greedy_with_repetition_penalty_and_min_tokens_matches_transformers() {
+    let model = tiny_model();
+    let ps = prompts();
+    let r = &reference().greedy_penalty_min;
+    // EOS = the token greedy picks at step 2 for prompt 0: min_tokens must push it back.
+    assert_eq!(r.eos, reference().free16[0][1]);
+    let params = SamplingParams {
+        repetition_penalty: r.repetition_penalty,
+        min_tokens: r.min_new_tokens,
+        ..SamplingParams::greedy(r.max_new)
+    };
+    let samples = run(&engine(&model, vec![r.eos], 3), &requests(&ps, &params));
+    for (i, s) in samples.iter().enumerate() {
+        assert_eq!(s.completion_ids, r.completions[i], "prompt {i}");
+        assert!(
+            !s.completion_ids[..r.min_new_tokens].contains(&r.eos),
+            "EOS inside min_tokens"
+        );
+    }
+    // The penalty really changes the outcome, and so does min_tokens.
+    assert_ne!(r.without_penalty, r.completions);
+    let no_min = SamplingParams {
+        min_tokens: 0,
+        repetition_penalty: 1.0,
+        ..params
+    };
+    let s = run(
+        &engine(&model, vec![r.eos], 3),
+        &requests(&ps[..1], &no_min),
+    );
+    assert_eq!(s[0].completion_ids.len(), 2);
+}
+
+#[test]
+fn seeded_samples_do_not_depend_on_the_batch_or_padding() {
+    let model = tiny_model();
+    let ps = prompts();
+    let a = Request {
+        prompt_ids: ps[0].clone(), // 1 token: heavily left-padded next to the 17-token prompt
+        params: SamplingParams {
+            n: 3,
+            top_p: 0.9,
+            max_tokens: 10,
+            seed: Some(7),
+            ..Default::default()
+        },
+    };
+    let alone = run(&engine(&model, vec![], 64), std::slice::from_ref(&a));
+    let again = run(&engine(&model, vec![], 64), std::slice::from_ref(&a));
+    assert_eq!(
+        alone, again,
+        "same request, same engine settings: bitwise identical"
+    );
+    let distinct: std::collections::HashSet<_> =
+        alone.iter().map(|s| s.completion_ids.clone()).collect();
+    assert!(
+        distinct.len() > 1,
+        "samples of one request should differ: {alone:?}"
+    );
+
+    let others = |seed| Request {
+        prompt_ids: ps[4].clone(),
+        params: SamplingParams {
+            n: 2,
+            temperature: 0.7,
+            top_k: 5,
+            max_tokens: 4,
+            seed,
+            ..Default::default()
+        },
+    };
+    let mixed_batch = vec![others(Some(1)), a.clone(), others(None), others(None)];
+    // 64 rows: one batch; 2 rows: `a` is split into units and refilled between other rows.
+    for max_rows in [64, 2] {
+        let mixed = run(&engine(&model, vec![], max_rows), &mixed_batch);
+        let got: Vec<&Sample> = mixed.iter().filter(|s| s.request_index == 1).collect();
+        assert_eq!(got.len(), 3);
+        let mut worst = 0f64;
+        for (g, w) in got.iter().zip(&alone) {
+            assert_eq!(g.completion_ids, w.completion_ids, "max_rows {max_rows}");
+            let w64: Vec<f64> = w.completion_logprobs.iter().map(|&x| x as f64).collect();
+            worst = worst.max(max_abs_diff(&g.completion_logprobs, &w64));
+        }
+        assert!(worst < 1e-5, "padding/batching moved logprobs by {worst}");
+    }
+}
+
+#[test]
+fn sampled_tokens_follow_the_model_distribution() {
+    let model = tiny_model();
+    let n = 3000;
+    let big = EngineConfig {
+        max_batch_rows: n,
+        ..EngineConfig::default()
+    };
+    let cases = &reference().next_probs;
+    let scaled = |t: f64| {
+        cases
+            .iter()
+            .find(|c| c.temperature == t && c.top_k < 0 && c.top_p == 1.0)
+            .unwrap()
+    };
+    for case in &cases[..2] {
+        let prompt = prompts()[case.prompt_index].clone();
+        let (temperature, top_k, top_p) = (case.temperature, case.top_k, case.top_p);
+        let params = SamplingParams {
+            n,
+            temperature,
+            top_k,
+            top_p,
+            max_tokens: 1,
+            seed: Some(3),
+            ..Default::default()
+        };
+        let samples = Engine::new(&model, vec![])
+            .with_config(big)
+            .generate(
+                &[Request {
+                    prompt_ids: prompt,
+                    params,
+                }],
+                &mut |_| {},
+            )
+            .unwrap();
+        let want = &case.probs;
+        let mut counts = vec![0usize; want.len()];
+        for s in &samples {
+            counts[s.completion_ids[0] as usize] += 1;
+        }
+        // Tokens transformers removes are never drawn.
+        for (t, &c) in counts.iter().enumerate() {
+            assert!(
+                want[t] > 0.0 || c == 0,
+                "token {t} drawn {c} times but removed by transformers"
+            );
+        }
+        let (chi2, df) = chi_square(&counts, want, n);
+        let critical = chi2_critical_999(df);
+        assert!(
+            chi2 < critical,
+            "T={temperature} k={top_k} p={top_p}: chi2 {chi2:.1} >= {critical:.1} (df {df})"
+        );
+        // The reported logprob is log softmax(logits / T), before truncation.
+        let scaled = &scaled(temperature).probs;
+        for s in samples.iter().take(200) {
+            let t = s.completion_ids[0] as usize;
+            let d = (s.completion_logprobs[0] as f64 - scaled[t].ln()).abs();
+            assert!(
+                d < 1e-4,
+                "token {t}: logprob {} vs ln p {}",
+                s.completion_logprobs[0],
+                scaled[t].ln()
+            );
+        }
+    }
+}
+
+/// Pearson chi-square over bins with expected count >= 5 (the rest merged into one bin).
+fn chi_square(counts: &[usize], probs: &[f64], n: usize) -> (f64, usize) {
+    let (mut chi2, mut bins) = (0.0, 0);
+    let (mut rest_obs, mut rest_exp) = (0.0, 0.0);
+    for (&c, &p) in counts.iter().zip(probs) {
+        let e = p * n as f64;
+        if e >= 5.0 {
+            chi2 += (c as f64 - e).powi(2) / e;
+            bins += 1;
+        } else {
+            rest_obs += c as f64;
+            rest_exp += e;
+        }
+    }
+    if rest_exp >= 1.0 {
+        chi2 += (rest_obs - rest_exp).powi(2) / rest_exp;
+        bins += 1;
+    }
+    (chi2, bins - 1)
+}
+
+/// 0.999 quantile of chi-square with `df` degrees of freedom (Wilson-Hilferty).
+fn chi2_critical_999(df: usize) -> f64 {
+    let k = df as f64;
+    let z = 3.090;
+    k * (1.0 - 2.0 / (9.0 * k) + z * (2.0 / (9.0 * k)).sqrt()).powi(3)
+}
+
+#[test]
+fn top_k_1_and_tiny_top_p_are_greedy() {
+    let model = tiny_model();
+    let ps = prompts();
+    let greedy = run(
+        &engine(&model, vec![], 64),
+        &requests(&ps, &SamplingParams::greedy(8)),
+    );
+    for params in [
+        SamplingParams {
+            top_k: 1,
+            max_tokens: 8,
+            seed: Some(1),
+            ..Default::default()
+        },
+        SamplingParams {
+            top_p: 1e-6,
+            temperature: 1.5,
+            max_tokens: 8,
+            seed: Some(2),
+            ..Default::default()
+        },
+    ] {
+        let got = run(&engine(&model, vec![], 64), &requests(&ps, &params));
+        for (g, w) in got.iter().zip(&greedy) {
+            assert_eq!(g.completion_ids, w.completion_ids);
+        }
+    }
+}
+
+/// Token `i` decodes to `<i>`: stop strings made of two tokens' text can only match those tokens.
+struct Angle;
+impl Decode for Angle {
+    fn decode(&self, ids: &[i64]) -> anyhow::Result<String> {
+        Ok(ids.iter().map(|i| format!("<{i}>")).collect())
+    }
+}
+
+#[test]
+fn stop_strings_stop_tokens_and_lengths() {
+    let model = tiny_model();
+    let ps = prompts();
+    let max = 16;
+    let g = &reference().free16[0];
+    assert_eq!(g.len(), max);
+    // The first position where the pair (g[3], g[4]) ends, at or after index `from`.
+    let pair_end = |from: usize| (from.max(1)..g.len()).find(|&j| g[j - 1] == g[3] && g[j] == g[4]);
+    let stop = format!("<{}><{}>", g[3], g[4]);
+    let decoder = Angle;
+    for min_tokens in [0, 6] {
+        let params = SamplingParams {
+            stop: vec!["<zz>".into(), stop.clone()],
+            min_tokens,
+            ..SamplingParams::greedy(max)
+        };
+        let e = engine(&model, vec![], 64).with_decoder(&decoder);
+        let s = &run(&e, &requests(&ps[..1], &params))[0];
+        // Our semantics: fires on the token that completes it, once the completion has min_tokens.
+        match pair_end(min_tokens.saturating_sub(1)) {
+            Some(j) => {
+                assert_eq!(s.completion_ids, g[..=j], "min_tokens {min_tokens}");
+                assert_eq!(
+                    (s.finish, s.stop_reason.clone()),
+                    (Finish::Stop, Some(StopReason::StopString(1)))
+                );
+            }
+            None => assert_eq!(
+                (s.completion_ids.as_slice(), s.finish),
+                (g.as_slice(), Finish::Length)
+            ),
+        }
+    }
+    // A stop token id ends the sample and is kept; max_tokens gives `length`.
+    let params = SamplingParams {
+        stop_token_ids: vec![g[5]],
+        ..SamplingParams::greedy(max)
+    };
+    let s = &run(&engine(&model, vec![], 64), &requests(&ps[..1], &params))[0];
+    let first = g.iter().position(|&t| t == g[5]).unwrap();
+    assert_eq!(s.completion_ids, g[..=first]);
+    assert_eq!(s.stop_reason, Some(StopReason::StopToken(g[5])));
+    let s = &run(
+        &engine(&model, vec![], 64),
+        &requests(&ps[..1], &SamplingParams::greedy(3)),
+    )[0];
+    assert_eq!(
+        (s.completion_ids.as_slice(), s.finish, s.stop_reason.clone()),
+        (&g[..3], Finish::Length, None)
+    );
+    // `ignore_eos` keeps going through the model's EOS.
+    let params = SamplingParams {
+        ignore_eos: true,
+        ..SamplingParams::greedy(max)
+    };
+    let s = &run(
+        &engine(&model, vec![g[2]], 64),
+        &requests(&ps[..1], &params),
+    )[0];
+    assert_eq!(&s.completion_ids, g);
+}
+
+#[test]
+fn sampler_logprobs_agree_with_the_trainer() {
+    let model = tiny_model();
+    let ps = prompts();
+    let params = SamplingParams {
+        n: 3,
+        temperature: 0.7,
+        top_p: 0.9,
+        max_tokens: 12,
+        seed: Some(11),
+        ..Default::default()
+    };
+    let samples = run(&engine(&model, vec![], 8), &requests(&ps, &params));
+    let ours = trainer_logprobs(&model, &samples, 0.7).unwrap();
+    let diff = compare(&samples, &ours);
+    assert_eq!(
+        diff.tokens,
+        samples
+            .iter()
+            .map(|s| s.completion_ids.len())
+            .sum::<usize>()
+    );
+    assert!(diff.max_abs < 1e-5, "sampler vs trainer: {diff:?}");
+}
+
+#[test]
+fn bad_requests_give_errors_naming_the_field() {
+    let model = tiny_model();
+    let e = engine(&model, vec![2], 64);
+    let err = |r: Request| {
+        format!(
+            "{:#}",
+            e.generate(
+                &[
+                    Request {
+                        prompt_ids: vec![5],
+                        params: SamplingParams::greedy(2)
+                    },
+                    r
+                ],
+                &mut |_| {}
+            )
+            .unwrap_err()
+        )
+    };
+    let ok = SamplingParams::greedy(4);
+    assert_eq!(
+        err(Request {
+            prompt_ids: vec![],
+            params: ok.clone()
+        }),
+        "request 1: prompt_ids is empty (a prompt needs at least one token)"
+    );
+    let long = Request {
+        prompt_ids: vec![5; 256],
+        params: ok.clone(),
+    };
+    assert!(err(long).starts_with("request 1: prompt has 256 tokens, the model's context is 256"));
+    assert_eq!(
+        err(Request {
+            prompt_ids: vec![5, 96],
+            params: ok.clone()
+        }),
+        "request 1: prompt_ids[1] = 96 is not a token id (vocabulary size 96)"
+    );
+    let bad = |p: SamplingParams| {
+        err(Request {
+            prompt_ids: vec![5],
+            params: p,
+        })
+    };
+    assert_eq!(
+        bad(SamplingParams {
+            top_p: 1.5,
+            ..ok.clone()
+        }),
+        "request 1: top_p = 1.5: must be in (0, 1]"
+    );
+    assert!(bad(SamplingParams {
+        temperature: -1.0,
+        ..ok.clone()
+    })
+    .starts_with("request 1: temperature = -1"));
+    assert!(bad(SamplingParams {
+        stop_token_ids: vec![500],
+        ..ok.clone()
+    })
+    .starts_with("request 1: stop_token_ids[0] = 500: unknown token id"));
+    assert!(bad(SamplingParams {
+        stop: vec!["x".into()],
+        ..ok.clone()
+    })
+    .contains("stop strings need a tokenizer"));
+    // A prompt one short of the context gets exactly one token.
+    let s = run(
+        &e,
+        &[Request {
+            prompt_ids: vec![5; 255],
+            params: SamplingParams {
+                ignore_eos: true,
+                ..ok
+            },
+        }],
+    );
+    assert_eq!(
+        (s[0].completion_ids.len(), s[0].finish),
+        (1, Finish::Length)
+    );
+}
