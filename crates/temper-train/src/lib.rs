@@ -1,4 +1,9 @@
 //! temper-train: the GRPO loop, optimizer, schedules, eval, checkpoints/resume, metrics and the
 //! run directory.
+pub mod checkpoint;
 pub mod config;
+pub mod data;
+pub mod eval_metrics;
 pub mod optim;
+pub mod rundir;
+pub mod trainer;

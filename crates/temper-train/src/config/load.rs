@@ -272,7 +272,7 @@ impl Schema {
             ));
             return Ok(None);
         }
-        if self.leaves.iter().any(|l| *l == key)
+        if self.leaves.contains(&key)
             || FREE_FORM
                 .iter()
                 .any(|f| key.strip_prefix(f).is_some_and(|r| r.starts_with('.')))

@@ -315,21 +315,12 @@ impl Default for KlCtrlConfig {
 }
 
 /// `algorithm.filter_groups`: DAPO dynamic sampling (drop groups whose rewards are all equal).
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
 #[serde(default, deny_unknown_fields)]
 pub struct FilterGroupsConfig {
     pub enable: bool,
-    /// Extra generation rounds allowed to refill the batch; 0 = unlimited.
+    /// Most generation rounds per step to fill the batch with useful groups; 0 = up to 100.
     pub max_num_gen_batches: usize,
-}
-
-impl Default for FilterGroupsConfig {
-    fn default() -> Self {
-        Self {
-            enable: false,
-            max_num_gen_batches: 0,
-        }
-    }
 }
 
 /// `algorithm.rollout_correction`: truncated importance sampling against the sampler's logprobs.
@@ -522,7 +513,10 @@ impl Config {
                 bail!("{k} must be at least 1");
             }
         }
-        if d.train_batch_size % self.actor.ppo_mini_batch_size != 0 {
+        if !d
+            .train_batch_size
+            .is_multiple_of(self.actor.ppo_mini_batch_size)
+        {
             bail!(
                 "data.train_batch_size ({}) must be a multiple of actor.ppo_mini_batch_size ({})",
                 d.train_batch_size,
@@ -531,7 +525,7 @@ impl Config {
         }
         if let Some(m) = self.actor.ppo_micro_batch_size_per_gpu {
             let mini = self.actor.ppo_mini_batch_size * self.rollout.n;
-            if m == 0 || mini % m != 0 {
+            if m == 0 || !mini.is_multiple_of(m) {
                 bail!(
                     "actor.ppo_micro_batch_size_per_gpu ({m}) must divide the mini-batch of \
                      ppo_mini_batch_size x rollout.n = {mini} responses"
@@ -539,13 +533,13 @@ impl Config {
             }
         }
         let o = &self.actor.optim;
-        if !(o.lr >= 0.0) || !o.lr.is_finite() {
+        if o.lr.is_nan() || o.lr < 0.0 || !o.lr.is_finite() {
             bail!("actor.optim.lr = {}: must be a finite number >= 0", o.lr);
         }
         if !(0.0..1.0).contains(&o.betas[0]) || !(0.0..1.0).contains(&o.betas[1]) {
             bail!("actor.optim.betas = {:?}: each must be in [0, 1)", o.betas);
         }
-        if !(o.eps > 0.0) {
+        if o.eps.is_nan() || o.eps <= 0.0 {
             bail!("actor.optim.eps = {}: must be > 0", o.eps);
         }
         one_of(
@@ -571,18 +565,18 @@ impl Config {
             ("actor.clip_ratio_high", self.actor.clip_ratio_high),
         ] {
             if let Some(v) = v {
-                if !(v >= 0.0) {
+                if v.is_nan() || v < 0.0 {
                     bail!("{k} = {v}: must be >= 0");
                 }
             }
         }
-        if !(self.rollout.temperature >= 0.0) {
+        if self.rollout.temperature.is_nan() || self.rollout.temperature < 0.0 {
             bail!(
                 "rollout.temperature = {}: must be >= 0",
                 self.rollout.temperature
             );
         }
-        if !(self.rollout.top_p > 0.0 && self.rollout.top_p <= 1.0) {
+        if self.rollout.top_p.is_nan() || self.rollout.top_p <= 0.0 || self.rollout.top_p > 1.0 {
             bail!("rollout.top_p = {}: must be in (0, 1]", self.rollout.top_p);
         }
         one_of("reward.on_error", &self.reward.on_error, &["fail", "zero"])?;

@@ -40,3 +40,118 @@ pub fn run_py(script: &str, args: &[&std::path::Path]) {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// GPT-2's byte -> printable-char map, for a byte-level BPE tokenizer without merges.
+fn byte_chars() -> Vec<char> {
+    let mut bs: Vec<u32> = (b'!' as u32..=b'~' as u32)
+        .chain(0xA1..=0xAC)
+        .chain(0xAE..=0xFF)
+        .collect();
+    let mut cs = bs.clone();
+    let mut n = 0;
+    for b in 0..256u32 {
+        if !bs.contains(&b) {
+            bs.push(b);
+            cs.push(256 + n);
+            n += 1;
+        }
+    }
+    let mut out = vec![' '; 256];
+    for (b, c) in bs.iter().zip(cs) {
+        out[*b as usize] = char::from_u32(c).unwrap();
+    }
+    out
+}
+
+pub const CHATML: &str = "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}";
+
+/// A tiny random Qwen2-shaped model (vocab 260: 256 bytes + 3 specials + 1 spare) with a
+/// byte-level tokenizer and a ChatML template, saved as an HF folder once per test binary.
+pub fn tiny_model_dir() -> PathBuf {
+    static DIR: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    DIR.get_or_init(|| {
+        let dir = temp_dir("tiny-model");
+        let cfg = temper_model::ModelConfig::qwen2_like(260, 32, 64, 2, 4, 2, true);
+        let model = temper_model::CausalLm::random(cfg, 3, tch::Device::Cpu, temper_model::ComputeKind::F32);
+        model.save(&dir).unwrap();
+        let chars = byte_chars();
+        let mut vocab = serde_json::Map::new();
+        for (i, c) in chars.iter().enumerate() {
+            vocab.insert(c.to_string(), serde_json::json!(i));
+        }
+        let specials = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"];
+        let added: Vec<_> = specials
+            .iter()
+            .enumerate()
+            .map(|(i, s)| {
+                serde_json::json!({"id": 256 + i, "content": s, "single_word": false, "lstrip": false,
+                    "rstrip": false, "normalized": false, "special": true})
+            })
+            .collect();
+        for (i, s) in specials.iter().enumerate() {
+            vocab.insert(s.to_string(), serde_json::json!(256 + i));
+        }
+        let bl = serde_json::json!({"type": "ByteLevel", "add_prefix_space": false, "trim_offsets": true, "use_regex": true});
+        let tok = serde_json::json!({
+            "version": "1.0", "truncation": null, "padding": null, "added_tokens": added,
+            "normalizer": null, "pre_tokenizer": bl, "post_processor": null, "decoder": bl,
+            "model": {"type": "BPE", "dropout": null, "unk_token": null, "continuing_subword_prefix": null,
+                "end_of_word_suffix": null, "fuse_unk": false, "byte_fallback": false, "ignore_merges": false,
+                "vocab": vocab, "merges": []}
+        });
+        std::fs::write(dir.join("tokenizer.json"), serde_json::to_string(&tok).unwrap()).unwrap();
+        let tc = serde_json::json!({"eos_token": "<|im_end|>", "pad_token": "<|endoftext|>", "chat_template": CHATML});
+        std::fs::write(dir.join("tokenizer_config.json"), tc.to_string()).unwrap();
+        std::fs::write(dir.join("generation_config.json"), r#"{"eos_token_id": 258}"#).unwrap();
+        dir
+    })
+    .clone()
+}
+
+/// A reward with a spread on random text: the fraction of ASCII characters in the completion.
+pub struct AsciiFraction;
+
+impl temper_reward::Reward for AsciiFraction {
+    fn name(&self) -> &str {
+        "ascii_fraction"
+    }
+    fn score(
+        &self,
+        _: &str,
+        completion: &str,
+        _: &str,
+        _: &serde_json::Value,
+    ) -> temper_reward::RewardOutput {
+        let n = completion.chars().count().max(1) as f64;
+        temper_reward::RewardOutput::new(
+            completion.chars().filter(|c| c.is_ascii()).count() as f64 / n,
+        )
+    }
+}
+
+/// A config for a few fast steps of GRPO on the tiny model (arith prompts, raw template).
+pub fn tiny_config(root: &std::path::Path, extra: &[&str]) -> temper_train::config::Config {
+    let mut ov: Vec<String> = vec![
+        format!("model.path={:?}", tiny_model_dir().display().to_string()),
+        "data.task=arith".into(),
+        "data.task_train_size=32".into(),
+        "data.task_val_size=4".into(),
+        "data.prompt_template=raw".into(),
+        "data.max_prompt_length=32".into(),
+        "data.max_response_length=6".into(),
+        "data.train_batch_size=4".into(),
+        "actor.ppo_mini_batch_size=2".into(),
+        "actor.ppo_micro_batch_size_per_gpu=4".into(),
+        "actor.optim.lr=1e-2".into(),
+        "rollout.n=4".into(),
+        "reward.name=arith".into(),
+        "trainer.total_training_steps=3".into(),
+        "trainer.check_on_policy=true".into(),
+        "trainer.progress=false".into(),
+        "trainer.threads=1".into(),
+        format!("trainer.default_local_dir={:?}", root.display().to_string()),
+        "trainer.experiment_name=run".into(),
+    ];
+    ov.extend(extra.iter().map(|s| s.to_string()));
+    temper_train::config::load_config(None, &ov).unwrap().config
+}

@@ -1,0 +1,120 @@
+//! Checkpoints: `checkpoints/global_step_<k>/` with the model as a Hugging Face folder (`model/`),
+//! the optimizer state (`optimizer.safetensors`) and the loop state (`trainer_state.json`: step,
+//! data position, generation counter, KL coefficient). A checkpoint is written into
+//! `global_step_<k>.tmp/` and renamed when complete, so a folder without `.tmp` is always whole.
+use crate::rundir::write_json;
+use anyhow::{bail, Context, Result};
+use serde::{Deserialize, Serialize};
+use std::path::{Path, PathBuf};
+
+/// Everything besides weights and optimizer moments that the next step depends on.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct TrainerState {
+    /// Optimizer-batch steps completed (the next step is `step + 1`, 1-based like verl).
+    pub step: usize,
+    /// Prompt batches drawn from the data order so far (more than `step` with DAPO filtering).
+    pub batches_drawn: usize,
+    /// Current KL-in-reward coefficient (adaptive controller).
+    pub kl_coef: Option<f64>,
+}
+
+pub fn checkpoint_dir(run_checkpoints: &Path, step: usize) -> PathBuf {
+    run_checkpoints.join(format!("global_step_{step}"))
+}
+
+/// Writes a checkpoint atomically; `save_model` writes the HF folder into the given path.
+pub fn save_checkpoint(
+    run_checkpoints: &Path,
+    state: &TrainerState,
+    save_model: &dyn Fn(&Path) -> Result<()>,
+    save_optimizer: &dyn Fn(&Path) -> Result<()>,
+) -> Result<PathBuf> {
+    let dst = checkpoint_dir(run_checkpoints, state.step);
+    let tmp = run_checkpoints.join(format!("global_step_{}.tmp", state.step));
+    let _ = std::fs::remove_dir_all(&tmp);
+    std::fs::create_dir_all(&tmp).with_context(|| format!("creating {}", tmp.display()))?;
+    let write = || -> Result<()> {
+        save_model(&tmp.join("model"))?;
+        save_optimizer(&tmp.join("optimizer.safetensors"))?;
+        write_json(
+            &tmp.join("trainer_state.json"),
+            &serde_json::to_value(state)?,
+        )?;
+        if dst.exists() {
+            std::fs::remove_dir_all(&dst)
+                .with_context(|| format!("replacing {}", dst.display()))?;
+        }
+        std::fs::rename(&tmp, &dst)
+            .with_context(|| format!("renaming {} -> {}", tmp.display(), dst.display()))
+    };
+    if let Err(e) = write() {
+        let _ = std::fs::remove_dir_all(&tmp);
+        return Err(e.context(format!("saving checkpoint {}", dst.display())));
+    }
+    Ok(dst)
+}
+
+/// Complete checkpoints (step, folder), oldest first. Leftover `.tmp` folders are ignored.
+pub fn list_checkpoints(run_checkpoints: &Path) -> Result<Vec<(usize, PathBuf)>> {
+    let Ok(rd) = std::fs::read_dir(run_checkpoints) else {
+        return Ok(vec![]);
+    };
+    let mut out = Vec::new();
+    for e in rd {
+        let e = e?;
+        let name = e.file_name().to_string_lossy().to_string();
+        if let Some(k) = name
+            .strip_prefix("global_step_")
+            .and_then(|k| k.parse::<usize>().ok())
+        {
+            if e.path().join("trainer_state.json").is_file() {
+                out.push((k, e.path()));
+            }
+        }
+    }
+    out.sort();
+    Ok(out)
+}
+
+/// Deletes interrupted `.tmp` checkpoint folders.
+pub fn remove_partial(run_checkpoints: &Path) -> Result<()> {
+    let Ok(rd) = std::fs::read_dir(run_checkpoints) else {
+        return Ok(());
+    };
+    for e in rd {
+        let e = e?;
+        if e.file_name().to_string_lossy().ends_with(".tmp") {
+            std::fs::remove_dir_all(e.path())
+                .with_context(|| format!("removing {}", e.path().display()))?;
+        }
+    }
+    Ok(())
+}
+
+/// Keeps the newest `keep` checkpoints.
+pub fn prune(run_checkpoints: &Path, keep: Option<usize>) -> Result<()> {
+    let Some(keep) = keep else { return Ok(()) };
+    let all = list_checkpoints(run_checkpoints)?;
+    for (_, dir) in all.iter().take(all.len().saturating_sub(keep)) {
+        std::fs::remove_dir_all(dir)
+            .with_context(|| format!("removing old checkpoint {}", dir.display()))?;
+    }
+    Ok(())
+}
+
+pub fn read_state(ckpt: &Path) -> Result<TrainerState> {
+    let p = ckpt.join("trainer_state.json");
+    let text = std::fs::read_to_string(&p).with_context(|| format!("reading {}", p.display()))?;
+    serde_json::from_str(&text).with_context(|| format!("{}: bad trainer state", p.display()))
+}
+
+/// The newest complete checkpoint of a run, or an error naming the folder.
+pub fn latest(run_checkpoints: &Path) -> Result<(usize, PathBuf)> {
+    match list_checkpoints(run_checkpoints)?.pop() {
+        Some(c) => Ok(c),
+        None => bail!(
+            "{}: no complete checkpoint to resume from",
+            run_checkpoints.display()
+        ),
+    }
+}

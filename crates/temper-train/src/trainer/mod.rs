@@ -1,0 +1,434 @@
+//! The GRPO loop: rollout -> reward -> advantages -> old/ref logprobs -> PPO epochs over
+//! mini-batches with gradient accumulation -> AdamW; plus evaluation, checkpoints and resume.
+mod batch;
+mod eval;
+mod stats;
+mod step;
+
+pub use batch::Batch;
+pub use stats::StepMetrics;
+
+use crate::checkpoint::{self, TrainerState};
+use crate::config::Config;
+use crate::data::{load_dataset, DataOrder, Dataset, PromptTemplate};
+use crate::optim::{AdamW, LrSchedule};
+use crate::rundir::{run_metadata, write_atomic, write_json, RunDir};
+use anyhow::{bail, Context, Result};
+use std::path::{Path, PathBuf};
+use tch::Device;
+use temper_algo::{ActorLossConfig, AdvConfig, KlController};
+use temper_model::{CausalLm, ComputeKind, GenerationConfig, Tokenizer};
+use temper_reward::Reward;
+
+/// Everything a run holds between steps.
+pub struct Trainer {
+    pub cfg: Config,
+    pub run: RunDir,
+    pub model: CausalLm,
+    /// Frozen reference policy, loaded only when a KL term needs it.
+    pub reference: Option<CausalLm>,
+    pub tokenizer: Tokenizer,
+    pub eos_ids: Vec<i64>,
+    pub pad_id: i64,
+    pub params: Vec<(String, tch::Tensor)>,
+    pub optimizer: AdamW,
+    pub schedule: LrSchedule,
+    pub reward: Box<dyn Reward>,
+    pub train: Dataset,
+    pub val: Option<Dataset>,
+    pub order: DataOrder,
+    pub template: PromptTemplate,
+    pub loss_cfg: ActorLossConfig,
+    pub adv_cfg: AdvConfig,
+    pub rollout_corr: temper_algo::RolloutCorrection,
+    pub kl_ctrl: Option<KlController>,
+    pub state: TrainerState,
+    pub total_steps: usize,
+    /// Set by `--stop-after`: end (with a checkpoint) after this many steps in this process.
+    pub stop_after: Option<usize>,
+    /// Warnings already shown once (e.g. no response ever ended).
+    warned: std::collections::BTreeSet<&'static str>,
+}
+
+fn compute_kind(dtype: &str) -> ComputeKind {
+    if dtype == "bfloat16" {
+        ComputeKind::Bf16
+    } else {
+        ComputeKind::F32
+    }
+}
+
+fn device_of(cfg: &Config) -> Device {
+    match cfg.trainer.device.as_str() {
+        "cuda" => Device::Cuda(0),
+        "auto" => Device::cuda_if_available(),
+        _ => Device::Cpu,
+    }
+}
+
+impl Trainer {
+    /// A new run in a fresh folder under `trainer.default_local_dir`.
+    pub fn create(cfg: Config, name_hint: &str, command_line: &[String]) -> Result<Self> {
+        let name = if cfg.trainer.experiment_name.is_empty() {
+            format!("{name_hint}-{}", crate::rundir::compact_timestamp())
+        } else {
+            cfg.trainer.experiment_name.clone()
+        };
+        let root = Path::new(&cfg.trainer.default_local_dir).join(&name);
+        if root.join("metrics.jsonl").exists() || root.join("checkpoints").exists() {
+            bail!(
+                "run folder {} already holds a run: resume it with `temper train --resume {}` or pick another \
+                 trainer.experiment_name",
+                root.display(),
+                root.display()
+            );
+        }
+        std::fs::create_dir_all(&root).with_context(|| format!("creating {}", root.display()))?;
+        let run = RunDir::new(root);
+        let model_dir = resolve_model_dir(&cfg)?;
+        let t = Self::build(cfg, run, &model_dir, None)?;
+        write_atomic(&t.run.config(), toml::to_string_pretty(&t.cfg)?.as_bytes())?;
+        write_json(
+            &t.run.metadata(),
+            &run_metadata(t.cfg.trainer.seed, command_line),
+        )?;
+        Ok(t)
+    }
+
+    /// Continues the run in `run_root` from its newest complete checkpoint. `overrides` apply on
+    /// top of the run's saved config (e.g. `trainer.total_training_steps=20` to extend it).
+    pub fn resume(run_root: &Path, overrides: &[String]) -> Result<Self> {
+        let run = RunDir::new(run_root);
+        let loaded = crate::config::load_config(Some(&run.config()), overrides)
+            .with_context(|| format!("resuming {}", run_root.display()))?;
+        for w in &loaded.warnings {
+            eprintln!("warning: {w}");
+        }
+        checkpoint::remove_partial(&run.checkpoints())?;
+        let (_, ckpt) = checkpoint::latest(&run.checkpoints())?;
+        let state = checkpoint::read_state(&ckpt)?;
+        let cfg = loaded.config;
+        if !overrides.is_empty() {
+            write_atomic(&run.config(), toml::to_string_pretty(&cfg)?.as_bytes())?;
+        }
+        let reference_dir = original_model_dir(&cfg, &ckpt);
+        let mut t = Self::build(cfg, run, &ckpt.join("model"), Some(&reference_dir))?;
+        t.optimizer.load(&ckpt.join("optimizer.safetensors"))?;
+        if let (Some(c), Some(v)) = (&mut t.kl_ctrl, state.kl_coef) {
+            match c {
+                KlController::Fixed { value } | KlController::Adaptive { value, .. } => *value = v,
+            }
+        }
+        t.run.truncate_metrics(state.step + 1)?;
+        t.state = state;
+        Ok(t)
+    }
+
+    /// Builds the trainer with weights from `weights_dir`; the reference policy (when needed)
+    /// comes from `reference_dir` (default: the same folder).
+    fn build(
+        cfg: Config,
+        run: RunDir,
+        weights_dir: &Path,
+        reference_dir: Option<&Path>,
+    ) -> Result<Self> {
+        if let Some(n) = cfg.trainer.threads {
+            tch::set_num_threads(n as i32);
+        }
+        let device = device_of(&cfg);
+        let compute = compute_kind(&cfg.model.dtype);
+        let model = CausalLm::load(weights_dir, device, compute)
+            .with_context(|| format!("loading model {}", weights_dir.display()))?;
+        let tok_dir = cfg
+            .model
+            .tokenizer_path
+            .as_ref()
+            .map(PathBuf::from)
+            .unwrap_or_else(|| weights_dir.to_path_buf());
+        let tokenizer = Tokenizer::from_dir(&tok_dir)
+            .with_context(|| format!("tokenizer of {}", tok_dir.display()))?;
+        let gen = GenerationConfig::from_dir(weights_dir, Some(model.config()), Some(&tokenizer))?;
+        if gen.eos_token_ids.is_empty() {
+            bail!(
+                "{}: the model has no EOS token id (generation_config.json / tokenizer)",
+                weights_dir.display()
+            );
+        }
+        let pad_id = gen
+            .pad_token_id
+            .or(tokenizer.pad_id())
+            .unwrap_or(gen.eos_token_ids[0]);
+
+        let algo = algo_configs(&cfg)?;
+        let (loss_cfg, adv_cfg, rollout_corr) = algo;
+        let needs_ref = loss_cfg.use_kl_loss || cfg.algorithm.use_kl_in_reward;
+        let reference = if needs_ref {
+            let dir = reference_dir.unwrap_or(weights_dir);
+            let r = CausalLm::load(dir, device, compute)
+                .with_context(|| format!("loading reference {}", dir.display()))?;
+            for (_, mut p) in r.named_parameters() {
+                let _ = p.detach_().set_requires_grad(false);
+            }
+            Some(r)
+        } else {
+            None
+        };
+        let kl_ctrl = if cfg.algorithm.use_kl_in_reward {
+            let k = &cfg.algorithm.kl_ctrl;
+            Some(KlController::new(&temper_algo::KlCtrlConfig {
+                kind: k.kind.clone(),
+                kl_coef: k.kl_coef,
+                target_kl: k.target_kl,
+                horizon: k.horizon,
+            })?)
+        } else {
+            None
+        };
+
+        let seed = cfg.data.seed.unwrap_or(cfg.trainer.seed);
+        let train = load_dataset(&cfg.data, seed, true)?.context("no training data")?;
+        let val = load_dataset(&cfg.data, seed, false)?;
+        let reward = build_reward(&cfg)?;
+        let template = PromptTemplate::from_config(
+            &cfg.data.prompt_template,
+            cfg.data.system_prompt.as_deref(),
+        )?;
+        let order = DataOrder {
+            len: train.len(),
+            batch_size: cfg.data.train_batch_size,
+            shuffle: cfg.data.shuffle,
+            seed,
+        };
+        if order.batches_per_epoch() == 0 {
+            bail!(
+                "data: {} examples in {} but data.train_batch_size = {}: not one full batch",
+                train.len(),
+                train.name,
+                cfg.data.train_batch_size
+            );
+        }
+        let total_steps = cfg.total_steps(train.len());
+        let schedule = LrSchedule::from_optim(&cfg.actor.optim, total_steps)?;
+        let params: Vec<(String, tch::Tensor)> = model.named_parameters();
+        let o = &cfg.actor.optim;
+        let optimizer = AdamW::new(
+            &params,
+            o.lr,
+            (o.betas[0], o.betas[1]),
+            o.eps,
+            o.weight_decay,
+        );
+        Ok(Trainer {
+            cfg,
+            run,
+            model,
+            reference,
+            tokenizer,
+            eos_ids: gen.eos_token_ids,
+            pad_id,
+            params,
+            optimizer,
+            schedule,
+            reward,
+            train,
+            val,
+            order,
+            template,
+            loss_cfg,
+            adv_cfg,
+            rollout_corr,
+            kl_ctrl,
+            state: TrainerState::default(),
+            total_steps,
+            stop_after: None,
+            warned: Default::default(),
+        })
+    }
+
+    /// Runs to `total_steps` (or `stop_after` more steps), evaluating and checkpointing as
+    /// configured. Returns the last step's metrics.
+    pub fn fit(&mut self) -> Result<StepMetrics> {
+        let start_step = self.state.step;
+        if start_step == 0 && self.cfg.trainer.val_before_train && self.cfg.trainer.test_freq > 0 {
+            let m = self.evaluate(0)?;
+            self.run.append_metrics(0, &m)?;
+        }
+        let bar = self.progress_bar(start_step);
+        let mut last = StepMetrics::new();
+        let end = match self.stop_after {
+            Some(n) => (start_step + n).min(self.total_steps),
+            None => self.total_steps,
+        };
+        while self.state.step < end {
+            let step = self.state.step + 1;
+            let mut m = self.train_step(step)?;
+            let tf = self.cfg.trainer.test_freq;
+            if tf > 0 && (step.is_multiple_of(tf as usize) || step == self.total_steps) {
+                m.extend(self.evaluate(step)?);
+            }
+            self.state.step = step;
+            self.state.kl_coef = self.kl_ctrl.as_ref().map(|c| c.value());
+            self.run.append_metrics(step, &m)?;
+            let sf = self.cfg.trainer.save_freq;
+            if (sf > 0 && step.is_multiple_of(sf as usize)) || step == end {
+                self.save_checkpoint()?;
+            }
+            bar.set_position(step as u64);
+            bar.set_message(summary(&m));
+            if bar.is_hidden() && self.cfg.trainer.progress {
+                eprintln!("step {step}/{}: {}", self.total_steps, summary(&m));
+            }
+            last = m;
+        }
+        bar.finish();
+        Ok(last)
+    }
+
+    pub fn save_checkpoint(&self) -> Result<PathBuf> {
+        let dir = self.run.checkpoints();
+        let model = &self.model;
+        let opt = &self.optimizer;
+        let p =
+            checkpoint::save_checkpoint(&dir, &self.state, &|d| model.save(d), &|f| opt.save(f))?;
+        checkpoint::prune(&dir, self.cfg.trainer.max_ckpt_to_keep)?;
+        Ok(p)
+    }
+
+    fn progress_bar(&self, pos: usize) -> indicatif::ProgressBar {
+        use std::io::IsTerminal;
+        if !self.cfg.trainer.progress || !std::io::stderr().is_terminal() {
+            return indicatif::ProgressBar::hidden();
+        }
+        let bar = indicatif::ProgressBar::new(self.total_steps as u64);
+        bar.set_style(
+            indicatif::ProgressStyle::with_template(
+                "{spinner} step {pos}/{len} [{elapsed_precise} ETA {eta_precise}] {msg}",
+            )
+            .expect("valid template"),
+        );
+        bar.set_position(pos as u64);
+        bar
+    }
+}
+
+/// One line of the headline numbers of a step.
+fn summary(m: &StepMetrics) -> String {
+    let keys = [
+        ("critic/score/mean", "score"),
+        ("val/accuracy", "val_acc"),
+        ("actor/pg_loss", "pg_loss"),
+        ("actor/ppo_kl", "kl"),
+        ("actor/entropy", "entropy"),
+        ("response_length/mean", "len"),
+        ("timing_s/step", "s/step"),
+    ];
+    keys.iter()
+        .filter_map(|(k, short)| m.get(*k).map(|v| format!("{short}={v:.4}")))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// `model.path` resolved to a folder (`smollm2` and hub ids via temper-model).
+pub fn resolve_model_dir(cfg: &Config) -> Result<PathBuf> {
+    temper_model::resolve::resolve_model(&cfg.model.path).with_context(|| "model.path".to_string())
+}
+
+/// The folder the run started from (the reference policy of a resumed run); the checkpoint's
+/// own weights if it cannot be resolved any more.
+fn original_model_dir(cfg: &Config, ckpt: &Path) -> PathBuf {
+    resolve_model_dir(cfg).unwrap_or_else(|_| ckpt.join("model"))
+}
+
+/// The reward named in `reward.name` with `reward.kwargs` (or, for a task reward with no kwargs,
+/// the task's own `data.task_args`, so generator and verifier agree).
+fn build_reward(cfg: &Config) -> Result<Box<dyn Reward>> {
+    let kwargs = if cfg.reward.kwargs.is_empty()
+        && cfg.data.task.as_deref() == Some(cfg.reward.name.as_str())
+    {
+        &cfg.data.task_args
+    } else {
+        &cfg.reward.kwargs
+    };
+    let opts = serde_json::to_value(kwargs)?;
+    temper_reward::reward_by_name(&cfg.reward.name, &opts).context("reward.name / reward.kwargs")
+}
+
+/// Parses the algorithm names of the config with temper-algo's parsers (errors name the key).
+fn algo_configs(
+    cfg: &Config,
+) -> Result<(ActorLossConfig, AdvConfig, temper_algo::RolloutCorrection)> {
+    let a = &cfg.actor;
+    let loss_mode: temper_algo::PolicyLossMode = a
+        .policy_loss
+        .loss_mode
+        .parse()
+        .map_err(anyhow::Error::msg)
+        .context("actor.policy_loss.loss_mode")?;
+    let mut agg: temper_algo::AggMode = a
+        .loss_agg_mode
+        .parse()
+        .map_err(anyhow::Error::msg)
+        .context("actor.loss_agg_mode")?;
+    let kl_loss_type: temper_algo::KlType = a
+        .kl_loss_type
+        .parse()
+        .map_err(anyhow::Error::msg)
+        .context("actor.kl_loss_type")?;
+    let adv_estimator: temper_algo::AdvEstimator = cfg
+        .algorithm
+        .adv_estimator
+        .parse()
+        .map_err(anyhow::Error::msg)
+        .context("algorithm.adv_estimator")?;
+    let mut use_kl_loss = a.use_kl_loss;
+    let mut norm_by_std = cfg.algorithm.norm_adv_by_std_in_grpo;
+    if let Some(p) = adv_estimator.preset() {
+        agg = p.loss_agg_mode;
+        use_kl_loss = p.use_kl_loss;
+        norm_by_std = p.norm_adv_by_std_in_grpo;
+    }
+    let params = temper_algo::PolicyLossParams {
+        clip_ratio: a.clip_ratio,
+        clip_ratio_low: a.clip_ratio_low,
+        clip_ratio_high: a.clip_ratio_high,
+        clip_ratio_c: a.clip_ratio_c,
+        ..Default::default()
+    };
+    let loss_cfg = ActorLossConfig {
+        loss_mode,
+        params,
+        loss_agg_mode: agg,
+        loss_scale_factor: Some(
+            a.loss_scale_factor
+                .unwrap_or(cfg.data.max_response_length as f64),
+        ),
+        use_kl_loss,
+        kl_loss_coef: a.kl_loss_coef,
+        kl_loss_type,
+        entropy_coeff: a.entropy_coeff,
+    };
+    let adv_cfg = AdvConfig {
+        adv_estimator,
+        norm_adv_by_std_in_grpo: norm_by_std,
+        epsilon: cfg.algorithm.advantage_eps,
+        gamma: cfg.algorithm.gamma,
+    };
+    let rc = &cfg.algorithm.rollout_correction;
+    let level = |k: &str, v: &Option<String>| -> Result<Option<temper_algo::CorrectionLevel>> {
+        v.as_deref()
+            .map(|s| {
+                s.parse()
+                    .map_err(anyhow::Error::msg)
+                    .with_context(|| k.to_string())
+            })
+            .transpose()
+    };
+    let corr = temper_algo::RolloutCorrection {
+        rollout_is: level("algorithm.rollout_correction.rollout_is", &rc.rollout_is)?,
+        rollout_is_threshold: rc.rollout_is_threshold,
+        rollout_rs: level("algorithm.rollout_correction.rollout_rs", &rc.rollout_rs)?,
+        rollout_rs_threshold: Some(rc.rollout_rs_threshold),
+        bypass_mode: rc.bypass_mode,
+    };
+    Ok((loss_cfg, adv_cfg, corr))
+}

@@ -1,0 +1,40 @@
+//! Small statistics for the metrics line.
+use std::collections::BTreeMap;
+
+pub type StepMetrics = BTreeMap<String, f64>;
+
+/// `prefix/mean`, `prefix/max`, `prefix/min` of `v` (nothing when empty).
+pub fn put_mmm(m: &mut StepMetrics, prefix: &str, v: &[f64]) {
+    if v.is_empty() {
+        return;
+    }
+    let mean = v.iter().sum::<f64>() / v.len() as f64;
+    let max = v.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+    let min = v.iter().cloned().fold(f64::INFINITY, f64::min);
+    m.insert(format!("{prefix}/mean"), mean);
+    m.insert(format!("{prefix}/max"), max);
+    m.insert(format!("{prefix}/min"), min);
+}
+
+/// Accumulates per-micro-batch metrics and reduces them at the end of the update.
+#[derive(Default)]
+pub struct MetricAcc {
+    sums: BTreeMap<String, (f64, f64)>,
+}
+
+impl MetricAcc {
+    /// Adds `value` with `weight` (weighted mean at the end).
+    pub fn add(&mut self, key: &str, value: f64, weight: f64) {
+        let e = self.sums.entry(key.to_string()).or_insert((0.0, 0.0));
+        e.0 += value * weight;
+        e.1 += weight;
+    }
+
+    pub fn finish(self, out: &mut StepMetrics) {
+        for (k, (s, w)) in self.sums {
+            if w > 0.0 {
+                out.insert(k, s / w);
+            }
+        }
+    }
+}

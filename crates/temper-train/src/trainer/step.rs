@@ -1,0 +1,703 @@
+//! One training step: generate, score, build the batch, recompute old/ref logprobs, compute
+//! advantages, update the policy.
+use super::batch::{to_rows, Batch};
+use super::stats::{put_mmm, MetricAcc, StepMetrics};
+use super::Trainer;
+use crate::data::Example;
+use anyhow::{bail, Context, Result};
+use rand::seq::SliceRandom;
+use rand::SeedableRng;
+use serde_json::json;
+use std::collections::BTreeMap;
+use std::time::Instant;
+use tch::{Kind, Tensor};
+use temper_rollout::{Engine, EngineConfig, Finish, Request, Sample, SamplingParams};
+
+/// The `n` responses to one prompt and their scores.
+pub(crate) struct Group {
+    pub example: usize,
+    pub samples: Vec<Sample>,
+    pub texts: Vec<String>,
+    pub scores: Vec<f64>,
+    pub reward_metrics: Vec<BTreeMap<String, f64>>,
+    pub reward_errors: usize,
+}
+
+impl Group {
+    fn zero_variance(&self) -> bool {
+        self.scores.len() > 1 && self.scores.iter().all(|s| *s == self.scores[0])
+    }
+}
+
+/// A 64-bit mix of the run seed and counters (splitmix64), for per-request sampling seeds.
+pub(crate) fn mix(seed: u64, a: u64, b: u64) -> u64 {
+    let mut z =
+        seed ^ a.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ b.wrapping_mul(0xC2B2_AE3D_27D4_EB4F);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+impl Trainer {
+    /// The prompt token ids of an example, after the template and the length policy; `None` when
+    /// `data.filter_overlong_prompts` drops it.
+    pub(crate) fn prompt_ids(&self, ex: &Example, where_: &str) -> Result<Option<Vec<i64>>> {
+        let text = self
+            .template
+            .render(&ex.prompt, &self.tokenizer)
+            .with_context(|| where_.to_string())?;
+        let mut ids = self
+            .tokenizer
+            .encode(&text, false)
+            .with_context(|| where_.to_string())?;
+        let max = self.cfg.data.max_prompt_length;
+        if ids.len() > max {
+            if self.cfg.data.filter_overlong_prompts {
+                return Ok(None);
+            }
+            match self.cfg.data.truncation.as_str() {
+                "left" => ids.drain(..ids.len() - max).for_each(drop),
+                "right" => ids.truncate(max),
+                _ => bail!(
+                    "{where_}: prompt has {} tokens > data.max_prompt_length = {max} (set data.truncation = left|right \
+                     or data.filter_overlong_prompts = true)",
+                    ids.len()
+                ),
+            }
+        }
+        if ids.is_empty() {
+            bail!("{where_}: the prompt is empty after tokenization");
+        }
+        Ok(Some(ids))
+    }
+
+    /// Samples `params.n` responses for each example and scores them.
+    pub(crate) fn rollout_groups(
+        &self,
+        dataset: &crate::data::Dataset,
+        idx: &[usize],
+        params: &SamplingParams,
+        seed: u64,
+    ) -> Result<Vec<Group>> {
+        let mut kept = Vec::new();
+        let mut requests = Vec::new();
+        for &i in idx {
+            let where_ = format!("{} example {i}", dataset.name);
+            if let Some(ids) = self.prompt_ids(&dataset.examples[i], &where_)? {
+                let params = SamplingParams {
+                    seed: Some(mix(seed, i as u64, kept.len() as u64)),
+                    ..params.clone()
+                };
+                requests.push(Request {
+                    prompt_ids: ids,
+                    params,
+                });
+                kept.push(i);
+            }
+        }
+        if requests.is_empty() {
+            return Ok(vec![]);
+        }
+        let engine = Engine::new(&self.model, self.eos_ids.clone())
+            .with_decoder(&self.tokenizer)
+            .with_config(EngineConfig {
+                max_batch_rows: self.cfg.rollout.max_num_seqs,
+                seed,
+                ..EngineConfig::default()
+            });
+        let samples = engine.generate(&requests, &mut |_| {})?;
+        let mut groups: Vec<Group> = kept
+            .iter()
+            .map(|&e| Group {
+                example: e,
+                samples: vec![],
+                texts: vec![],
+                scores: vec![],
+                reward_metrics: vec![],
+                reward_errors: 0,
+            })
+            .collect();
+        for s in samples {
+            let text = self.tokenizer.decode(&s.completion_ids, true)?;
+            let g = &mut groups[s.request_index];
+            g.samples.push(s);
+            g.texts.push(text);
+        }
+        self.score_groups(dataset, &mut groups)?;
+        Ok(groups)
+    }
+
+    /// Scores every response (in parallel); a panicking or non-finite reward stops the run or
+    /// scores 0, as `reward.on_error` says.
+    fn score_groups(&self, dataset: &crate::data::Dataset, groups: &mut [Group]) -> Result<()> {
+        let jobs: Vec<(usize, usize)> = groups
+            .iter()
+            .enumerate()
+            .flat_map(|(g, gr)| (0..gr.samples.len()).map(move |k| (g, k)))
+            .collect();
+        let threads = std::thread::available_parallelism()
+            .map_or(1, |n| n.get())
+            .clamp(1, 8);
+        let chunk = jobs.len().div_ceil(threads).max(1);
+        let reward = &*self.reward;
+        let groups_ref = &*groups;
+        let results: Vec<(usize, usize, Result<temper_reward::RewardOutput, String>)> =
+            std::thread::scope(|s| {
+                let handles: Vec<_> = jobs
+                    .chunks(chunk)
+                    .map(|part| {
+                        s.spawn(move || {
+                            part.iter()
+                                .map(|&(g, k)| {
+                                    let gr = &groups_ref[g];
+                                    let ex = &dataset.examples[gr.example];
+                                    let out = std::panic::catch_unwind(
+                                        std::panic::AssertUnwindSafe(|| {
+                                            reward.score(
+                                                ex.prompt.text(),
+                                                &gr.texts[k],
+                                                &ex.answer,
+                                                &ex.metadata,
+                                            )
+                                        }),
+                                    );
+                                    let out = match out {
+                                        Ok(o) if o.reward.is_finite() => Ok(o),
+                                        Ok(o) => Err(format!("reward is {}", o.reward)),
+                                        Err(p) => Err(p
+                                            .downcast_ref::<String>()
+                                            .cloned()
+                                            .or_else(|| {
+                                                p.downcast_ref::<&str>().map(|s| s.to_string())
+                                            })
+                                            .unwrap_or_else(|| "panic".into())),
+                                    };
+                                    (g, k, out)
+                                })
+                                .collect::<Vec<_>>()
+                        })
+                    })
+                    .collect();
+                handles
+                    .into_iter()
+                    .flat_map(|h| h.join().expect("reward thread"))
+                    .collect()
+            });
+        for g in groups.iter_mut() {
+            g.scores = vec![0.0; g.samples.len()];
+            g.reward_metrics = vec![BTreeMap::new(); g.samples.len()];
+        }
+        for (g, k, out) in results {
+            match out {
+                Ok(o) => {
+                    groups[g].scores[k] = o.reward;
+                    groups[g].reward_metrics[k] = o.metrics;
+                }
+                Err(e) => {
+                    let ex = groups[g].example;
+                    if self.cfg.reward.on_error == "fail" {
+                        bail!(
+                            "reward `{}` failed on {} example {ex} sample {k}: {e} (set reward.on_error = \"zero\" to \
+                             score such responses 0 and continue)",
+                            self.reward.name(),
+                            dataset.name
+                        );
+                    }
+                    groups[g].reward_errors += 1;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn train_params(&self) -> SamplingParams {
+        let r = &self.cfg.rollout;
+        SamplingParams {
+            n: r.n,
+            temperature: r.temperature,
+            top_p: r.top_p,
+            top_k: r.top_k,
+            max_tokens: self.cfg.data.max_response_length,
+            stop: r.stop.clone(),
+            ..SamplingParams::default()
+        }
+    }
+
+    /// One step (1-based `step`); returns its metrics.
+    pub(crate) fn train_step(&mut self, step: usize) -> Result<StepMetrics> {
+        let t_step = Instant::now();
+        let mut m = StepMetrics::new();
+        let n = self.cfg.rollout.n;
+        let want = self.cfg.data.train_batch_size;
+        let filter = self.cfg.algorithm.filter_groups.enable;
+        let max_rounds = match self.cfg.algorithm.filter_groups.max_num_gen_batches {
+            0 => 100,
+            k => k,
+        };
+
+        // 1. Rollout and rewards (DAPO: keep drawing until enough groups have a reward spread).
+        let t_gen = Instant::now();
+        let params = self.train_params();
+        let (mut groups, mut drawn, mut zero_groups, mut rounds, mut errors) =
+            (Vec::new(), 0usize, 0usize, 0usize, 0usize);
+        loop {
+            let (_, idx) = self.order.batch(self.state.batches_drawn);
+            let seed = mix(
+                self.cfg.trainer.seed,
+                self.state.batches_drawn as u64,
+                TRAIN_SEED_SALT,
+            );
+            self.state.batches_drawn += 1;
+            rounds += 1;
+            for g in self.rollout_groups(&self.train, &idx, &params, seed)? {
+                drawn += 1;
+                errors += g.reward_errors;
+                if g.zero_variance() {
+                    zero_groups += 1;
+                    if filter {
+                        continue;
+                    }
+                }
+                groups.push(g);
+            }
+            if !filter || groups.len() >= want {
+                break;
+            }
+            if rounds >= max_rounds {
+                eprintln!(
+                    "warning: step {step}: only {} of {want} groups with a reward spread after {rounds} generation \
+                     rounds (algorithm.filter_groups.max_num_gen_batches); training on those",
+                    groups.len()
+                );
+                break;
+            }
+        }
+        groups.truncate(want);
+        m.insert("timing_s/gen".into(), t_gen.elapsed().as_secs_f64());
+        m.insert("batch/zero_adv_groups".into(), zero_groups as f64);
+        m.insert(
+            "batch/zero_adv_groups_frac".into(),
+            zero_groups as f64 / drawn.max(1) as f64,
+        );
+        m.insert("batch/groups".into(), groups.len() as f64);
+        m.insert("batch/gen_rounds".into(), rounds as f64);
+        m.insert("reward/errors".into(), errors as f64);
+        if groups.is_empty() {
+            eprintln!("warning: step {step}: no usable prompt groups; skipping the update");
+            m.insert("batch/skipped_update".into(), 1.0);
+            m.insert("timing_s/step".into(), t_step.elapsed().as_secs_f64());
+            return Ok(m);
+        }
+
+        // Flatten: row i = group i / n, sample i % n.
+        let samples: Vec<&Sample> = groups.iter().flat_map(|g| g.samples.iter()).collect();
+        let scores: Vec<f64> = groups
+            .iter()
+            .flat_map(|g| g.scores.iter().copied())
+            .collect();
+        let index: Vec<i64> = groups
+            .iter()
+            .enumerate()
+            .flat_map(|(gi, g)| std::iter::repeat_n(gi as i64, g.samples.len()))
+            .collect();
+        let device = self.model.device();
+        let rows: Vec<(&[i64], &[i64], &[f32])> = samples
+            .iter()
+            .map(|s| {
+                (
+                    s.prompt_ids.as_slice(),
+                    s.completion_ids.as_slice(),
+                    s.completion_logprobs.as_slice(),
+                )
+            })
+            .collect();
+        let batch = Batch::new(&rows, self.pad_id, device);
+        let nrows = batch.rows;
+
+        // Response / prompt statistics.
+        let resp_len: Vec<f64> = samples
+            .iter()
+            .map(|s| s.completion_ids.len() as f64)
+            .collect();
+        let prompt_len: Vec<f64> = samples.iter().map(|s| s.prompt_ids.len() as f64).collect();
+        put_mmm(&mut m, "response_length", &resp_len);
+        put_mmm(&mut m, "prompt_length", &prompt_len);
+        let clipped = samples
+            .iter()
+            .filter(|s| s.finish == Finish::Length)
+            .count() as f64
+            / nrows as f64;
+        m.insert("response_length/clip_ratio".into(), clipped);
+        if clipped == 1.0 && self.warned.insert("no_eos") {
+            eprintln!(
+                "warning: step {step}: no response ended within data.max_response_length = {} tokens (does the model \
+                 emit EOS? are rollout.stop strings reachable?)",
+                self.cfg.data.max_response_length
+            );
+        }
+        put_mmm(&mut m, "critic/score", &scores);
+        let mut reward_acc = MetricAcc::default();
+        for g in &groups {
+            for rm in &g.reward_metrics {
+                for (k, v) in rm {
+                    reward_acc.add(&format!("reward/{k}"), *v, 1.0);
+                }
+            }
+        }
+        reward_acc.finish(&mut m);
+
+        // 2. The mini/micro-batch partition of the first epoch; old logprobs use exactly these
+        // micro-batches so that the first update sees ratio == 1 bitwise.
+        let mini = self.cfg.actor.ppo_mini_batch_size * n;
+        let micro = self
+            .cfg
+            .actor
+            .ppo_micro_batch_size_per_gpu
+            .unwrap_or(mini)
+            .min(mini);
+        let partition = Partition {
+            rows: nrows,
+            mini,
+            micro,
+            shuffle: self.cfg.actor.shuffle,
+            seed: mix(self.cfg.trainer.seed, step as u64, 0x7368_7566),
+        };
+        let first = partition.parts(0);
+        let temperature = self.cfg.rollout.temperature;
+        let logprobs_of = |model: &temper_model::CausalLm| -> Result<Tensor> {
+            let mut out = Tensor::zeros([nrows as i64, batch.response_len], (Kind::Float, device));
+            tch::no_grad(|| -> Result<()> {
+                for mb in &first {
+                    for idx in mb {
+                        let (lp, _) = batch.response_logprobs(model, idx, temperature)?;
+                        let _ = out.index_copy_(0, &Tensor::from_slice(idx).to(device), &lp);
+                    }
+                }
+                Ok(())
+            })?;
+            Ok(out)
+        };
+        let t_old = Instant::now();
+        let old = if self.rollout_corr.bypass_mode {
+            batch.rollout_logprobs.shallow_clone()
+        } else {
+            logprobs_of(&self.model)?
+        };
+        m.insert(
+            "timing_s/old_log_prob".into(),
+            t_old.elapsed().as_secs_f64(),
+        );
+        let t_ref = Instant::now();
+        let reference = match &self.reference {
+            Some(r) => Some(logprobs_of(r)?),
+            None => None,
+        };
+        m.insert("timing_s/ref".into(), t_ref.elapsed().as_secs_f64());
+
+        // 3. Rewards -> advantages; rollout-vs-trainer mismatch.
+        let t_adv = Instant::now();
+        let score_t = Tensor::from_slice(&scores).to_kind(Kind::Float).to(device);
+        let mut token_rewards =
+            temper_algo::advantage::outcome_to_token_rewards(&score_t, &batch.response_mask)?;
+        if let (Some(ctrl), Some(r)) = (&mut self.kl_ctrl, &reference) {
+            let kl: temper_algo::KlType = self
+                .cfg
+                .algorithm
+                .kl_penalty
+                .parse()
+                .map_err(anyhow::Error::msg)
+                .context("algorithm.kl_penalty")?;
+            let (tr, km) = temper_algo::apply_kl_in_reward(
+                &token_rewards,
+                &old,
+                r,
+                &batch.response_mask,
+                kl,
+                ctrl,
+            )?;
+            token_rewards = tr;
+            m.extend(km.into_iter().map(|(k, v)| (k.to_string(), v)));
+        }
+        let seq_rewards: Vec<f64> = Vec::try_from(
+            token_rewards
+                .to_kind(Kind::Double)
+                .sum_dim_intlist(-1, false, None::<Kind>)
+                .to(tch::Device::Cpu),
+        )?;
+        put_mmm(&mut m, "critic/rewards", &seq_rewards);
+        let advantages = temper_algo::compute_advantages(
+            &self.adv_cfg,
+            &token_rewards,
+            &batch.response_mask,
+            &index,
+        )?
+        .to_kind(Kind::Float);
+        let adv_rows = to_rows(&advantages);
+        let mask_rows = to_rows(&batch.response_mask);
+        let valid_adv: Vec<f64> = adv_rows
+            .iter()
+            .zip(&mask_rows)
+            .flat_map(|(a, mk)| {
+                a.iter()
+                    .zip(mk)
+                    .filter(|(_, m)| **m > 0.0)
+                    .map(|(a, _)| *a)
+                    .collect::<Vec<_>>()
+            })
+            .collect();
+        put_mmm(&mut m, "critic/advantages", &valid_adv);
+        let mut response_mask = batch.response_mask.shallow_clone();
+        let mut is_weights = None;
+        if !self.rollout_corr.bypass_mode {
+            let rc = temper_algo::rollout_correction(
+                &old,
+                &batch.rollout_logprobs,
+                &batch.response_mask,
+                &self.rollout_corr,
+            )?;
+            m.extend(rc.metrics.into_iter().map(|(k, v)| (k.to_string(), v)));
+            response_mask = rc.response_mask;
+            is_weights = rc.rollout_is_weights;
+        }
+        m.insert("timing_s/adv".into(), t_adv.elapsed().as_secs_f64());
+
+        if self.cfg.trainer.rollout_log_freq > 0
+            && step.is_multiple_of(self.cfg.trainer.rollout_log_freq as usize)
+        {
+            self.write_rollouts(step, &groups, &adv_rows, &to_rows(&old), &seq_rewards)?;
+        }
+
+        // 4. Policy update.
+        let t_upd = Instant::now();
+        let lr = self.schedule.lr(step - 1);
+        m.insert("actor/lr".into(), lr);
+        if valid_adv.iter().all(|a| *a == 0.0) {
+            eprintln!(
+                "warning: step {step}: every advantage is zero (all {} groups have equal rewards); skipping the update",
+                groups.len()
+            );
+            m.insert("batch/skipped_update".into(), 1.0);
+        } else {
+            m.insert("batch/skipped_update".into(), 0.0);
+            self.update(
+                step,
+                &batch,
+                &partition,
+                first,
+                &old,
+                reference.as_ref(),
+                &advantages,
+                &response_mask,
+                is_weights.as_ref(),
+                lr,
+                &mut m,
+            )?;
+        }
+        m.insert("timing_s/update".into(), t_upd.elapsed().as_secs_f64());
+        let total_tokens: f64 = resp_len.iter().sum::<f64>() + prompt_len.iter().sum::<f64>();
+        let secs = t_step.elapsed().as_secs_f64();
+        m.insert("timing_s/step".into(), secs);
+        m.insert("perf/tokens_per_s".into(), total_tokens / secs);
+        m.insert(
+            "perf/gen_tokens_per_s".into(),
+            resp_len.iter().sum::<f64>() / m["timing_s/gen"].max(1e-9),
+        );
+        m.insert(
+            "training/epoch".into(),
+            self.order
+                .batch(self.state.batches_drawn.saturating_sub(1))
+                .0 as f64,
+        );
+        Ok(m)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn update(
+        &mut self,
+        step: usize,
+        batch: &Batch,
+        partition: &Partition,
+        first: Vec<Vec<Vec<i64>>>,
+        old: &Tensor,
+        reference: Option<&Tensor>,
+        advantages: &Tensor,
+        response_mask: &Tensor,
+        is_weights: Option<&Tensor>,
+        lr: f64,
+        m: &mut StepMetrics,
+    ) -> Result<()> {
+        const ADDITIVE: [&str; 3] = ["actor/pg_loss", "actor/entropy", "actor/kl_loss"];
+        let temperature = self.cfg.rollout.temperature;
+        let mut acc = MetricAcc::default();
+        let mut grad_norms = Vec::new();
+        let mut skipped = 0;
+        let mut first = Some(first);
+        for epoch in 0..self.cfg.actor.ppo_epochs {
+            let parts = match first.take() {
+                Some(p) => p,
+                None => partition.parts(epoch),
+            };
+            for (mb_i, mb) in parts.iter().enumerate() {
+                let masks: Vec<Tensor> = mb
+                    .iter()
+                    .map(|idx| Batch::rows_of(response_mask, idx))
+                    .collect();
+                let ctx = self.loss_cfg.context(&masks.iter().collect::<Vec<_>>())?;
+                let mut additive: BTreeMap<&str, f64> = BTreeMap::new();
+                for (idx, mask) in mb.iter().zip(&masks) {
+                    let (logp, ent) = batch.response_logprobs(&self.model, idx, temperature)?;
+                    let ent = if self.loss_cfg.entropy_coeff != 0.0 {
+                        ent
+                    } else {
+                        ent.detach()
+                    };
+                    let old_mb = Batch::rows_of(old, idx);
+                    let adv_mb = Batch::rows_of(advantages, idx);
+                    let ref_mb = reference.map(|r| Batch::rows_of(r, idx));
+                    let w_mb = is_weights.map(|w| Batch::rows_of(w, idx));
+                    let out = temper_algo::actor_loss(
+                        &self.loss_cfg,
+                        &temper_algo::ActorLossInput {
+                            log_prob: &logp,
+                            old_log_prob: Some(&old_mb),
+                            ref_log_prob: ref_mb.as_ref(),
+                            advantages: &adv_mb,
+                            response_mask: mask,
+                            entropy: Some(&ent),
+                            rollout_is_weights: w_mb.as_ref(),
+                        },
+                        &ctx,
+                    )?;
+                    out.loss.backward();
+                    let tokens = mask.sum(Kind::Double).double_value(&[]);
+                    if self.cfg.trainer.check_on_policy && epoch == 0 && mb_i == 0 {
+                        let kl = out.metrics.get("actor/ppo_kl").copied().unwrap_or(0.0);
+                        let cf = out.metrics.get("actor/pg_clipfrac").copied().unwrap_or(0.0);
+                        if kl != 0.0 || cf != 0.0 {
+                            bail!(
+                                "trainer.check_on_policy: step {step}, first update: actor/ppo_kl = {kl:e}, \
+                                 actor/pg_clipfrac = {cf:e}, expected exactly 0 (old logprobs were recomputed with the \
+                                 same weights; a nonzero value means the training forward is not reproducible)"
+                            );
+                        }
+                    }
+                    for (k, v) in out.metrics {
+                        if ADDITIVE.contains(&k) {
+                            *additive.entry(k).or_insert(0.0) += v;
+                        } else {
+                            acc.add(k, v, tokens);
+                        }
+                    }
+                }
+                for (k, v) in additive {
+                    acc.add(k, v, 1.0);
+                }
+                let norm = crate::optim::clip_grad_norm(&self.params, self.cfg.actor.grad_clip);
+                grad_norms.push(norm);
+                if norm.is_finite() {
+                    self.optimizer.lr = lr;
+                    self.optimizer.step(&self.params)?;
+                } else {
+                    eprintln!(
+                        "warning: step {step}: grad norm is {norm}; skipping this optimizer step"
+                    );
+                    skipped += 1;
+                }
+                tch::no_grad(|| {
+                    for (_, p) in &self.params {
+                        let mut g = p.grad();
+                        if g.defined() {
+                            let _ = g.zero_();
+                        }
+                    }
+                });
+            }
+        }
+        acc.finish(m);
+        let finite: Vec<f64> = grad_norms
+            .iter()
+            .copied()
+            .filter(|g| g.is_finite())
+            .collect();
+        m.insert(
+            "actor/grad_norm".into(),
+            if finite.is_empty() {
+                f64::NAN
+            } else {
+                finite.iter().sum::<f64>() / finite.len() as f64
+            },
+        );
+        m.insert(
+            "actor/optimizer_steps".into(),
+            (grad_norms.len() - skipped) as f64,
+        );
+        m.insert("actor/nonfinite_grad_steps".into(), skipped as f64);
+        Ok(())
+    }
+
+    fn write_rollouts(
+        &self,
+        step: usize,
+        groups: &[Group],
+        adv: &[Vec<f64>],
+        old: &[Vec<f64>],
+        seq_rewards: &[f64],
+    ) -> Result<()> {
+        let mut out = String::new();
+        let mut row = 0;
+        for (gi, g) in groups.iter().enumerate() {
+            let ex = &self.train.examples[g.example];
+            for (k, s) in g.samples.iter().enumerate() {
+                let len = s.completion_ids.len();
+                let line = json!({
+                    "group": gi,
+                    "example": g.example,
+                    "sample": k,
+                    "prompt": ex.prompt.text(),
+                    "answer": ex.answer,
+                    "completion": g.texts[k],
+                    "score": g.scores[k],
+                    "reward": seq_rewards[row],
+                    "reward_metrics": g.reward_metrics[k],
+                    "advantage": adv[row].first().copied().unwrap_or(0.0),
+                    "finish": s.finish,
+                    "prompt_ids": s.prompt_ids,
+                    "completion_ids": s.completion_ids,
+                    "rollout_logprobs": s.completion_logprobs,
+                    "old_logprobs": old[row][..len],
+                });
+                out.push_str(&serde_json::to_string(&line)?);
+                out.push('\n');
+                row += 1;
+            }
+        }
+        crate::rundir::write_atomic(&self.run.rollouts(step), out.as_bytes())
+    }
+}
+
+/// Rows of a batch cut into mini-batches (one optimizer step each) and micro-batches (one
+/// forward/backward each), in a seeded order per epoch when `actor.shuffle`.
+pub(crate) struct Partition {
+    rows: usize,
+    mini: usize,
+    micro: usize,
+    shuffle: bool,
+    seed: u64,
+}
+
+impl Partition {
+    fn parts(&self, epoch: usize) -> Vec<Vec<Vec<i64>>> {
+        let mut order: Vec<i64> = (0..self.rows as i64).collect();
+        if self.shuffle {
+            let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(mix(self.seed, epoch as u64, 0));
+            order.shuffle(&mut rng);
+        }
+        order
+            .chunks(self.mini)
+            .map(|mb| mb.chunks(self.micro).map(|c| c.to_vec()).collect())
+            .collect()
+    }
+}
+
+/// Salt of the training sampling seeds (evaluation uses another).
+const TRAIN_SEED_SALT: u64 = 0x0074_7261_696e;

@@ -1,0 +1,311 @@
+//! End-to-end loop tests on a tiny random model (seconds each).
+mod common;
+use common::{tiny_config, AsciiFraction};
+use std::collections::BTreeMap;
+use temper_train::trainer::Trainer;
+
+fn weights(t: &Trainer) -> Vec<(String, tch::Tensor)> {
+    t.model
+        .named_parameters()
+        .into_iter()
+        .map(|(n, p)| (n, p.detach().copy()))
+        .collect()
+}
+
+fn same_weights(a: &[(String, tch::Tensor)], b: &[(String, tch::Tensor)]) -> bool {
+    a.len() == b.len()
+        && a.iter()
+            .zip(b)
+            .all(|((na, ta), (nb, tb))| na == nb && ta.equal(tb))
+}
+
+fn metrics(t: &Trainer) -> Vec<BTreeMap<String, serde_json::Value>> {
+    t.run.read_metrics().unwrap()
+}
+
+#[test]
+fn a_run_trains_and_fills_its_folder() {
+    let root = common::temp_dir("run");
+    let cfg = tiny_config(
+        &root,
+        &[
+            "trainer.test_freq=2",
+            "trainer.save_freq=2",
+            "trainer.max_ckpt_to_keep=1",
+            "eval.n=3",
+            "eval.do_sample=true",
+            "eval.temperature=1.0",
+        ],
+    );
+    let mut t = Trainer::create(cfg, "t", &["temper".into(), "train".into()]).unwrap();
+    t.reward = Box::new(AsciiFraction);
+    let before = weights(&t);
+    t.fit().unwrap();
+    assert!(
+        !same_weights(&before, &weights(&t)),
+        "weights did not change"
+    );
+    let run = &t.run.root;
+    for f in [
+        "config.toml",
+        "run_metadata.json",
+        "metrics.jsonl",
+        "rollouts/step_1.jsonl",
+        "eval/step_0.json",
+        "eval/step_2.json",
+        "eval/step_3.json",
+    ] {
+        assert!(run.join(f).is_file(), "missing {f}");
+    }
+    // save_freq 2 and the end (3), keeping only the newest.
+    let ckpts: Vec<String> = std::fs::read_dir(run.join("checkpoints"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().to_string())
+        .collect();
+    assert_eq!(ckpts, vec!["global_step_3".to_string()]);
+    let ck = run.join("checkpoints/global_step_3");
+    for f in [
+        "model/model.safetensors",
+        "model/config.json",
+        "model/tokenizer.json",
+        "optimizer.safetensors",
+        "trainer_state.json",
+    ] {
+        assert!(ck.join(f).is_file(), "checkpoint lacks {f}");
+    }
+    let m = metrics(&t);
+    assert_eq!(
+        m.iter()
+            .map(|l| l["step"].as_u64().unwrap())
+            .collect::<Vec<_>>(),
+        vec![0, 1, 2, 3]
+    );
+    for key in [
+        "actor/pg_loss",
+        "actor/ppo_kl",
+        "actor/pg_clipfrac",
+        "actor/pg_clipfrac_lower",
+        "actor/entropy",
+        "actor/grad_norm",
+        "actor/lr",
+        "critic/score/mean",
+        "critic/score/max",
+        "critic/score/min",
+        "critic/rewards/mean",
+        "critic/advantages/mean",
+        "critic/advantages/max",
+        "critic/advantages/min",
+        "response_length/mean",
+        "response_length/max",
+        "response_length/clip_ratio",
+        "prompt_length/mean",
+        "rollout/logprob_abs_diff_mean",
+        "rollout/logprob_abs_diff_max",
+        "batch/zero_adv_groups",
+        "timing_s/gen",
+        "timing_s/old_log_prob",
+        "timing_s/ref",
+        "timing_s/update",
+        "timing_s/step",
+        "perf/tokens_per_s",
+    ] {
+        assert!(
+            m[1].contains_key(key),
+            "metrics lack {key}: {:?}",
+            m[1].keys()
+        );
+    }
+    assert!(
+        m[2].contains_key("val/accuracy")
+            && m[2].contains_key("val/pass@2")
+            && m[2].contains_key("val/mean@3")
+    );
+    // Two mini-batches per step: each step takes two optimizer steps.
+    assert_eq!(m[1]["actor/optimizer_steps"].as_f64(), Some(2.0));
+    // The sampler and the trainer agree closely on a tiny f32 model.
+    assert!(
+        m[1]["rollout/logprob_abs_diff_max"].as_f64().unwrap() < 1e-4,
+        "{:?}",
+        m[1]["rollout/logprob_abs_diff_max"]
+    );
+    let rollouts = std::fs::read_to_string(run.join("rollouts/step_1.jsonl")).unwrap();
+    let first: serde_json::Value = serde_json::from_str(rollouts.lines().next().unwrap()).unwrap();
+    for k in [
+        "prompt_ids",
+        "completion_ids",
+        "rollout_logprobs",
+        "old_logprobs",
+        "advantage",
+        "reward",
+        "completion",
+        "prompt",
+    ] {
+        assert!(first.get(k).is_some(), "rollout line lacks {k}");
+    }
+    assert_eq!(rollouts.lines().count(), 16);
+    let ev: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(run.join("eval/step_2.json")).unwrap())
+            .unwrap();
+    assert_eq!(ev["prompts"], 4);
+    assert!(ev["pass_at_k"]["pass@3"].is_number());
+    // A second run into the same folder is refused.
+    let cfg = tiny_config(&root, &[]);
+    let e = Trainer::create(cfg, "t", &[]).err().unwrap();
+    assert!(format!("{e:#}").contains("--resume"), "{e:#}");
+}
+
+/// 2 steps, stop, resume for 2 more == 4 steps straight: same weights bitwise, same metrics.
+#[test]
+fn resume_continues_bitwise() {
+    let extra = [
+        "trainer.total_training_steps=4",
+        "actor.ppo_epochs=2",
+        "actor.shuffle=true",
+        "actor.optim.lr_scheduler_type=cosine",
+        "actor.optim.lr_warmup_steps=1",
+    ];
+    let root_a = common::temp_dir("resume-a");
+    let mut a = Trainer::create(tiny_config(&root_a, &extra), "a", &[]).unwrap();
+    a.reward = Box::new(AsciiFraction);
+    a.stop_after = Some(2);
+    a.fit().unwrap();
+    assert_eq!(a.state.step, 2);
+    let run_a = a.run.root.clone();
+    drop(a);
+    let mut a = Trainer::resume(&run_a, &[]).unwrap();
+    a.reward = Box::new(AsciiFraction);
+    assert_eq!(a.state.step, 2);
+    a.fit().unwrap();
+
+    let root_b = common::temp_dir("resume-b");
+    let mut b = Trainer::create(tiny_config(&root_b, &extra), "b", &[]).unwrap();
+    b.reward = Box::new(AsciiFraction);
+    b.fit().unwrap();
+    assert!(
+        same_weights(&weights(&a), &weights(&b)),
+        "resumed weights differ from the straight run"
+    );
+    let strip =
+        |m: Vec<BTreeMap<String, serde_json::Value>>| -> Vec<BTreeMap<String, serde_json::Value>> {
+            m.into_iter()
+                .map(|l| {
+                    l.into_iter()
+                        .filter(|(k, _)| !k.starts_with("timing_s/") && !k.starts_with("perf/"))
+                        .collect()
+                })
+                .collect()
+        };
+    let (ma, mb) = (strip(metrics(&a)), strip(metrics(&b)));
+    assert_eq!(ma.len(), 4);
+    assert_eq!(ma, mb);
+}
+
+struct Constant;
+impl temper_reward::Reward for Constant {
+    fn name(&self) -> &str {
+        "constant"
+    }
+    fn score(
+        &self,
+        _: &str,
+        _: &str,
+        _: &str,
+        _: &serde_json::Value,
+    ) -> temper_reward::RewardOutput {
+        temper_reward::RewardOutput::new(1.0)
+    }
+}
+
+#[test]
+fn all_zero_advantages_skip_the_update() {
+    let root = common::temp_dir("zero");
+    let mut t = Trainer::create(
+        tiny_config(&root, &["trainer.total_training_steps=1"]),
+        "z",
+        &[],
+    )
+    .unwrap();
+    t.reward = Box::new(Constant);
+    let before = weights(&t);
+    t.fit().unwrap();
+    assert!(same_weights(&before, &weights(&t)));
+    let m = metrics(&t);
+    assert_eq!(m[0]["batch/skipped_update"].as_f64(), Some(1.0));
+    assert_eq!(m[0]["batch/zero_adv_groups"].as_f64(), Some(4.0));
+}
+
+struct Crashes;
+impl temper_reward::Reward for Crashes {
+    fn name(&self) -> &str {
+        "crashes"
+    }
+    fn score(
+        &self,
+        _: &str,
+        c: &str,
+        _: &str,
+        _: &serde_json::Value,
+    ) -> temper_reward::RewardOutput {
+        if c.len().is_multiple_of(2) {
+            panic!("grader exploded");
+        }
+        temper_reward::RewardOutput::new(c.len() as f64)
+    }
+}
+
+#[test]
+fn a_crashing_reward_stops_or_scores_zero_as_configured() {
+    let root = common::temp_dir("crash");
+    let mut t = Trainer::create(
+        tiny_config(&root, &["trainer.total_training_steps=1"]),
+        "c",
+        &[],
+    )
+    .unwrap();
+    t.reward = Box::new(Crashes);
+    let e = format!("{:#}", t.fit().unwrap_err());
+    assert!(
+        e.contains("reward `crashes` failed")
+            && e.contains("grader exploded")
+            && e.contains("on_error"),
+        "{e}"
+    );
+    assert!(!t.run.root.join("checkpoints").exists());
+    let root = common::temp_dir("crash-zero");
+    let mut t = Trainer::create(
+        tiny_config(
+            &root,
+            &["trainer.total_training_steps=1", "reward.on_error=zero"],
+        ),
+        "c",
+        &[],
+    )
+    .unwrap();
+    t.reward = Box::new(Crashes);
+    t.fit().unwrap();
+    assert!(metrics(&t)[0]["reward/errors"].as_f64().unwrap() > 0.0);
+}
+
+#[test]
+fn dapo_filtering_and_off_policy_epochs_run() {
+    let root = common::temp_dir("dapo");
+    let cfg = tiny_config(
+        &root,
+        &[
+            "trainer.total_training_steps=2",
+            "algorithm.filter_groups.enable=true",
+            "actor.ppo_epochs=3",
+            "actor.clip_ratio_high=0.28",
+            "actor.use_kl_loss=true",
+            "actor.loss_agg_mode=seq-mean-token-sum-norm",
+        ],
+    );
+    let mut t = Trainer::create(cfg, "d", &[]).unwrap();
+    t.reward = Box::new(AsciiFraction);
+    t.fit().unwrap();
+    let m = metrics(&t);
+    assert_eq!(m[1]["actor/optimizer_steps"].as_f64(), Some(6.0));
+    assert!(m[1].contains_key("actor/kl_loss"));
+    // Later epochs are off-policy: the ratio moves away from 1.
+    assert!(m[1]["actor/ppo_kl"].as_f64().unwrap() != 0.0);
+}
