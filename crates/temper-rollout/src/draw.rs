@@ -14,6 +14,15 @@ pub fn sample_rng(seed: u64, sample_index: usize) -> ChaCha20Rng {
     rng
 }
 
+/// A per-request seed from a run seed (e.g. `--seed`) and the request's index, so that requests in
+/// one run get unrelated streams (SplitMix64 finaliser of `base + index * golden ratio`).
+pub fn request_seed(base: u64, request_index: usize) -> u64 {
+    let mut z = base.wrapping_add((request_index as u64).wrapping_add(1).wrapping_mul(0x9E37_79B9_7F4A_7C15));
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
 /// One uniform number in [0, 1) for the next token of a sample.
 pub fn next_uniform(rng: &mut ChaCha20Rng) -> f64 {
     rng.random::<f64>()
@@ -83,6 +92,14 @@ mod tests {
         );
         assert!(x0 != x1 && x0 != x2 && x1 != x2);
         assert!((0.0..1.0).contains(&x0));
+    }
+
+    #[test]
+    fn request_seeds_match_splitmix64() {
+        // SplitMix64's first outputs for state 0 (Vigna's reference implementation).
+        assert_eq!(request_seed(0, 0), 0xE220_A839_7B1D_CDAF);
+        assert_eq!(request_seed(0, 1), 0x6E78_9E6A_A1B9_65F4);
+        assert_ne!(request_seed(1, 0), request_seed(0, 0));
     }
 
     #[test]

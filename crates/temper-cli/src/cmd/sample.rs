@@ -1,0 +1,305 @@
+//! `temper sample --model M (--prompt P | --dataset FILE.jsonl --field question) [--chat] -n 4
+//! --max-tokens 64 --temperature 1.0 --top-p 1 --top-k -1 --seed 0 [--json]`: sample completions
+//! with temper's rollout engine and print them (text, or one JSON object per sample).
+use std::io::{BufRead, Write};
+use std::path::PathBuf;
+
+use anyhow::{bail, Context, Result};
+use tch::Device;
+use temper_model::{CausalLm, ChatMessage, ComputeKind, GenerationConfig, Tokenizer};
+use temper_rollout::draw::request_seed;
+use temper_rollout::{
+    Engine, EngineConfig, LogprobKind, Progress, Request, Sample, SamplingParams,
+};
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// A model folder, a hub id (ORG/NAME, from the local HF cache) or an alias (smollm2).
+    #[arg(long)]
+    pub model: String,
+    #[command(flatten)]
+    pub prompts: PromptArgs,
+    #[command(flatten)]
+    pub sampling: SamplingArgs,
+    /// Print one JSON object per sample (ids, logprobs, text, finish reason).
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Where prompts come from.
+#[derive(clap::Args)]
+pub struct PromptArgs {
+    /// A prompt (repeat the flag for several).
+    #[arg(long, conflicts_with = "dataset", required_unless_present = "dataset")]
+    pub prompt: Vec<String>,
+    /// A JSONL file with one prompt per line, in the field named by --field.
+    #[arg(long)]
+    pub dataset: Option<PathBuf>,
+    /// The JSONL field holding the prompt text.
+    #[arg(long, default_value = "question")]
+    pub field: String,
+    /// Use only the first N records of --dataset.
+    #[arg(long)]
+    pub limit: Option<usize>,
+    /// Wrap each prompt as one user message in the model's chat template (with the generation prompt).
+    #[arg(long)]
+    pub chat: bool,
+}
+
+/// Sampling settings (vLLM names) and engine shape.
+#[derive(clap::Args)]
+pub struct SamplingArgs {
+    /// Samples per prompt (they share one prefill).
+    #[arg(short = 'n', long = "n", default_value_t = 1)]
+    pub n: usize,
+    #[arg(long, default_value_t = 64)]
+    pub max_tokens: usize,
+    #[arg(long, default_value_t = 0)]
+    pub min_tokens: usize,
+    /// 0 = greedy.
+    #[arg(long, default_value_t = 1.0)]
+    pub temperature: f64,
+    #[arg(long, default_value_t = 1.0)]
+    pub top_p: f64,
+    /// -1 = off.
+    #[arg(long, default_value_t = -1, allow_negative_numbers = true)]
+    pub top_k: i64,
+    #[arg(long, default_value_t = 1.0)]
+    pub repetition_penalty: f64,
+    /// A stop string (repeat for several); the completion keeps the tokens that produced it.
+    #[arg(long)]
+    pub stop: Vec<String>,
+    /// Extra stop token ids, comma-separated.
+    #[arg(long, value_delimiter = ',')]
+    pub stop_token_ids: Vec<i64>,
+    /// Keep generating through the model's EOS ids.
+    #[arg(long)]
+    pub ignore_eos: bool,
+    /// Run seed; request i gets its own seed derived from (seed, i).
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// Which distribution the reported logprobs come from: scaled (log softmax(logits / T), the
+    /// trainer's), raw (T = 1) or processed (what the token was drawn from).
+    #[arg(long, default_value = "scaled", value_parser = parse_logprob_kind)]
+    pub logprobs: LogprobKind,
+    /// Most rows decoded together.
+    #[arg(long, default_value_t = 64)]
+    pub batch_rows: usize,
+    /// Compute dtype: f32 or bf16.
+    #[arg(long, default_value = "f32")]
+    pub dtype: ComputeKind,
+}
+
+fn parse_logprob_kind(s: &str) -> Result<LogprobKind, String> {
+    serde_json::from_value(serde_json::Value::String(s.to_string()))
+        .map_err(|_| format!("unknown logprobs kind `{s}` (scaled, raw or processed)"))
+}
+
+impl SamplingArgs {
+    /// Check the settings before loading anything (stop token ids are checked against the
+    /// vocabulary later, by the engine).
+    pub fn validate(&self) -> Result<()> {
+        self.params(0)
+            .validate(None)
+            .context("invalid sampling settings")
+    }
+
+    pub fn params(&self, request_index: usize) -> SamplingParams {
+        SamplingParams {
+            n: self.n,
+            temperature: self.temperature,
+            top_p: self.top_p,
+            top_k: self.top_k,
+            min_tokens: self.min_tokens,
+            max_tokens: self.max_tokens,
+            repetition_penalty: self.repetition_penalty,
+            stop: self.stop.clone(),
+            stop_token_ids: self.stop_token_ids.clone(),
+            ignore_eos: self.ignore_eos,
+            seed: Some(request_seed(self.seed, request_index)),
+            logprobs: self.logprobs,
+        }
+    }
+}
+
+/// A loaded model with what sampling needs around it.
+pub struct Loaded {
+    pub model: CausalLm,
+    pub tokenizer: Tokenizer,
+    pub eos_ids: Vec<i64>,
+}
+
+pub fn load(spec: &str, dtype: ComputeKind) -> Result<Loaded> {
+    let dir = temper_model::resolve::resolve_model(spec)?;
+    let model = CausalLm::load(&dir, Device::Cpu, dtype)?;
+    let tokenizer = Tokenizer::from_dir(&dir)?;
+    let gen = GenerationConfig::from_dir(&dir, Some(model.config()), Some(&tokenizer))?;
+    Ok(Loaded {
+        model,
+        tokenizer,
+        eos_ids: gen.eos_token_ids,
+    })
+}
+
+/// Prompt texts from --prompt or --dataset, each with where it came from (for error messages).
+pub fn prompt_texts(args: &PromptArgs) -> Result<Vec<(String, String)>> {
+    let Some(path) = &args.dataset else {
+        return Ok(args
+            .prompt
+            .iter()
+            .enumerate()
+            .map(|(i, p)| (format!("--prompt #{}", i + 1), p.clone()))
+            .collect());
+    };
+    let file = std::fs::File::open(path).with_context(|| format!("opening {}", path.display()))?;
+    let mut out = Vec::new();
+    for (i, line) in std::io::BufReader::new(file).lines().enumerate() {
+        if args.limit.is_some_and(|l| out.len() >= l) {
+            break;
+        }
+        let where_ = format!("{} line {}", path.display(), i + 1);
+        let line = line.with_context(|| format!("reading {where_}"))?;
+        if line.trim().is_empty() {
+            continue;
+        }
+        let v: serde_json::Value =
+            serde_json::from_str(&line).with_context(|| format!("{where_}: not valid JSON"))?;
+        let text = match v.get(&args.field) {
+            Some(serde_json::Value::String(s)) => s.clone(),
+            Some(other) => bail!("{where_}: field `{}` is not a string ({other})", args.field),
+            None => bail!("{where_}: no field `{}`", args.field),
+        };
+        out.push((where_, text));
+    }
+    if out.is_empty() {
+        bail!("{}: no prompts", path.display());
+    }
+    Ok(out)
+}
+
+/// Token ids of each prompt (chat template applied with --chat). Empty prompts are an error.
+pub fn tokenize_prompts(
+    tok: &Tokenizer,
+    texts: &[(String, String)],
+    chat: bool,
+) -> Result<Vec<Vec<i64>>> {
+    texts
+        .iter()
+        .map(|(where_, text)| {
+            if text.is_empty() {
+                bail!("{where_}: the prompt is empty");
+            }
+            let ids = if chat {
+                let rendered =
+                    tok.apply_chat_template(&[ChatMessage::user(text.as_str())], true)?;
+                tok.encode(&rendered, false)?
+            } else {
+                tok.encode(text, true)?
+            };
+            if ids.is_empty() {
+                bail!("{where_}: the prompt tokenizes to nothing");
+            }
+            Ok(ids)
+        })
+        .collect()
+}
+
+/// Run the engine with a progress bar (drawn only on a terminal).
+pub fn generate_with_progress(engine: &Engine, requests: &[Request]) -> Result<Vec<Sample>> {
+    let total: usize = requests.iter().map(|r| r.params.n).sum();
+    let bar = indicatif::ProgressBar::new(total as u64);
+    bar.set_style(
+        indicatif::ProgressStyle::with_template(
+            "{elapsed_precise} [{bar:30}] {pos}/{len} samples {msg}",
+        )
+        .expect("valid template")
+        .progress_chars("=> "),
+    );
+    let start = std::time::Instant::now();
+    let result = engine.generate(requests, &mut |p: Progress| {
+        bar.set_position(p.finished_samples as u64);
+        let rate = p.generated_tokens as f64 / start.elapsed().as_secs_f64().max(1e-9);
+        bar.set_message(format!("{} tokens, {rate:.0} tok/s", p.generated_tokens));
+    });
+    bar.finish_and_clear();
+    result
+}
+
+pub fn run(args: Args) -> Result<()> {
+    args.sampling.validate()?;
+    let texts = prompt_texts(&args.prompts)?;
+    let loaded = load(&args.model, args.sampling.dtype)?;
+    let prompts = tokenize_prompts(&loaded.tokenizer, &texts, args.prompts.chat)?;
+    let requests: Vec<Request> = prompts
+        .into_iter()
+        .enumerate()
+        .map(|(i, prompt_ids)| Request {
+            prompt_ids,
+            params: args.sampling.params(i),
+        })
+        .collect();
+    let config = EngineConfig {
+        max_batch_rows: args.sampling.batch_rows,
+        seed: args.sampling.seed,
+        ..Default::default()
+    };
+    let engine = Engine::new(&loaded.model, loaded.eos_ids.clone())
+        .with_decoder(&loaded.tokenizer)
+        .with_config(config);
+    let samples =
+        generate_with_progress(&engine, &requests).map_err(|e| name_request(e, &texts))?;
+    print_samples(&samples, &loaded.tokenizer, &texts, args.json)
+}
+
+/// Engine errors say "request i"; add where that prompt came from.
+fn name_request(e: anyhow::Error, texts: &[(String, String)]) -> anyhow::Error {
+    let msg = format!("{e:#}");
+    let origin = msg
+        .strip_prefix("request ")
+        .and_then(|rest| rest.split(':').next())
+        .and_then(|i| i.parse::<usize>().ok())
+        .and_then(|i| texts.get(i));
+    match origin {
+        Some((where_, _)) => e.context(where_.clone()),
+        None => e,
+    }
+}
+
+fn print_samples(
+    samples: &[Sample],
+    tok: &Tokenizer,
+    texts: &[(String, String)],
+    json: bool,
+) -> Result<()> {
+    let stdout = std::io::stdout();
+    let mut out = stdout.lock();
+    for s in samples {
+        let text = tok.decode(&s.completion_ids, false)?;
+        if json {
+            let line = serde_json::json!({
+                "request_index": s.request_index,
+                "sample_index": s.sample_index,
+                "prompt": texts[s.request_index].1,
+                "completion": text,
+                "prompt_ids": s.prompt_ids,
+                "completion_ids": s.completion_ids,
+                "completion_logprobs": s.completion_logprobs,
+                "finish": s.finish,
+                "stop_reason": s.stop_reason,
+            });
+            writeln!(out, "{line}")?;
+        } else {
+            let lp: f64 = s.completion_logprobs.iter().map(|&x| x as f64).sum();
+            writeln!(
+                out,
+                "=== prompt {} sample {} ({:?}, {} tokens, sum logprob {lp:.3})",
+                s.request_index,
+                s.sample_index,
+                s.finish,
+                s.completion_ids.len()
+            )?;
+            writeln!(out, "{text}")?;
+        }
+    }
+    Ok(())
+}
