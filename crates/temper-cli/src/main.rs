@@ -20,6 +20,10 @@ enum Command {
     CheckVectors(cmd::check_vectors::Args),
     /// Grade predictions against gold answers with the math grader.
     Grade(cmd::grade::Args),
+    /// Sample completions with the rollout engine (n per prompt, logprob of every token).
+    Sample(cmd::sample::Args),
+    /// Sample, recompute the logprobs teacher-forced like the trainer, and compare.
+    CheckLogprobs(cmd::check_logprobs::Args),
     /// Benchmarks (not tests): `temper bench train`.
     Bench(cmd::bench::Args),
 }
@@ -31,6 +35,8 @@ fn main() {
         Command::Convert(a) => cmd::convert::run(a),
         Command::CheckVectors(a) => cmd::check_vectors::run(a),
         Command::Grade(a) => cmd::grade::run(a),
+        Command::Sample(a) => cmd::sample::run(a),
+        Command::CheckLogprobs(a) => cmd::check_logprobs::run(a),
         Command::Bench(a) => cmd::bench::run(a),
     };
     if let Err(e) = result {
