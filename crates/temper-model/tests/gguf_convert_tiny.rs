@@ -166,6 +166,19 @@ fn bad_inputs_are_one_line_errors() {
     let missing = conversion_error(&dir.join("no-such-file.gguf"));
     assert!(missing.contains("cannot open"), "{missing}");
 
+    // A folder already holding another checkpoint's shards is refused (loaders would mix them up).
+    let taken = gguf_util::scratch("taken-out");
+    std::fs::write(taken.join("model-00001-of-00002.safetensors"), b"x").unwrap();
+    let err = format!(
+        "{:#}",
+        convert_gguf(&dir.join("tiny-qwen2.gguf"), &taken).unwrap_err()
+    );
+    assert!(
+        err.contains("model-00001-of-00002.safetensors") && err.contains("already holds"),
+        "{err}"
+    );
+    assert!(!taken.join("model.safetensors").exists());
+
     // A download cut short inside the tensor data names the first tensor that does not fit.
     let full = std::fs::read(dir.join("tiny-qwen2.gguf")).unwrap();
     let cut = dir.join("cut-qwen2.gguf");

@@ -94,7 +94,17 @@ fn convert_file(g: &GgufFile, out_dir: &Path) -> Result<ConvertReport> {
     let dims = Dims::read(g)?;
     let ids = SpecialIds::read(g, dims.vocab)?;
     let tok = tokenizer_files(g, &ids, dims.context)?;
+    let n_tokens = tok.tokenizer_json["model"]["vocab"]
+        .as_object()
+        .map_or(0, |v| v.len());
+    if n_tokens > dims.vocab {
+        bail!(
+            "the tokenizer has {n_tokens} tokens but the embedding only {} rows",
+            dims.vocab
+        );
+    }
     let tensors = plan(g, &dims)?;
+    check_out_dir(out_dir)?;
 
     std::fs::create_dir_all(out_dir)
         .with_context(|| format!("cannot create {}", out_dir.display()))?;
@@ -115,6 +125,27 @@ fn convert_file(g: &GgufFile, out_dir: &Path) -> Result<ConvertReport> {
         n_params,
         warnings: tok.warnings,
     })
+}
+
+/// Refuses a folder holding another checkpoint's weights (shards or an index), which loaders would
+/// pick up instead of, or together with, the converted `model.safetensors`.
+fn check_out_dir(out_dir: &Path) -> Result<()> {
+    let Ok(entries) = std::fs::read_dir(out_dir) else {
+        return Ok(());
+    };
+    for e in entries.flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        let weights = name.ends_with(".safetensors")
+            || name.ends_with(".bin")
+            || name.ends_with(".index.json");
+        if weights && name != "model.safetensors" {
+            bail!(
+                "output folder {} already holds other weights ({name}); use an empty folder",
+                out_dir.display()
+            );
+        }
+    }
+    Ok(())
 }
 
 /// Streams the tensors (dequantized, un-permuted) into an f32 safetensors file; returns the

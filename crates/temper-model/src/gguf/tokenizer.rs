@@ -140,6 +140,20 @@ pub fn tokenizer_files(g: &GgufFile, ids: &SpecialIds, context: usize) -> Result
             }
         })
         .collect();
+    for (name, id) in [
+        ("bos", ids.bos),
+        ("eos", ids.eos),
+        ("eot", ids.eot),
+        ("padding", ids.pad),
+        ("unknown", ids.unk),
+    ] {
+        if let Some(i) = id.filter(|&i| i >= tokens.len()) {
+            bail!(
+                "metadata 'tokenizer.ggml.{name}_token_id' = {i} is outside the {} tokens",
+                tokens.len()
+            );
+        }
+    }
     let types: Vec<i128> = match g.get("tokenizer.ggml.token_type") {
         None => vec![1; tokens.len()],
         Some(MetaValue::Array(a)) => a
