@@ -1,6 +1,319 @@
-#[derive(clap::Args)]
-pub struct Args {}
+//! `temper bench train`: forward + backward + AdamW tok/s of a random Qwen2-shaped model (25M-class:
+//! hidden 384, 6 layers, 6 heads / 2 KV heads, intermediate 1024, vocab 32000, tied head), batch
+//! 8 x 256, in f32 and in bf16 (f32 master weights, bf16 matmuls), side by side with the same model
+//! in PyTorch/transformers (`tools/bench_train.py`, a worker process driven over stdin). Runs
+//! alternate (temper f32, PyTorch f32, temper bf16, ...) so that background load hits both sides;
+//! the ratios are the result. Not a test: see BENCHMARKS.md.
+use std::io::{BufRead, BufReader, Write};
+use std::path::PathBuf;
+use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+use std::time::Instant;
 
-pub fn run(_args: Args) -> anyhow::Result<()> {
-    anyhow::bail!("not built yet")
+use anyhow::{bail, Context, Result};
+use tch::{Device, Kind, Tensor};
+use temper_model::{logprobs_of, CausalLm, ComputeKind, ModelConfig};
+use temper_train::optim::AdamW;
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// Timed steps per run.
+    #[arg(long, default_value_t = 3)]
+    pub steps: usize,
+    /// Untimed steps before the first run of each configuration.
+    #[arg(long, default_value_t = 1)]
+    pub warmup: usize,
+    /// How many times the runs alternate.
+    #[arg(long, default_value_t = 2)]
+    pub rounds: usize,
+    #[arg(long, default_value_t = 8)]
+    pub batch: i64,
+    #[arg(long, default_value_t = 256)]
+    pub seq: i64,
+    #[arg(long, default_value_t = 32000)]
+    pub vocab: i64,
+    #[arg(long, default_value_t = 384)]
+    pub hidden: i64,
+    #[arg(long, default_value_t = 6)]
+    pub layers: i64,
+    #[arg(long, default_value_t = 6)]
+    pub heads: i64,
+    #[arg(long, default_value_t = 2)]
+    pub kv_heads: i64,
+    #[arg(long, default_value_t = 1024)]
+    pub intermediate: i64,
+    /// Also time PyTorch with CPU autocast to bf16 (for information).
+    #[arg(long)]
+    pub torch_bf16: bool,
+    /// Only time temper.
+    #[arg(long)]
+    pub no_python: bool,
+    /// The Python with torch + transformers (default: .venv/bin/python of the repository).
+    #[arg(long)]
+    pub python: Option<PathBuf>,
+}
+
+/// The repository root: `$TEMPER_ROOT`, else the source tree this binary was built from.
+fn repo_root() -> PathBuf {
+    match std::env::var_os("TEMPER_ROOT").filter(|v| !v.is_empty()) {
+        Some(r) => PathBuf::from(r),
+        None => PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../.."),
+    }
+}
+
+struct PyWorker {
+    child: Child,
+    stdin: ChildStdin,
+    stdout: BufReader<ChildStdout>,
+}
+
+impl PyWorker {
+    fn start(args: &Args) -> Result<(Self, serde_json::Value)> {
+        let root = repo_root();
+        let python = args
+            .python
+            .clone()
+            .unwrap_or_else(|| root.join(".venv/bin/python"));
+        let script = root.join("tools/bench_train.py");
+        if !script.is_file() {
+            bail!(
+                "{} not found (set TEMPER_ROOT to the repository)",
+                script.display()
+            );
+        }
+        let mut child = Command::new(&python)
+            .arg(&script)
+            .args([
+                "--batch",
+                &args.batch.to_string(),
+                "--seq",
+                &args.seq.to_string(),
+            ])
+            .args([
+                "--vocab",
+                &args.vocab.to_string(),
+                "--hidden",
+                &args.hidden.to_string(),
+            ])
+            .args([
+                "--layers",
+                &args.layers.to_string(),
+                "--heads",
+                &args.heads.to_string(),
+            ])
+            .args([
+                "--kv-heads",
+                &args.kv_heads.to_string(),
+                "--intermediate",
+                &args.intermediate.to_string(),
+            ])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .with_context(|| format!("starting {} {}", python.display(), script.display()))?;
+        let stdin = child.stdin.take().context("worker stdin")?;
+        let stdout = BufReader::new(child.stdout.take().context("worker stdout")?);
+        let mut w = PyWorker {
+            child,
+            stdin,
+            stdout,
+        };
+        let ready = w.read_json()?;
+        Ok((w, ready))
+    }
+
+    fn read_json(&mut self) -> Result<serde_json::Value> {
+        let mut line = String::new();
+        if self.stdout.read_line(&mut line)? == 0 {
+            bail!("the PyTorch worker (tools/bench_train.py) exited early");
+        }
+        let v: serde_json::Value =
+            serde_json::from_str(&line).with_context(|| format!("worker said {line:?}"))?;
+        if let Some(e) = v.get("error") {
+            bail!("PyTorch worker: {e}");
+        }
+        Ok(v)
+    }
+
+    /// Seconds for `steps` steps.
+    fn run(&mut self, mode: &str, steps: usize) -> Result<f64> {
+        writeln!(self.stdin, "run {mode} {steps}")?;
+        self.stdin.flush()?;
+        let v = self.read_json()?;
+        v["secs"].as_f64().context("worker reply without secs")
+    }
+}
+
+impl Drop for PyWorker {
+    fn drop(&mut self) {
+        let _ = writeln!(self.stdin, "quit");
+        let _ = self.stdin.flush();
+        let _ = self.child.wait();
+    }
+}
+
+/// The temper side: model, optimizer and one fixed random batch.
+struct RustSide {
+    model: CausalLm,
+    params: Vec<(String, Tensor)>,
+    opt: AdamW,
+    input: Tensor,
+    pos: Tensor,
+    mask: Tensor,
+    targets: Tensor,
+}
+
+impl RustSide {
+    fn new(args: &Args) -> Self {
+        let cfg = ModelConfig::qwen2_like(
+            args.vocab,
+            args.hidden,
+            args.intermediate,
+            args.layers,
+            args.heads,
+            args.kv_heads,
+            true,
+        );
+        let model = CausalLm::random(cfg, 0, Device::Cpu, ComputeKind::F32);
+        let params = model.named_parameters();
+        let opt = AdamW::new(&params, 1e-5, (0.9, 0.999), 1e-8, 0.01);
+        let (b, t) = (args.batch, args.seq);
+        let input = Tensor::randint(args.vocab, [b, t], (Kind::Int64, Device::Cpu));
+        let pos = Tensor::arange(t, (Kind::Int64, Device::Cpu))
+            .unsqueeze(0)
+            .repeat([b, 1]);
+        let mask = input.ones_like();
+        let targets = input.narrow(1, 1, t - 1);
+        RustSide {
+            model,
+            params,
+            opt,
+            input,
+            pos,
+            mask,
+            targets,
+        }
+    }
+
+    /// Seconds for `steps` steps in `compute`.
+    fn run(&mut self, compute: ComputeKind, steps: usize) -> Result<f64> {
+        self.model.set_compute(compute);
+        let t = self.input.size()[1];
+        let start = Instant::now();
+        for _ in 0..steps {
+            let logits = self.model.forward(&self.input, &self.pos, &self.mask, None);
+            let logp = logprobs_of(&logits.narrow(1, 0, t - 1), &self.targets, 1.0);
+            let loss = -logp.mean(Kind::Float);
+            loss.backward();
+            self.opt.step(&self.params)?;
+            for (_, p) in &self.params {
+                let mut p = p.shallow_clone();
+                p.zero_grad();
+            }
+        }
+        Ok(start.elapsed().as_secs_f64())
+    }
+}
+
+pub fn run(args: Args) -> Result<()> {
+    if args.steps == 0 || args.rounds == 0 || args.seq < 2 {
+        bail!("--steps and --rounds must be positive and --seq at least 2");
+    }
+    let tokens_per_step = (args.batch * args.seq) as f64;
+    let mut rust = RustSide::new(&args);
+    let n_params: i64 = rust.params.iter().map(|(_, p)| p.numel() as i64).sum();
+    let mut py = if args.no_python {
+        None
+    } else {
+        eprintln!("starting the PyTorch worker ...");
+        let (w, ready) = PyWorker::start(&args)?;
+        let py_params = ready["params"].as_i64().unwrap_or(-1);
+        if py_params != n_params {
+            bail!("parameter counts differ: temper {n_params}, PyTorch {py_params}");
+        }
+        Some(w)
+    };
+    println!(
+        "bench train: Qwen2-shaped, {:.1}M params (hidden {}, {} layers, {}/{} heads, vocab {}), batch {} x {}, \
+         {} timed steps x {} rounds, {} threads",
+        n_params as f64 / 1e6,
+        args.hidden,
+        args.layers,
+        args.heads,
+        args.kv_heads,
+        args.vocab,
+        args.batch,
+        args.seq,
+        args.steps,
+        args.rounds,
+        tch::get_num_threads()
+    );
+    // (label, seconds, steps)
+    let mut totals: Vec<(&str, f64, usize)> = vec![];
+    let mut add = |label: &'static str, secs: f64, steps: usize| {
+        match totals.iter_mut().find(|(l, _, _)| *l == label) {
+            Some(e) => {
+                e.1 += secs;
+                e.2 += steps;
+            }
+            None => totals.push((label, secs, steps)),
+        }
+        eprintln!(
+            "  {label:<22} {:>9.1} tok/s",
+            steps as f64 * tokens_per_step / secs
+        );
+    };
+    if args.warmup > 0 {
+        eprintln!("warming up ...");
+        rust.run(ComputeKind::F32, args.warmup)?;
+        rust.run(ComputeKind::Bf16, args.warmup)?;
+        if let Some(py) = py.as_mut() {
+            py.run("f32", args.warmup)?;
+            if args.torch_bf16 {
+                py.run("autocast_bf16", args.warmup)?;
+            }
+        }
+    }
+    for round in 0..args.rounds {
+        eprintln!("round {}/{}", round + 1, args.rounds);
+        add(
+            "temper f32",
+            rust.run(ComputeKind::F32, args.steps)?,
+            args.steps,
+        );
+        if let Some(py) = py.as_mut() {
+            add("PyTorch f32", py.run("f32", args.steps)?, args.steps);
+        }
+        add(
+            "temper bf16",
+            rust.run(ComputeKind::Bf16, args.steps)?,
+            args.steps,
+        );
+        if let Some(py) = py.as_mut() {
+            if args.torch_bf16 {
+                add(
+                    "PyTorch autocast bf16",
+                    py.run("autocast_bf16", args.steps)?,
+                    args.steps,
+                );
+            }
+        }
+    }
+    let tok_s = |label: &str| {
+        totals
+            .iter()
+            .find(|(l, _, _)| *l == label)
+            .map(|(_, secs, steps)| *steps as f64 * tokens_per_step / secs)
+    };
+    let base = tok_s("PyTorch f32");
+    println!(
+        "{:<24} {:>10} {:>16}",
+        "implementation", "tok/s", "vs PyTorch f32"
+    );
+    for (label, _, _) in &totals {
+        let v = tok_s(label).expect("present");
+        let ratio = base.map_or("-".to_string(), |b| format!("{:.2}x", v / b));
+        println!("{label:<24} {v:>10.1} {ratio:>16}");
+    }
+    Ok(())
 }
