@@ -24,6 +24,10 @@ enum Command {
     Sample(cmd::sample::Args),
     /// Sample, recompute the logprobs teacher-forced like the trainer, and compare.
     CheckLogprobs(cmd::check_logprobs::Args),
+    /// Train a policy with GRPO & co. from a TOML config (`--resume RUN_DIR` continues a run).
+    Train(cmd::train::Args),
+    /// Draw a run's curves (reward, accuracy, KL, entropy, length, loss) to PNG + one HTML page.
+    Report(cmd::report::Args),
     /// Benchmarks (not tests): `temper bench train`.
     Bench(cmd::bench::Args),
 }
@@ -37,6 +41,8 @@ fn main() {
         Command::Grade(a) => cmd::grade::run(a),
         Command::Sample(a) => cmd::sample::run(a),
         Command::CheckLogprobs(a) => cmd::check_logprobs::run(a),
+        Command::Train(a) => cmd::train::run(a),
+        Command::Report(a) => cmd::report::run(a),
         Command::Bench(a) => cmd::bench::run(a),
     };
     if let Err(e) = result {

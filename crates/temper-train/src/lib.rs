@@ -5,5 +5,6 @@ pub mod config;
 pub mod data;
 pub mod eval_metrics;
 pub mod optim;
+pub mod report;
 pub mod rundir;
 pub mod trainer;

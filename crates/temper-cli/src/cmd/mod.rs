@@ -8,5 +8,7 @@ pub mod check_logprobs;
 pub mod check_vectors;
 pub mod convert;
 pub mod grade;
+pub mod report;
 pub mod sample;
 pub mod score;
+pub mod train;
