@@ -4,7 +4,8 @@
 //! Supported: `tokenizer.ggml.model = "gpt2"` (byte-level BPE). The pre-tokenizer is chosen from
 //! `tokenizer.ggml.pre` as llama.cpp does (its regexes match the original HF releases):
 //! - `smollm`, `starcoder`, `refact`: every digit alone, then GPT-2's byte-level split;
-//! - `llama-bpe`/`llama3`/... : Llama-3's split regex; `qwen2`/...: Qwen2's (plus Qwen's NFC normalizer);
+//! - `llama-bpe`/`llama3`/... : Llama-3's split regex (and `ignore_merges`, as Llama-3's own file);
+//!   `qwen2`/...: Qwen2's (plus Qwen's NFC normalizer);
 //! - `gpt-2`, `default` and unknown values: GPT-2's byte-level split (a warning for unknown ones).
 //!
 //! Control tokens (type 3) become special added tokens and user-defined ones (type 4) plain added
@@ -210,6 +211,12 @@ pub fn tokenizer_files(g: &GgufFile, ids: &SpecialIds, context: usize) -> Result
         })?,
     };
     let (normalizer, pre_tokenizer) = pre_tokenizer(pre, &mut warnings);
+    // Llama-3's tokenizer.json looks whole words up in the vocabulary before merging (llama.cpp
+    // does the same for these pre-tokenizer names).
+    let ignore_merges = matches!(
+        pre,
+        "llama3" | "llama-v3" | "llama-bpe" | "falcon3" | "pixtral"
+    );
     let add_bos = opt_bool(g, "tokenizer.ggml.add_bos_token")?.unwrap_or(false);
     let add_eos = opt_bool(g, "tokenizer.ggml.add_eos_token")?.unwrap_or(false);
     let token_of = |id: Option<usize>| id.map(|i| tokens[i].clone());
@@ -233,7 +240,7 @@ pub fn tokenizer_files(g: &GgufFile, ids: &SpecialIds, context: usize) -> Result
         "decoder": {"type": "ByteLevel", "add_prefix_space": true, "trim_offsets": true, "use_regex": true},
         "model": {
             "type": "BPE", "dropout": null, "unk_token": null, "continuing_subword_prefix": null,
-            "end_of_word_suffix": null, "fuse_unk": false, "byte_fallback": false, "ignore_merges": false,
+            "end_of_word_suffix": null, "fuse_unk": false, "byte_fallback": false, "ignore_merges": ignore_merges,
             "vocab": vocab, "merges": merges,
         },
     });
