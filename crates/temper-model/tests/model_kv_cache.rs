@@ -142,3 +142,22 @@ fn preallocated_and_growing_caches_agree() {
         }
     });
 }
+
+/// bf16 weights cast once for a whole sampling call give bitwise the numbers of casting per forward.
+#[test]
+fn cached_compute_weights_are_bitwise_neutral() {
+    let r = reference("qwen3");
+    let model = CausalLm::load(&r.dir, Device::Cpu, ComputeKind::Bf16).unwrap();
+    let b = pad(&r.rows, true, 0, 0);
+    tch::no_grad(|| {
+        let plain = model.forward(&b.ids, &b.pos, &b.mask, None);
+        let cached =
+            model.with_cached_compute_weights(|| model.forward(&b.ids, &b.pos, &b.mask, None));
+        assert!(
+            plain.equal(&cached),
+            "cached bf16 weights changed the logits"
+        );
+        let after = model.forward(&b.ids, &b.pos, &b.mask, None);
+        assert!(plain.equal(&after));
+    });
+}
