@@ -213,3 +213,52 @@ fn sweeps_are_a_cartesian_product() {
     assert_eq!(expand_sweeps(&[]).unwrap().len(), 1);
     assert!(expand_sweeps(&["x".into()]).is_err());
 }
+
+#[test]
+fn bad_algorithm_names_name_the_key() {
+    for (ov, key) in [
+        (
+            "actor.policy_loss.loss_mode=ppo2",
+            "actor.policy_loss.loss_mode",
+        ),
+        ("actor.loss_agg_mode=mean", "actor.loss_agg_mode"),
+        ("algorithm.adv_estimator=gae", "algorithm.adv_estimator"),
+        ("actor.kl_loss_type=k9", "actor.kl_loss_type"),
+        (
+            "algorithm.rollout_correction.rollout_is=batch",
+            "algorithm.rollout_correction.rollout_is",
+        ),
+    ] {
+        let e = format!("{:#}", load(MIN, &[ov]).unwrap_err());
+        assert!(e.contains(key), "{ov}: {e}");
+    }
+}
+
+/// Every shipped example loads and validates, and the convention-specific ones mean what they say.
+#[test]
+fn shipped_examples_load() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples");
+    let mut seen = 0;
+    for e in std::fs::read_dir(&dir).unwrap() {
+        let p = e.unwrap().path();
+        if p.extension().is_some_and(|x| x == "toml") {
+            let l = load_config(Some(&p), &[]).unwrap_or_else(|e| panic!("{}: {e:#}", p.display()));
+            assert!(l.warnings.is_empty(), "{}: {:?}", p.display(), l.warnings);
+            seen += 1;
+        }
+    }
+    assert!(seen >= 8, "only {seen} examples");
+    let ex = |name: &str| load_config(Some(&dir.join(name)), &[]).unwrap().config;
+    let slime = ex("cispo-slime.toml");
+    assert_eq!(
+        (slime.actor.clip_low(), slime.actor.clip_high()),
+        (1.0, 4.0)
+    );
+    let verl = ex("cispo-verl.toml");
+    assert_eq!((verl.actor.clip_low(), verl.actor.clip_high()), (10.0, 0.2));
+    let cs = ex("cs336-grpo.toml");
+    assert_eq!(cs.actor.ppo_epochs, 1);
+    assert_eq!(cs.actor.optim.betas, [0.9, 0.95]);
+    assert_eq!(cs.data.train_batch_size * cs.rollout.n, 256);
+    assert_eq!(ex("arith-smollm2.toml").model.path, "smollm2");
+}

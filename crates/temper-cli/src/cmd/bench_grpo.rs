@@ -1,6 +1,177 @@
-#[derive(clap::Args)]
-pub struct Args {}
+//! `temper bench grpo`: wall time per GRPO step and peak memory, temper vs TRL's GRPOTrainer
+//! (`tools/trl_grpo_bench.py`), on the same model (SmolLM2-135M-Instruct by default), prompts
+//! (1-digit addition in the chat template), group size, completion length, temperature, loss
+//! (token-mean / TRL "dapo", clip 0.2, no KL), learning rate, one optimizer step per GRPO step,
+//! f32. temper runs first in this process, then TRL in a child process; each side's warm-up
+//! steps are untimed. Peak memory is the process's peak RSS (VmHWM / ru_maxrss). Not a test: see
+//! BENCHMARKS.md.
+use anyhow::{bail, Context, Result};
+use std::path::PathBuf;
+use std::process::Command;
+use temper_train::config::load_config;
+use temper_train::trainer::Trainer;
 
-pub fn run(_args: Args) -> anyhow::Result<()> {
-    anyhow::bail!("not built yet")
+#[derive(clap::Args)]
+pub struct Args {
+    /// Timed steps per side.
+    #[arg(long, default_value_t = 3)]
+    pub steps: usize,
+    /// Untimed steps first.
+    #[arg(long, default_value_t = 1)]
+    pub warmup: usize,
+    /// Prompts per step.
+    #[arg(long, default_value_t = 8)]
+    pub prompts: usize,
+    /// Responses per prompt (group size).
+    #[arg(long, default_value_t = 8)]
+    pub n: usize,
+    /// Completion length limit (tokens).
+    #[arg(long, default_value_t = 12)]
+    pub max_tokens: usize,
+    /// Model folder or name (`smollm2`).
+    #[arg(long, default_value = "smollm2")]
+    pub model: String,
+    /// temper's compute dtype (`float32` matches TRL on CPU; `bfloat16` for information).
+    #[arg(long, default_value = "float32")]
+    pub dtype: String,
+    /// Only time temper.
+    #[arg(long)]
+    pub no_python: bool,
+    /// The Python with trl (default: .venv/bin/python of the repository).
+    #[arg(long)]
+    pub python: Option<PathBuf>,
+}
+
+fn repo_root() -> PathBuf {
+    match std::env::var_os("TEMPER_ROOT").filter(|v| !v.is_empty()) {
+        Some(r) => PathBuf::from(r),
+        None => PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../.."),
+    }
+}
+
+const SYSTEM: &str = "You are a calculator. Reply with only the final number.";
+
+/// Peak resident memory of this process in MiB (Linux VmHWM).
+fn peak_rss_mb() -> f64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmHWM:"))
+                .and_then(|l| l.split_whitespace().nth(1).and_then(|v| v.parse::<f64>().ok()))
+        })
+        .map_or(f64::NAN, |kb| kb / 1024.0)
+}
+
+fn mean(v: &[f64]) -> f64 {
+    v.iter().sum::<f64>() / v.len().max(1) as f64
+}
+
+pub fn run(args: Args) -> Result<()> {
+    if args.steps == 0 {
+        bail!("--steps must be at least 1");
+    }
+    let model_dir = temper_model::resolve::resolve_model(&args.model)?;
+    let tmp = std::env::temp_dir().join(format!("temper-bench-grpo-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&tmp);
+    std::fs::create_dir_all(&tmp)?;
+    let total = args.steps + args.warmup;
+    let overrides: Vec<String> = vec![
+        format!("model.path={:?}", model_dir.display().to_string()),
+        format!("model.dtype={:?}", args.dtype),
+        "data.task=arith".into(),
+        "data.task_args={ digits = 1, template = \"What is {expr}?\", answer_mode = \"last_number\" }".into(),
+        format!("data.task_train_size={}", args.prompts * total),
+        "data.task_val_size=0".into(),
+        "data.shuffle=false".into(),
+        "data.prompt_template=chat".into(),
+        format!("data.system_prompt={SYSTEM:?}"),
+        "data.max_prompt_length=128".into(),
+        format!("data.max_response_length={}", args.max_tokens),
+        format!("data.train_batch_size={}", args.prompts),
+        format!("actor.ppo_mini_batch_size={}", args.prompts),
+        format!("actor.ppo_micro_batch_size_per_gpu={}", args.prompts * args.n),
+        "actor.optim.lr=1e-5".into(),
+        "actor.optim.weight_decay=0.0".into(),
+        "actor.loss_agg_mode=token-mean".into(),
+        format!("rollout.n={}", args.n),
+        "rollout.temperature=1.0".into(),
+        "reward.name=arith".into(),
+        format!("trainer.total_training_steps={total}"),
+        "trainer.test_freq=-1".into(),
+        "trainer.rollout_log_freq=-1".into(),
+        "trainer.progress=false".into(),
+        format!("trainer.default_local_dir={:?}", tmp.display().to_string()),
+        "trainer.experiment_name=temper".into(),
+    ];
+    let cfg = load_config(None, &overrides)?.config;
+    let mut t = Trainer::create(cfg, "bench", &[])?;
+    eprintln!("bench grpo: temper, {total} steps ({} warm-up) ...", args.warmup);
+    t.fit()?;
+    let lines = t.run.read_metrics()?;
+    let step_s: Vec<f64> =
+        lines.iter().filter_map(|l| l.get("timing_s/step").and_then(|v| v.as_f64())).skip(args.warmup).collect();
+    let phase = |k: &str| mean(&lines.iter().filter_map(|l| l.get(k).and_then(|v| v.as_f64())).skip(args.warmup).collect::<Vec<_>>());
+    let temper_peak = peak_rss_mb();
+    // The same prompts, in order, as chat messages for TRL.
+    let prompts: Vec<serde_json::Value> = t
+        .train
+        .examples
+        .iter()
+        .map(|e| {
+            serde_json::json!({
+                "prompt": [{"role": "system", "content": SYSTEM}, {"role": "user", "content": e.prompt.text()}],
+                "answer": e.answer,
+            })
+        })
+        .collect();
+    drop(t);
+    println!("| side | s/step (mean of {}) | gen s | update s | peak RSS MiB |", args.steps);
+    println!("| --- | --- | --- | --- | --- |");
+    let temper_mean = mean(&step_s);
+    println!(
+        "| temper ({}) | {:.1} | {:.1} | {:.1} (+ old logp {:.1}) | {:.0} |",
+        args.dtype,
+        temper_mean,
+        phase("timing_s/gen"),
+        phase("timing_s/update"),
+        phase("timing_s/old_log_prob"),
+        temper_peak
+    );
+    if args.no_python {
+        return Ok(());
+    }
+    let prompts_file = tmp.join("prompts.json");
+    std::fs::write(&prompts_file, serde_json::to_string(&prompts)?)?;
+    let root = repo_root();
+    let python = args.python.clone().unwrap_or_else(|| root.join(".venv/bin/python"));
+    eprintln!("bench grpo: TRL GRPOTrainer, {total} steps ({} warm-up) ...", args.warmup);
+    let out = Command::new(&python)
+        .arg(root.join("tools/trl_grpo_bench.py"))
+        .args(["--model", &model_dir.display().to_string()])
+        .args(["--prompts", &prompts_file.display().to_string()])
+        .args(["--n", &args.n.to_string(), "--prompts-per-step", &args.prompts.to_string()])
+        .args(["--max-tokens", &args.max_tokens.to_string()])
+        .args(["--steps", &args.steps.to_string(), "--warmup", &args.warmup.to_string()])
+        .args(["--out", &tmp.join("trl").display().to_string()])
+        .output()
+        .with_context(|| format!("running {} (is trl installed? scripts/setup-env.sh)", python.display()))?;
+    if !out.status.success() {
+        bail!("tools/trl_grpo_bench.py failed:\n{}", String::from_utf8_lossy(&out.stderr));
+    }
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let last = stdout.lines().rev().find(|l| l.trim_start().starts_with('{')).context("no JSON from trl_grpo_bench.py")?;
+    let v: serde_json::Value = serde_json::from_str(last)?;
+    let trl_steps: Vec<f64> = serde_json::from_value(v["step_s"].clone())?;
+    let trl_mean = mean(&trl_steps);
+    println!(
+        "| TRL {} (torch {}, f32) | {:.1} | - | - | {:.0} |",
+        v["trl"].as_str().unwrap_or("?"),
+        v["torch"].as_str().unwrap_or("?"),
+        trl_mean,
+        v["peak_rss_mb"].as_f64().unwrap_or(f64::NAN)
+    );
+    println!("\ntemper is {:.2}x TRL's speed per step (TRL s/step / temper s/step)", trl_mean / temper_mean);
+    let _ = std::fs::remove_dir_all(&tmp);
+    Ok(())
 }

@@ -241,6 +241,8 @@ pub struct RolloutConfig {
     pub top_k: i64,
     /// Stop strings; the stop string is kept in the response.
     pub stop: Vec<String>,
+    /// EOS and stop strings are ignored until a response has this many tokens.
+    pub min_tokens: usize,
     /// Sequences decoded together by the engine.
     pub max_num_seqs: usize,
 }
@@ -253,6 +255,7 @@ impl Default for RolloutConfig {
             top_p: 1.0,
             top_k: -1,
             stop: vec![],
+            min_tokens: 0,
             max_num_seqs: 256,
         }
     }
@@ -590,6 +593,14 @@ impl Config {
             &self.algorithm.kl_ctrl.kind,
             &["fixed", "adaptive"],
         )?;
+        self.check_algorithm_names()?;
+        if self.rollout.min_tokens > d.max_response_length {
+            bail!(
+                "rollout.min_tokens ({}) exceeds data.max_response_length ({})",
+                self.rollout.min_tokens,
+                d.max_response_length
+            );
+        }
         if self.trainer.max_ckpt_to_keep == Some(0) {
             bail!("trainer.max_ckpt_to_keep must be at least 1 (or unset to keep all)");
         }
@@ -598,6 +609,43 @@ impl Config {
                 "trainer.check_on_policy = true cannot hold with algorithm.rollout_correction.bypass_mode \
                  (old logprobs come from the sampler, so the first ratio is not exactly 1)"
             );
+        }
+        Ok(())
+    }
+
+    /// Every algorithm name parses with temper-algo's parser (the error lists the known names).
+    fn check_algorithm_names(&self) -> anyhow::Result<()> {
+        use anyhow::Context;
+        let a = &self.actor;
+        a.policy_loss
+            .loss_mode
+            .parse::<temper_algo::PolicyLossMode>()
+            .context("actor.policy_loss.loss_mode")?;
+        a.loss_agg_mode
+            .parse::<temper_algo::AggMode>()
+            .context("actor.loss_agg_mode")?;
+        a.kl_loss_type
+            .parse::<temper_algo::KlType>()
+            .context("actor.kl_loss_type")?;
+        let al = &self.algorithm;
+        al.adv_estimator
+            .parse::<temper_algo::AdvEstimator>()
+            .context("algorithm.adv_estimator")?;
+        al.kl_penalty
+            .parse::<temper_algo::KlType>()
+            .context("algorithm.kl_penalty")?;
+        let rc = &al.rollout_correction;
+        for (k, v) in [
+            ("rollout_is", &rc.rollout_is),
+            ("rollout_rs", &rc.rollout_rs),
+        ] {
+            if let Some(v) = v {
+                v.parse::<temper_algo::CorrectionLevel>()
+                    .with_context(|| format!("algorithm.rollout_correction.{k}"))?;
+            }
+        }
+        if rc.rollout_is.is_some() && rc.rollout_is_threshold <= 1.0 {
+            anyhow::bail!("algorithm.rollout_correction.rollout_is_threshold must be > 1");
         }
         Ok(())
     }

@@ -219,6 +219,7 @@ impl Trainer {
             top_k: r.top_k,
             max_tokens: self.cfg.data.max_response_length,
             stop: r.stop.clone(),
+            min_tokens: r.min_tokens,
             ..SamplingParams::default()
         }
     }

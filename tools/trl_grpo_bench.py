@@ -1,0 +1,106 @@
+"""TRL's GRPOTrainer on CPU, timed per step: the reference side of `temper bench grpo`.
+
+Runs GRPO with the same model folder, prompts (chat messages), group size, completion length,
+sampling temperature, loss (token-level, TRL's "dapo" = temper's token-mean), learning rate and
+no KL term as temper's side, and prints one JSON object:
+    {"step_s": [...], "peak_rss_mb": float, "trl": version, "torch": version, "threads": int}
+
+Usage: trl_grpo_bench.py --model DIR --prompts FILE.json --n 8 --max-tokens 12 --steps 3 [--warmup 1]
+FILE.json is a list of {"prompt": [{"role", "content"}...], "answer": "7"} in the order used.
+TRL version pinned by the project: trl==1.16.0 (scripts/setup-env.sh).
+"""
+import argparse
+import json
+import re
+import resource
+import time
+
+import torch
+import trl
+from datasets import Dataset
+from transformers import TrainerCallback
+from trl import GRPOConfig, GRPOTrainer
+
+p = argparse.ArgumentParser()
+p.add_argument("--model", required=True)
+p.add_argument("--prompts", required=True)
+p.add_argument("--n", type=int, default=8)
+p.add_argument("--prompts-per-step", type=int, default=8)
+p.add_argument("--max-tokens", type=int, default=12)
+p.add_argument("--steps", type=int, default=3)
+p.add_argument("--warmup", type=int, default=1)
+p.add_argument("--lr", type=float, default=1e-5)
+p.add_argument("--temperature", type=float, default=1.0)
+p.add_argument("--out", default="/tmp/trl-grpo-bench")
+args = p.parse_args()
+
+rows = json.load(open(args.prompts))
+ds = Dataset.from_list(rows)
+
+
+def last_number(text):
+    nums = re.findall(r"-?\d+(?:\.\d+)?", text.replace(",", ""))
+    return nums[-1] if nums else None
+
+
+def reward(completions, answer, **_):
+    out = []
+    for c, a in zip(completions, answer):
+        text = c[-1]["content"] if isinstance(c, list) else c
+        n = last_number(text)
+        out.append(1.0 if n is not None and float(n) == float(a) else 0.0)
+    return out
+
+
+class Timer(TrainerCallback):
+    def __init__(self):
+        self.times, self.t0 = [], None
+
+    def on_step_begin(self, a, state, control, **kw):
+        self.t0 = time.perf_counter()
+
+    def on_step_end(self, a, state, control, **kw):
+        self.times.append(time.perf_counter() - self.t0)
+
+
+total = args.steps + args.warmup
+cfg = GRPOConfig(
+    output_dir=args.out,
+    use_cpu=True,
+    bf16=False,
+    per_device_train_batch_size=args.prompts_per_step * args.n,
+    gradient_accumulation_steps=1,
+    num_generations=args.n,
+    max_completion_length=args.max_tokens,
+    temperature=args.temperature,
+    learning_rate=args.lr,
+    lr_scheduler_type="constant",
+    warmup_steps=0,
+    weight_decay=0.0,
+    max_grad_norm=1.0,
+    beta=0.0,
+    loss_type="dapo",
+    num_iterations=1,
+    max_steps=total,
+    logging_steps=1,
+    save_strategy="no",
+    report_to=[],
+    shuffle_dataset=False,
+    disable_dropout=True,
+    seed=0,
+)
+timer = Timer()
+trainer = GRPOTrainer(model=args.model, reward_funcs=[reward], args=cfg, train_dataset=ds, callbacks=[timer])
+trainer.train()
+print(
+    json.dumps(
+        {
+            "step_s": timer.times[args.warmup :],
+            "warmup_s": timer.times[: args.warmup],
+            "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0,
+            "trl": trl.__version__,
+            "torch": torch.__version__,
+            "threads": torch.get_num_threads(),
+        }
+    )
+)
