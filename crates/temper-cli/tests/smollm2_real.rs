@@ -133,6 +133,7 @@ fn score_matches_transformers_on_the_gguf() {
     }
     assert!(max_diff <= 1e-3, "max |logprob difference| = {max_diff}");
     eprintln!("temper score vs transformers (GGUF, f32): max |logprob diff| = {max_diff:.2e}");
+    std::fs::remove_dir_all(&work).unwrap();
 }
 
 #[test]
@@ -185,4 +186,5 @@ fn convert_through_the_binary() {
         );
         assert!(!bad_out.join("model.safetensors").exists());
     }
+    std::fs::remove_dir_all(&work).unwrap();
 }

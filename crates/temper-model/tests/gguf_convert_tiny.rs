@@ -73,6 +73,7 @@ fn tiny_models_match_transformers_gguf_import() {
         "{}",
         results[0]
     );
+    std::fs::remove_dir_all(&out).unwrap();
 }
 
 #[test]

@@ -100,7 +100,9 @@ fn roundtrip(package: &str, arch: &str, pre: &str, with_transformers: bool) -> V
     if !with_transformers {
         args.push("--no-transformers".as_ref());
     }
-    serde_json::from_str(&gguf_util::run_tool(tool, &args)).unwrap()
+    let result = serde_json::from_str(&gguf_util::run_tool(tool, &args)).unwrap();
+    std::fs::remove_dir_all(&work).unwrap();
+    result
 }
 
 #[test]
