@@ -309,3 +309,36 @@ fn dapo_filtering_and_off_policy_epochs_run() {
     // Later epochs are off-policy: the ratio moves away from 1.
     assert!(m[1]["actor/ppo_kl"].as_f64().unwrap() != 0.0);
 }
+
+/// One mini-batch and one epoch: the old log-probs come from the update's own first forward
+/// (no extra pass), and the mismatch metrics and rollout log still get them.
+#[test]
+fn a_single_minibatch_reuses_the_first_forward() {
+    let root = common::temp_dir("single");
+    let cfg = tiny_config(
+        &root,
+        &[
+            "trainer.total_training_steps=2",
+            "actor.ppo_mini_batch_size=4",
+        ],
+    );
+    let mut t = Trainer::create(cfg, "s", &[]).unwrap();
+    t.reward = Box::new(AsciiFraction);
+    let before = weights(&t);
+    t.fit().unwrap();
+    assert!(!same_weights(&before, &weights(&t)));
+    let m = metrics(&t);
+    assert_eq!(m[0]["actor/optimizer_steps"].as_f64(), Some(1.0));
+    assert_eq!(m[0]["actor/ppo_kl"].as_f64(), Some(0.0));
+    assert!(m[0]["rollout/logprob_abs_diff_max"].as_f64().unwrap() < 1e-4);
+    let line = std::fs::read_to_string(t.run.root.join("rollouts/step_2.jsonl")).unwrap();
+    let v: serde_json::Value = serde_json::from_str(line.lines().next().unwrap()).unwrap();
+    let (old, roll) = (
+        v["old_logprobs"].as_array().unwrap(),
+        v["rollout_logprobs"].as_array().unwrap(),
+    );
+    assert_eq!(old.len(), roll.len());
+    for (a, b) in old.iter().zip(roll) {
+        assert!((a.as_f64().unwrap() - b.as_f64().unwrap()).abs() < 1e-4);
+    }
+}

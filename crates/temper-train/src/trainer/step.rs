@@ -378,11 +378,23 @@ impl Trainer {
             })?;
             Ok(out)
         };
+        // With one mini-batch and one epoch the first (only) update sees the weights that sampled:
+        // its own detached log-probs are the old ones, bitwise, so the separate forward is skipped
+        // (unless something needs `old` before the update).
+        let rc_cfg = self.rollout_corr;
+        let reuse_first = !rc_cfg.bypass_mode
+            && rc_cfg.rollout_is.is_none()
+            && rc_cfg.rollout_rs.is_none()
+            && self.kl_ctrl.is_none()
+            && self.cfg.actor.ppo_epochs == 1
+            && first.len() == 1;
         let t_old = Instant::now();
-        let old = if self.rollout_corr.bypass_mode {
-            batch.rollout_logprobs.shallow_clone()
+        let mut old = if rc_cfg.bypass_mode {
+            Some(batch.rollout_logprobs.shallow_clone())
+        } else if reuse_first {
+            None
         } else {
-            logprobs_of(&self.model)?
+            Some(logprobs_of(&self.model)?)
         };
         m.insert(
             "timing_s/old_log_prob".into(),
@@ -410,7 +422,8 @@ impl Trainer {
                 .context("algorithm.kl_penalty")?;
             let (tr, km) = temper_algo::apply_kl_in_reward(
                 &token_rewards,
-                &old,
+                old.as_ref()
+                    .expect("old log-probs are computed when KL is in the reward"),
                 r,
                 &batch.response_mask,
                 kl,
@@ -449,9 +462,9 @@ impl Trainer {
         put_mmm(&mut m, "critic/advantages", &valid_adv);
         let mut response_mask = batch.response_mask.shallow_clone();
         let mut is_weights = None;
-        if !self.rollout_corr.bypass_mode {
+        if let (false, Some(old)) = (rc_cfg.bypass_mode, &old) {
             let rc = temper_algo::rollout_correction(
-                &old,
+                old,
                 &batch.rollout_logprobs,
                 &batch.response_mask,
                 &self.rollout_corr,
@@ -461,12 +474,6 @@ impl Trainer {
             is_weights = rc.rollout_is_weights;
         }
         m.insert("timing_s/adv".into(), t_adv.elapsed().as_secs_f64());
-
-        if self.cfg.trainer.rollout_log_freq > 0
-            && step.is_multiple_of(self.cfg.trainer.rollout_log_freq as usize)
-        {
-            self.write_rollouts(step, &groups, &adv_rows, &to_rows(&old), &seq_rewards)?;
-        }
 
         // 4. Policy update.
         let t_upd = Instant::now();
@@ -480,12 +487,12 @@ impl Trainer {
             m.insert("batch/skipped_update".into(), 1.0);
         } else {
             m.insert("batch/skipped_update".into(), 0.0);
-            self.update(
+            let recorded = self.update(
                 step,
                 &batch,
                 &partition,
-                first,
-                &old,
+                first.clone(),
+                old.as_ref(),
                 reference.as_ref(),
                 &advantages,
                 &response_mask,
@@ -493,8 +500,29 @@ impl Trainer {
                 lr,
                 &mut m,
             )?;
+            if old.is_none() {
+                old = recorded;
+            }
         }
         m.insert("timing_s/update".into(), t_upd.elapsed().as_secs_f64());
+        let old = match old {
+            Some(o) => o,
+            None => logprobs_of(&self.model)?, // update skipped: the weights are unchanged
+        };
+        if reuse_first {
+            let rc = temper_algo::rollout_correction(
+                &old,
+                &batch.rollout_logprobs,
+                &batch.response_mask,
+                &temper_algo::RolloutCorrection::default(),
+            )?;
+            m.extend(rc.metrics.into_iter().map(|(k, v)| (k.to_string(), v)));
+        }
+        if self.cfg.trainer.rollout_log_freq > 0
+            && step.is_multiple_of(self.cfg.trainer.rollout_log_freq as usize)
+        {
+            self.write_rollouts(step, &groups, &adv_rows, &to_rows(&old), &seq_rewards)?;
+        }
         let total_tokens: f64 = resp_len.iter().sum::<f64>() + prompt_len.iter().sum::<f64>();
         let secs = t_step.elapsed().as_secs_f64();
         m.insert("timing_s/step".into(), secs);
@@ -519,16 +547,21 @@ impl Trainer {
         batch: &Batch,
         partition: &Partition,
         first: Vec<Vec<Vec<i64>>>,
-        old: &Tensor,
+        old: Option<&Tensor>,
         reference: Option<&Tensor>,
         advantages: &Tensor,
         response_mask: &Tensor,
         is_weights: Option<&Tensor>,
         lr: f64,
         m: &mut StepMetrics,
-    ) -> Result<()> {
+    ) -> Result<Option<Tensor>> {
         const ADDITIVE: [&str; 3] = ["actor/pg_loss", "actor/entropy", "actor/kl_loss"];
         let temperature = self.cfg.rollout.temperature;
+        // Without precomputed old log-probs, the first update's own (detached) ones are recorded.
+        let mut recorded = Tensor::zeros(
+            [batch.rows as i64, batch.response_len],
+            (Kind::Float, self.model.device()),
+        );
         let mut acc = MetricAcc::default();
         let mut grad_norms = Vec::new();
         let mut skipped = 0;
@@ -552,7 +585,18 @@ impl Trainer {
                     } else {
                         ent.detach()
                     };
-                    let old_mb = Batch::rows_of(old, idx);
+                    let old_mb = match old {
+                        Some(o) => Batch::rows_of(o, idx),
+                        None => {
+                            let d = logp.detach();
+                            let _ = recorded.index_copy_(
+                                0,
+                                &Tensor::from_slice(idx).to(d.device()),
+                                &d,
+                            );
+                            d
+                        }
+                    };
                     let adv_mb = Batch::rows_of(advantages, idx);
                     let ref_mb = reference.map(|r| Batch::rows_of(r, idx));
                     let w_mb = is_weights.map(|w| Batch::rows_of(w, idx));
@@ -633,7 +677,7 @@ impl Trainer {
             (grad_norms.len() - skipped) as f64,
         );
         m.insert("actor/nonfinite_grad_steps".into(), skipped as f64);
-        Ok(())
+        Ok(old.is_none().then_some(recorded))
     }
 
     fn write_rollouts(
