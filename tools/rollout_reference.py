@@ -158,7 +158,7 @@ SMOLLM2_QUESTIONS = ["What is 7 * 8?", "Name a primary color.", "Write a haiku a
 
 @torch.no_grad()
 def smollm2_greedy(model_dir: str, out: str) -> None:
-    """Greedy 24 tokens for each chat prompt alone, with the model's EOS; ids via its chat template."""
+    """Greedy 16 tokens for each chat prompt alone, with the model's EOS; ids via its chat template."""
     tok = AutoTokenizer.from_pretrained(model_dir)
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
     eos = GenerationConfig.from_pretrained(model_dir).eos_token_id
@@ -167,7 +167,7 @@ def smollm2_greedy(model_dir: str, out: str) -> None:
     for q in SMOLLM2_QUESTIONS:
         text = tok.apply_chat_template([{"role": "user", "content": q}], tokenize=False, add_generation_prompt=True)
         prompt = tok(text, add_special_tokens=False)["input_ids"]
-        new, lps = greedy(model, prompt, 24, eos)
+        new, lps = greedy(model, prompt, 16, eos)
         rows.append({"question": q, "prompt": prompt, "completion": new, "logprobs": lps})
     with open(out, "w") as f:
         json.dump({"eos": eos, "rows": rows}, f)

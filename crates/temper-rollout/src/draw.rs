@@ -17,7 +17,11 @@ pub fn sample_rng(seed: u64, sample_index: usize) -> ChaCha20Rng {
 /// A per-request seed from a run seed (e.g. `--seed`) and the request's index, so that requests in
 /// one run get unrelated streams (SplitMix64 finaliser of `base + index * golden ratio`).
 pub fn request_seed(base: u64, request_index: usize) -> u64 {
-    let mut z = base.wrapping_add((request_index as u64).wrapping_add(1).wrapping_mul(0x9E37_79B9_7F4A_7C15));
+    let mut z = base.wrapping_add(
+        (request_index as u64)
+            .wrapping_add(1)
+            .wrapping_mul(0x9E37_79B9_7F4A_7C15),
+    );
     z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
     z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
     z ^ (z >> 31)

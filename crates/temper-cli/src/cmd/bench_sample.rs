@@ -1,6 +1,235 @@
-#[derive(clap::Args)]
-pub struct Args {}
+//! `temper bench sample`: decode tokens/s of temper's rollout engine vs transformers `generate`
+//! (`tools/bench_sample.py`, a worker process driven over stdin) on the same model, dtype and
+//! sampling (temperature 1, top-p 1, top-k off, EOS banned so every row makes exactly
+//! `--new-tokens`), at each batch size, in the same run. Runs alternate (temper, transformers,
+//! temper, ...) so background load hits both; the ratios are the result. Not a test: see
+//! BENCHMARKS.md.
+//!
+//! Each configuration is timed twice: with `--new-tokens` and with 1 new token (prefill + one
+//! step), so decode tok/s = rows * (new_tokens - 1) / (t_full - t_one); end-to-end tok/s counts
+//! every new token over the whole `generate` call.
+use std::io::{BufRead, BufReader, Write};
+use std::path::PathBuf;
+use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+use std::time::Instant;
 
-pub fn run(_args: Args) -> anyhow::Result<()> {
-    anyhow::bail!("not built yet")
+use anyhow::{bail, Context, Result};
+use tch::Device;
+use temper_model::{CausalLm, ComputeKind};
+use temper_rollout::draw::request_seed;
+use temper_rollout::{Engine, EngineConfig, Request, SamplingParams};
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// A model folder, a hub id or an alias.
+    #[arg(long, default_value = "smollm2")]
+    pub model: String,
+    /// Batch sizes (rows = prompts, one sample each), comma-separated.
+    #[arg(long, value_delimiter = ',', default_value = "1,16")]
+    pub batch: Vec<usize>,
+    /// Prompt length in tokens.
+    #[arg(long, default_value_t = 64)]
+    pub prompt_len: usize,
+    /// New tokens per row.
+    #[arg(long, default_value_t = 128)]
+    pub new_tokens: usize,
+    /// How many times the runs alternate; the median is reported.
+    #[arg(long, default_value_t = 3)]
+    pub rounds: usize,
+    /// Compute dtype (both sides): f32 or bf16.
+    #[arg(long, default_value = "f32")]
+    pub dtype: ComputeKind,
+    /// Only time temper.
+    #[arg(long)]
+    pub no_python: bool,
+    /// The Python with torch + transformers (default: .venv/bin/python of the repository).
+    #[arg(long)]
+    pub python: Option<PathBuf>,
+}
+
+/// The repository root: `$TEMPER_ROOT`, else the source tree this binary was built from.
+fn repo_root() -> PathBuf {
+    match std::env::var_os("TEMPER_ROOT").filter(|v| !v.is_empty()) {
+        Some(r) => PathBuf::from(r),
+        None => PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../.."),
+    }
+}
+
+/// Deterministic prompt ids (the same on both sides), spread over the vocabulary.
+fn prompts(rows: usize, len: usize, vocab: i64) -> Vec<Vec<i64>> {
+    (0..rows)
+        .map(|r| {
+            (0..len)
+                .map(|j| 100 + ((r as i64 * 7919 + j as i64 * 104_729) % (vocab - 100)))
+                .collect()
+        })
+        .collect()
+}
+
+struct HfWorker {
+    child: Child,
+    stdin: ChildStdin,
+    stdout: BufReader<ChildStdout>,
+}
+
+impl HfWorker {
+    fn start(args: &Args, dir: &std::path::Path) -> Result<Self> {
+        let root = repo_root();
+        let python = args
+            .python
+            .clone()
+            .unwrap_or_else(|| root.join(".venv/bin/python"));
+        let script = root.join("tools/bench_sample.py");
+        if !script.is_file() {
+            bail!(
+                "{} not found (set TEMPER_ROOT to the repository)",
+                script.display()
+            );
+        }
+        let mut child = Command::new(&python)
+            .arg(&script)
+            .arg("--model")
+            .arg(dir)
+            .args(["--dtype", &args.dtype.to_string()])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .with_context(|| format!("starting {} {}", python.display(), script.display()))?;
+        let stdin = child.stdin.take().context("worker stdin")?;
+        let stdout = BufReader::new(child.stdout.take().context("worker stdout")?);
+        let mut w = HfWorker {
+            child,
+            stdin,
+            stdout,
+        };
+        let ready = w.read()?;
+        eprintln!("transformers worker: {ready}");
+        Ok(w)
+    }
+
+    fn read(&mut self) -> Result<serde_json::Value> {
+        let mut line = String::new();
+        if self.stdout.read_line(&mut line)? == 0 {
+            bail!("tools/bench_sample.py exited early (run it by hand to see its error)");
+        }
+        serde_json::from_str(&line).with_context(|| format!("worker said: {line}"))
+    }
+
+    /// Seconds for one `generate`.
+    fn generate(&mut self, prompts: &[Vec<i64>], new_tokens: usize) -> Result<f64> {
+        let req = serde_json::json!({"prompts": prompts, "max_new_tokens": new_tokens});
+        writeln!(self.stdin, "{req}")?;
+        self.stdin.flush()?;
+        let out = self.read()?;
+        let want = prompts.len() * new_tokens;
+        if out["new_tokens"].as_u64() != Some(want as u64) {
+            bail!(
+                "transformers made {} new tokens, expected {want}",
+                out["new_tokens"]
+            );
+        }
+        out["seconds"]
+            .as_f64()
+            .context("worker reply without seconds")
+    }
+}
+
+impl Drop for HfWorker {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Seconds for one temper `generate`.
+fn temper_generate(model: &CausalLm, prompts: &[Vec<i64>], new_tokens: usize) -> Result<f64> {
+    let requests: Vec<Request> = prompts
+        .iter()
+        .enumerate()
+        .map(|(i, p)| Request {
+            prompt_ids: p.clone(),
+            params: SamplingParams {
+                max_tokens: new_tokens,
+                min_tokens: new_tokens,
+                seed: Some(request_seed(0, i)),
+                ..SamplingParams::default()
+            },
+        })
+        .collect();
+    let config = EngineConfig {
+        max_batch_rows: prompts.len().max(1),
+        ..EngineConfig::default()
+    };
+    let engine = Engine::new(model, model.config().eos_token_ids.clone()).with_config(config);
+    let start = Instant::now();
+    let samples = engine.generate(&requests, &mut |_| {})?;
+    let seconds = start.elapsed().as_secs_f64();
+    let made: usize = samples.iter().map(|s| s.completion_ids.len()).sum();
+    if made != prompts.len() * new_tokens {
+        bail!(
+            "temper made {made} new tokens, expected {}",
+            prompts.len() * new_tokens
+        );
+    }
+    Ok(seconds)
+}
+
+fn median(v: &mut [f64]) -> f64 {
+    v.sort_by(|a, b| a.total_cmp(b));
+    v[v.len() / 2]
+}
+
+pub fn run(args: Args) -> Result<()> {
+    if args.new_tokens < 2 || args.rounds == 0 || args.batch.is_empty() {
+        bail!("need --new-tokens >= 2, --rounds >= 1 and at least one --batch");
+    }
+    let dir = temper_model::resolve::resolve_model(&args.model)?;
+    let model = CausalLm::load(&dir, Device::Cpu, args.dtype)?;
+    let vocab = model.config().vocab_size;
+    let mut hf = if args.no_python {
+        None
+    } else {
+        Some(HfWorker::start(&args, &dir)?)
+    };
+    eprintln!("libtorch threads: {}", tch::get_num_threads());
+    // Warm-up (allocator, oneDNN kernels) on both sides.
+    let warm = prompts(2, args.prompt_len, vocab);
+    temper_generate(&model, &warm, 4)?;
+    if let Some(hf) = hf.as_mut() {
+        hf.generate(&warm, 4)?;
+    }
+    println!(
+        "model {} ({}), prompts {} tokens, {} new tokens, sampling T=1, {} rounds (median)",
+        args.model, args.dtype, args.prompt_len, args.new_tokens, args.rounds
+    );
+    println!("| batch | side | end-to-end tok/s | decode tok/s |");
+    println!("| ---: | --- | ---: | ---: |");
+    for &b in &args.batch {
+        let ps = prompts(b, args.prompt_len, vocab);
+        let (mut ours_full, mut ours_one, mut hf_full, mut hf_one) =
+            (vec![], vec![], vec![], vec![]);
+        for _ in 0..args.rounds {
+            ours_full.push(temper_generate(&model, &ps, args.new_tokens)?);
+            ours_one.push(temper_generate(&model, &ps, 1)?);
+            if let Some(hf) = hf.as_mut() {
+                hf_full.push(hf.generate(&ps, args.new_tokens)?);
+                hf_one.push(hf.generate(&ps, 1)?);
+            }
+        }
+        let rates = |full: &mut Vec<f64>, one: &mut Vec<f64>| {
+            let (f, o) = (median(full), median(one));
+            let e2e = (b * args.new_tokens) as f64 / f;
+            let decode = (b * (args.new_tokens - 1)) as f64 / (f - o).max(1e-9);
+            (e2e, decode)
+        };
+        let (oe, od) = rates(&mut ours_full, &mut ours_one);
+        println!("| {b} | temper | {oe:.1} | {od:.1} |");
+        if hf.is_some() {
+            let (he, hd) = rates(&mut hf_full, &mut hf_one);
+            println!("| {b} | transformers | {he:.1} | {hd:.1} |");
+            println!("| {b} | ratio | {:.2}x | {:.2}x |", oe / he, od / hd);
+        }
+    }
+    Ok(())
 }

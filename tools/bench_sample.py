@@ -1,0 +1,50 @@
+#!/usr/bin/env python3
+"""transformers `generate` side of `temper bench sample`: a worker driven over stdin/stdout.
+
+Started as `bench_sample.py --model DIR --dtype f32|bf16`; prints {"ready": true, ...} once the model is
+loaded, then for each JSON line {"prompts": [[id]], "max_new_tokens": N} on stdin runs one
+`model.generate` (sampling: temperature 1, top_p 1, top_k off, EOS ignored via min_new_tokens = N,
+so every row makes exactly N tokens) and prints {"seconds": wall time, "new_tokens": rows * N}.
+"""
+import argparse
+import json
+import sys
+import time
+
+import torch
+from transformers import AutoModelForCausalLM
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--model", required=True)
+    ap.add_argument("--dtype", choices=["f32", "bf16"], default="f32")
+    a = ap.parse_args()
+    dtype = torch.float32 if a.dtype == "f32" else torch.bfloat16
+    model = AutoModelForCausalLM.from_pretrained(a.model, dtype=dtype).eval()
+    print(json.dumps({"ready": True, "threads": torch.get_num_threads(), "torch": torch.__version__}), flush=True)
+    for line in sys.stdin:
+        req = json.loads(line)
+        ids = torch.tensor(req["prompts"], dtype=torch.long)
+        n = req["max_new_tokens"]
+        torch.manual_seed(0)
+        start = time.perf_counter()
+        with torch.inference_mode():
+            out = model.generate(
+                ids,
+                attention_mask=torch.ones_like(ids),
+                do_sample=True,
+                temperature=1.0,
+                top_p=1.0,
+                top_k=0,
+                max_new_tokens=n,
+                min_new_tokens=n,
+                pad_token_id=0,
+            )
+        seconds = time.perf_counter() - start
+        new = out.shape[1] - ids.shape[1]
+        print(json.dumps({"seconds": seconds, "new_tokens": int(ids.shape[0] * new)}), flush=True)
+
+
+if __name__ == "__main__":
+    main()
