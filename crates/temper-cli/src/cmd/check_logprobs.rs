@@ -5,10 +5,11 @@
 use anyhow::{bail, Result};
 use temper_model::ComputeKind;
 use temper_rollout::verify::{compare, trainer_logprobs};
-use temper_rollout::{Engine, EngineConfig, LogprobKind, Request};
+use temper_rollout::{LogprobKind, Request};
 
 use super::sample::{
-    generate_with_progress, load, prompt_texts, tokenize_prompts, PromptArgs, SamplingArgs,
+    generate_with_progress, load, name_request, read_prompts, tokenize_prompts, PromptArgs,
+    SamplingArgs,
 };
 
 /// Prompts of different lengths used when none is given, so the batch mixes prompt lengths.
@@ -38,6 +39,9 @@ pub struct CheckPrompts {
     /// A prompt (repeat for several; default: three built-in prompts of different lengths).
     #[arg(long, conflicts_with = "dataset")]
     pub prompt: Vec<String>,
+    /// A prompt as comma-separated token ids (repeat for several; for models without a tokenizer).
+    #[arg(long, conflicts_with = "dataset")]
+    pub prompt_ids: Vec<String>,
     /// A JSONL file with one prompt per line, in the field named by --field.
     #[arg(long)]
     pub dataset: Option<std::path::PathBuf>,
@@ -63,22 +67,24 @@ pub fn run(args: Args) -> Result<()> {
         ComputeKind::F32 => 1e-4,
         ComputeKind::Bf16 => 5e-2,
     });
-    let prompt = if args.prompts.prompt.is_empty() && args.prompts.dataset.is_none() {
-        DEFAULT_PROMPTS.iter().map(|p| p.to_string()).collect()
-    } else {
-        args.prompts.prompt.clone()
-    };
+    let a = &args.prompts;
+    let none_given = a.prompt.is_empty() && a.prompt_ids.is_empty() && a.dataset.is_none();
     let p = PromptArgs {
-        prompt,
-        dataset: args.prompts.dataset.clone(),
-        field: args.prompts.field.clone(),
-        limit: Some(args.prompts.limit),
-        chat: args.prompts.chat,
+        prompt: if none_given {
+            DEFAULT_PROMPTS.iter().map(|p| p.to_string()).collect()
+        } else {
+            a.prompt.clone()
+        },
+        prompt_ids: a.prompt_ids.clone(),
+        dataset: a.dataset.clone(),
+        field: a.field.clone(),
+        limit: Some(a.limit),
+        chat: a.chat,
     };
-    let texts = prompt_texts(&p)?;
+    let prompts = read_prompts(&p)?;
     let loaded = load(&args.model, s.dtype)?;
-    let prompts = tokenize_prompts(&loaded.tokenizer, &texts, p.chat)?;
-    let requests: Vec<Request> = prompts
+    let ids = tokenize_prompts(loaded.tokenizer.as_ref(), &prompts, p.chat)?;
+    let requests: Vec<Request> = ids
         .into_iter()
         .enumerate()
         .map(|(i, prompt_ids)| Request {
@@ -86,15 +92,9 @@ pub fn run(args: Args) -> Result<()> {
             params: s.params(i),
         })
         .collect();
-    let config = EngineConfig {
-        max_batch_rows: s.batch_rows,
-        seed: s.seed,
-        ..Default::default()
-    };
-    let engine = Engine::new(&loaded.model, loaded.eos_ids.clone())
-        .with_decoder(&loaded.tokenizer)
-        .with_config(config);
-    let samples = generate_with_progress(&engine, &requests)?;
+    let engine = loaded.engine(s);
+    let samples =
+        generate_with_progress(&engine, &requests).map_err(|e| name_request(e, &prompts))?;
     // Greedy rows report logprobs at temperature 1 (see docs/rollout.md).
     let temperature = if s.temperature == 0.0 {
         1.0

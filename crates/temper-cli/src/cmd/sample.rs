@@ -1,4 +1,4 @@
-//! `temper sample --model M (--prompt P | --dataset FILE.jsonl --field question) [--chat] -n 4
+//! `temper sample --model M (--prompt P | --prompt-ids 1,2,3 | --dataset FILE.jsonl --field question) [--chat] -n 4
 //! --max-tokens 64 --temperature 1.0 --top-p 1 --top-k -1 --seed 0 [--json]`: sample completions
 //! with temper's rollout engine and print them (text, or one JSON object per sample).
 use std::io::{BufRead, Write};
@@ -30,8 +30,12 @@ pub struct Args {
 #[derive(clap::Args)]
 pub struct PromptArgs {
     /// A prompt (repeat the flag for several).
-    #[arg(long, conflicts_with = "dataset", required_unless_present = "dataset")]
+    #[arg(long, conflicts_with = "dataset")]
     pub prompt: Vec<String>,
+    /// A prompt as comma-separated token ids, used as given (repeat for several; works for models
+    /// without a tokenizer).
+    #[arg(long, conflicts_with = "dataset")]
+    pub prompt_ids: Vec<String>,
     /// A JSONL file with one prompt per line, in the field named by --field.
     #[arg(long)]
     pub dataset: Option<PathBuf>,
@@ -125,15 +129,20 @@ impl SamplingArgs {
 /// A loaded model with what sampling needs around it.
 pub struct Loaded {
     pub model: CausalLm,
-    pub tokenizer: Tokenizer,
+    /// None when the folder has no tokenizer.json (prompts must then be given as ids).
+    pub tokenizer: Option<Tokenizer>,
     pub eos_ids: Vec<i64>,
 }
 
 pub fn load(spec: &str, dtype: ComputeKind) -> Result<Loaded> {
     let dir = temper_model::resolve::resolve_model(spec)?;
     let model = CausalLm::load(&dir, Device::Cpu, dtype)?;
-    let tokenizer = Tokenizer::from_dir(&dir)?;
-    let gen = GenerationConfig::from_dir(&dir, Some(model.config()), Some(&tokenizer))?;
+    let tokenizer = if dir.join("tokenizer.json").is_file() {
+        Some(Tokenizer::from_dir(&dir)?)
+    } else {
+        None
+    };
+    let gen = GenerationConfig::from_dir(&dir, Some(model.config()), tokenizer.as_ref())?;
     Ok(Loaded {
         model,
         tokenizer,
@@ -141,15 +150,63 @@ pub fn load(spec: &str, dtype: ComputeKind) -> Result<Loaded> {
     })
 }
 
-/// Prompt texts from --prompt or --dataset, each with where it came from (for error messages).
-pub fn prompt_texts(args: &PromptArgs) -> Result<Vec<(String, String)>> {
+impl Loaded {
+    /// An engine over this model, decoding stop strings with its tokenizer when it has one.
+    pub fn engine(&self, s: &SamplingArgs) -> Engine<'_> {
+        let config = EngineConfig {
+            max_batch_rows: s.batch_rows,
+            seed: s.seed,
+            ..Default::default()
+        };
+        let engine = Engine::new(&self.model, self.eos_ids.clone()).with_config(config);
+        match &self.tokenizer {
+            Some(t) => engine.with_decoder(t),
+            None => engine,
+        }
+    }
+}
+
+/// One prompt and where it came from (for error messages).
+pub struct Prompt {
+    pub origin: String,
+    pub text: Option<String>,
+    pub ids: Option<Vec<i64>>,
+}
+
+/// Prompts from --prompt / --prompt-ids or --dataset.
+pub fn read_prompts(args: &PromptArgs) -> Result<Vec<Prompt>> {
     let Some(path) = &args.dataset else {
-        return Ok(args
+        let mut out: Vec<Prompt> = args
             .prompt
             .iter()
             .enumerate()
-            .map(|(i, p)| (format!("--prompt #{}", i + 1), p.clone()))
-            .collect());
+            .map(|(i, p)| Prompt {
+                origin: format!("--prompt #{}", i + 1),
+                text: Some(p.clone()),
+                ids: None,
+            })
+            .collect();
+        for (i, list) in args.prompt_ids.iter().enumerate() {
+            let origin = format!("--prompt-ids #{}", i + 1);
+            let ids = list
+                .split(',')
+                .filter(|t| !t.trim().is_empty())
+                .map(|t| {
+                    t.trim()
+                        .parse::<i64>()
+                        .with_context(|| format!("{origin}: `{t}` is not a token id"))
+                })
+                .collect::<Result<Vec<i64>>>()?;
+            out.push(Prompt {
+                origin,
+                text: None,
+                ids: Some(ids),
+            });
+        }
+        if out.is_empty() {
+            bail!("give --prompt, --prompt-ids or --dataset");
+        }
+        return Ok(out);
     };
     let file = std::fs::File::open(path).with_context(|| format!("opening {}", path.display()))?;
     let mut out = Vec::new();
@@ -157,19 +214,23 @@ pub fn prompt_texts(args: &PromptArgs) -> Result<Vec<(String, String)>> {
         if args.limit.is_some_and(|l| out.len() >= l) {
             break;
         }
-        let where_ = format!("{} line {}", path.display(), i + 1);
-        let line = line.with_context(|| format!("reading {where_}"))?;
+        let origin = format!("{} line {}", path.display(), i + 1);
+        let line = line.with_context(|| format!("reading {origin}"))?;
         if line.trim().is_empty() {
             continue;
         }
         let v: serde_json::Value =
-            serde_json::from_str(&line).with_context(|| format!("{where_}: not valid JSON"))?;
+            serde_json::from_str(&line).with_context(|| format!("{origin}: not valid JSON"))?;
         let text = match v.get(&args.field) {
             Some(serde_json::Value::String(s)) => s.clone(),
-            Some(other) => bail!("{where_}: field `{}` is not a string ({other})", args.field),
-            None => bail!("{where_}: no field `{}`", args.field),
+            Some(other) => bail!("{origin}: field `{}` is not a string ({other})", args.field),
+            None => bail!("{origin}: no field `{}`", args.field),
         };
-        out.push((where_, text));
+        out.push(Prompt {
+            origin,
+            text: Some(text),
+            ids: None,
+        });
     }
     if out.is_empty() {
         bail!("{}: no prompts", path.display());
@@ -179,25 +240,37 @@ pub fn prompt_texts(args: &PromptArgs) -> Result<Vec<(String, String)>> {
 
 /// Token ids of each prompt (chat template applied with --chat). Empty prompts are an error.
 pub fn tokenize_prompts(
-    tok: &Tokenizer,
-    texts: &[(String, String)],
+    tok: Option<&Tokenizer>,
+    prompts: &[Prompt],
     chat: bool,
 ) -> Result<Vec<Vec<i64>>> {
-    texts
+    prompts
         .iter()
-        .map(|(where_, text)| {
-            if text.is_empty() {
-                bail!("{where_}: the prompt is empty");
-            }
-            let ids = if chat {
-                let rendered =
-                    tok.apply_chat_template(&[ChatMessage::user(text.as_str())], true)?;
-                tok.encode(&rendered, false)?
-            } else {
-                tok.encode(text, true)?
+        .map(|p| {
+            let ids = match (&p.ids, &p.text) {
+                (Some(ids), _) => ids.clone(),
+                (None, Some(text)) => {
+                    if text.is_empty() {
+                        bail!("{}: the prompt is empty", p.origin);
+                    }
+                    let tok = tok.with_context(|| {
+                        format!(
+                            "{}: the model folder has no tokenizer.json (give --prompt-ids)",
+                            p.origin
+                        )
+                    })?;
+                    if chat {
+                        let rendered =
+                            tok.apply_chat_template(&[ChatMessage::user(text.as_str())], true)?;
+                        tok.encode(&rendered, false)?
+                    } else {
+                        tok.encode(text, true)?
+                    }
+                }
+                (None, None) => unreachable!("a prompt has text or ids"),
             };
             if ids.is_empty() {
-                bail!("{where_}: the prompt tokenizes to nothing");
+                bail!("{}: the prompt is empty (no tokens)", p.origin);
             }
             Ok(ids)
         })
@@ -227,10 +300,10 @@ pub fn generate_with_progress(engine: &Engine, requests: &[Request]) -> Result<V
 
 pub fn run(args: Args) -> Result<()> {
     args.sampling.validate()?;
-    let texts = prompt_texts(&args.prompts)?;
+    let prompts = read_prompts(&args.prompts)?;
     let loaded = load(&args.model, args.sampling.dtype)?;
-    let prompts = tokenize_prompts(&loaded.tokenizer, &texts, args.prompts.chat)?;
-    let requests: Vec<Request> = prompts
+    let ids = tokenize_prompts(loaded.tokenizer.as_ref(), &prompts, args.prompts.chat)?;
+    let requests: Vec<Request> = ids
         .into_iter()
         .enumerate()
         .map(|(i, prompt_ids)| Request {
@@ -238,48 +311,44 @@ pub fn run(args: Args) -> Result<()> {
             params: args.sampling.params(i),
         })
         .collect();
-    let config = EngineConfig {
-        max_batch_rows: args.sampling.batch_rows,
-        seed: args.sampling.seed,
-        ..Default::default()
-    };
-    let engine = Engine::new(&loaded.model, loaded.eos_ids.clone())
-        .with_decoder(&loaded.tokenizer)
-        .with_config(config);
+    let engine = loaded.engine(&args.sampling);
     let samples =
-        generate_with_progress(&engine, &requests).map_err(|e| name_request(e, &texts))?;
-    print_samples(&samples, &loaded.tokenizer, &texts, args.json)
+        generate_with_progress(&engine, &requests).map_err(|e| name_request(e, &prompts))?;
+    print_samples(&samples, loaded.tokenizer.as_ref(), &prompts, args.json)
 }
 
-/// Engine errors say "request i"; add where that prompt came from.
-fn name_request(e: anyhow::Error, texts: &[(String, String)]) -> anyhow::Error {
+/// Engine errors say "request i: ..."; add where that prompt came from.
+pub fn name_request(e: anyhow::Error, prompts: &[Prompt]) -> anyhow::Error {
     let msg = format!("{e:#}");
     let origin = msg
         .strip_prefix("request ")
         .and_then(|rest| rest.split(':').next())
         .and_then(|i| i.parse::<usize>().ok())
-        .and_then(|i| texts.get(i));
+        .and_then(|i| prompts.get(i));
     match origin {
-        Some((where_, _)) => e.context(where_.clone()),
+        Some(p) => e.context(p.origin.clone()),
         None => e,
     }
 }
 
 fn print_samples(
     samples: &[Sample],
-    tok: &Tokenizer,
-    texts: &[(String, String)],
+    tok: Option<&Tokenizer>,
+    prompts: &[Prompt],
     json: bool,
 ) -> Result<()> {
     let stdout = std::io::stdout();
     let mut out = stdout.lock();
     for s in samples {
-        let text = tok.decode(&s.completion_ids, false)?;
+        let text = match tok {
+            Some(t) => Some(t.decode(&s.completion_ids, false)?),
+            None => None,
+        };
         if json {
             let line = serde_json::json!({
                 "request_index": s.request_index,
                 "sample_index": s.sample_index,
-                "prompt": texts[s.request_index].1,
+                "prompt": prompts[s.request_index].text,
                 "completion": text,
                 "prompt_ids": s.prompt_ids,
                 "completion_ids": s.completion_ids,
@@ -298,7 +367,10 @@ fn print_samples(
                 s.finish,
                 s.completion_ids.len()
             )?;
-            writeln!(out, "{text}")?;
+            match text {
+                Some(t) => writeln!(out, "{t}")?,
+                None => writeln!(out, "{:?}", s.completion_ids)?,
+            }
         }
     }
     Ok(())
