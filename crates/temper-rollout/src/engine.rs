@@ -177,14 +177,11 @@ impl<'a> Engine<'a> {
         let prepared = self.prepare(requests);
         let _no_grad = tch::no_grad_guard();
         let total: usize = requests.iter().map(|r| r.params.n).sum();
-        let sched_cfg = SchedulerConfig {
-            refill_min_free: self
-                .config
-                .refill_min_free
-                .unwrap_or(self.config.max_batch_rows.div_ceil(4))
-                .max(1),
-            ..SchedulerConfig::new(self.config.max_batch_rows, self.config.max_prefill_tokens)
-        };
+        let mut sched_cfg =
+            SchedulerConfig::new(self.config.max_batch_rows, self.config.max_prefill_tokens);
+        if let Some(free) = self.config.refill_min_free {
+            sched_cfg.refill_min_free = free.max(1);
+        }
         let shape: Vec<(usize, usize)> = requests
             .iter()
             .map(|r| (r.params.n, r.prompt_ids.len()))
@@ -437,22 +434,22 @@ impl Batch {
         model.logits(&hidden.select(1, -1))
     }
 
-    /// Keep only rows `keep` (indices into `rows`), in order.
+    /// Keep only rows `keep` (ascending indices into `rows`).
     fn keep_rows(&mut self, keep: &[i64]) {
         if keep.len() == self.rows.len() {
             return;
         }
-        let mut i = 0;
-        let keep_set: std::collections::HashSet<i64> = keep.iter().copied().collect();
-        self.rows.retain(|_| {
-            let k = keep_set.contains(&i);
-            i += 1;
-            k
-        });
-        if self.rows.is_empty() {
+        if keep.is_empty() {
             *self = Batch::empty(self.device);
             return;
         }
+        let mut wanted = keep.iter().peekable();
+        let mut i = 0i64;
+        self.rows.retain(|_| {
+            let k = wanted.next_if_eq(&&i).is_some();
+            i += 1;
+            k
+        });
         let index = Tensor::from_slice(keep).to_device(self.device);
         if let Some(cache) = self.cache.as_mut() {
             cache.select_rows(&index);
