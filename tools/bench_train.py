@@ -4,7 +4,8 @@ steps of a random Qwen2-shaped model, on the same loss temper computes
 (loss = -mean log p(next token), via logsumexp + gather).
 
 Run as a worker: it builds the model once, then reads commands from stdin, one per line:
-  run MODE STEPS     MODE = f32 | autocast_bf16; prints one JSON line {"mode", "steps", "secs", "tok_s"}
+  run MODE STEPS     MODE = f32 | autocast_bf16; prints one JSON line
+                     {"mode", "steps", "secs", "cpu_secs", "tok_s"} (cpu_secs: process CPU time)
   quit
 Sizes come from the command line (defaults = the benchmark's 25M model):
   .venv/bin/python tools/bench_train.py --batch 8 --seq 256 --vocab 32000 --hidden 384 --layers 6 \
@@ -30,8 +31,11 @@ def main():
     ap.add_argument("--kv-heads", type=int, default=2)
     ap.add_argument("--intermediate", type=int, default=1024)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--threads", type=int, default=0, help="torch.set_num_threads (0: PyTorch's default)")
     args = ap.parse_args()
     torch.manual_seed(args.seed)
+    if args.threads > 0:
+        torch.set_num_threads(args.threads)
     cfg = Qwen2Config(vocab_size=args.vocab, hidden_size=args.hidden, intermediate_size=args.intermediate,
                       num_hidden_layers=args.layers, num_attention_heads=args.heads,
                       num_key_value_heads=args.kv_heads, tie_word_embeddings=True, max_position_embeddings=4096,
@@ -63,11 +67,11 @@ def main():
             print(json.dumps({"error": f"bad command {line.strip()!r}"}), flush=True)
             continue
         mode, steps = parts[1], int(parts[2])
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         for _ in range(steps):
             step(mode == "autocast_bf16")
-        secs = time.perf_counter() - t0
-        print(json.dumps({"mode": mode, "steps": steps, "secs": secs,
+        secs, cpu_secs = time.perf_counter() - t0, time.process_time() - c0
+        print(json.dumps({"mode": mode, "steps": steps, "secs": secs, "cpu_secs": cpu_secs,
                           "tok_s": steps * args.batch * args.seq / secs}), flush=True)
 
 

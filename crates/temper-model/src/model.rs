@@ -436,11 +436,12 @@ impl CausalLm {
         let kind = self.compute.kind();
         let w = self.lm_head.as_ref().unwrap_or(&self.embed_tokens);
         let x = hidden.to_kind(kind);
+        // `linear`, not `matmul(w.tr())`: the latter's backward was ~25% slower here.
         let cached = self.head_cast.borrow();
         let logits = match cached.as_ref().filter(|c| c.kind() == kind) {
-            _ if kind == Kind::Float => x.matmul(&w.tr()),
-            Some(c) => x.matmul(&c.tr()),
-            None => x.matmul(&w.to_kind(kind).tr()),
+            _ if kind == Kind::Float => x.linear(w, None::<&Tensor>),
+            Some(c) => x.linear(c, None::<&Tensor>),
+            None => x.linear(&w.to_kind(kind), None::<&Tensor>),
         };
         logits.to_kind(Kind::Float)
     }

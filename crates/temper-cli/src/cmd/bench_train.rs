@@ -44,6 +44,9 @@ pub struct Args {
     /// Also time PyTorch with CPU autocast to bf16 (for information).
     #[arg(long)]
     pub torch_bf16: bool,
+    /// Intra-op threads for both sides (0: each library's default, all cores).
+    #[arg(long, default_value_t = 0)]
+    pub threads: i32,
     /// Only time temper.
     #[arg(long)]
     pub no_python: bool,
@@ -100,6 +103,7 @@ impl PyWorker {
                 "--heads",
                 &args.heads.to_string(),
             ])
+            .args(["--threads", &args.threads.to_string()])
             .args([
                 "--kv-heads",
                 &args.kv_heads.to_string(),
@@ -135,12 +139,17 @@ impl PyWorker {
         Ok(v)
     }
 
-    /// Seconds for `steps` steps.
-    fn run(&mut self, mode: &str, steps: usize) -> Result<f64> {
+    /// Wall and CPU seconds for `steps` steps.
+    fn run(&mut self, mode: &str, steps: usize) -> Result<Timing> {
         writeln!(self.stdin, "run {mode} {steps}")?;
         self.stdin.flush()?;
         let v = self.read_json()?;
-        v["secs"].as_f64().context("worker reply without secs")
+        Ok(Timing {
+            wall: v["secs"].as_f64().context("worker reply without secs")?,
+            cpu: v["cpu_secs"]
+                .as_f64()
+                .context("worker reply without cpu_secs")?,
+        })
     }
 }
 
@@ -150,6 +159,24 @@ impl Drop for PyWorker {
         let _ = self.stdin.flush();
         let _ = self.child.wait();
     }
+}
+
+/// Wall-clock and process CPU seconds of a run. On a loaded machine wall time mostly measures the
+/// load; CPU time is steadier (though OpenMP spin-waiting inflates it under contention).
+#[derive(Clone, Copy, Default)]
+struct Timing {
+    wall: f64,
+    cpu: f64,
+}
+
+/// User + system CPU time of this process (all threads), from /proc/self/stat.
+fn process_cpu_secs() -> f64 {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    // Fields after the parenthesised command name; utime and stime are fields 14 and 15.
+    let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let ticks = |i: usize| f.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
+    (ticks(11) + ticks(12)) / 100.0 // USER_HZ is 100 on Linux
 }
 
 /// The temper side: model, optimizer and one fixed random batch.
@@ -195,11 +222,11 @@ impl RustSide {
         }
     }
 
-    /// Seconds for `steps` steps in `compute`.
-    fn run(&mut self, compute: ComputeKind, steps: usize) -> Result<f64> {
+    /// Wall and CPU seconds for `steps` steps in `compute`.
+    fn run(&mut self, compute: ComputeKind, steps: usize) -> Result<Timing> {
         self.model.set_compute(compute);
         let t = self.input.size()[1];
-        let start = Instant::now();
+        let (start, cpu0) = (Instant::now(), process_cpu_secs());
         for _ in 0..steps {
             let logits = self.model.forward(&self.input, &self.pos, &self.mask, None);
             let logp = logprobs_of(&logits.narrow(1, 0, t - 1), &self.targets, 1.0);
@@ -211,13 +238,19 @@ impl RustSide {
                 p.zero_grad();
             }
         }
-        Ok(start.elapsed().as_secs_f64())
+        Ok(Timing {
+            wall: start.elapsed().as_secs_f64(),
+            cpu: process_cpu_secs() - cpu0,
+        })
     }
 }
 
 pub fn run(args: Args) -> Result<()> {
     if args.steps == 0 || args.rounds == 0 || args.seq < 2 {
         bail!("--steps and --rounds must be positive and --seq at least 2");
+    }
+    if args.threads > 0 {
+        tch::set_num_threads(args.threads);
     }
     let tokens_per_step = (args.batch * args.seq) as f64;
     let mut rust = RustSide::new(&args);
@@ -234,8 +267,8 @@ pub fn run(args: Args) -> Result<()> {
         Some(w)
     };
     println!(
-        "bench train: Qwen2-shaped, {:.1}M params (hidden {}, {} layers, {}/{} heads, vocab {}), batch {} x {}, \
-         {} timed steps x {} rounds, {} threads",
+        "bench train: Qwen2-shaped, {:.1}M params (hidden {}, {} layers, {}/{} heads, vocab {}), \
+         batch {} x {}, {} timed steps x {} rounds, {} threads",
         n_params as f64 / 1e6,
         args.hidden,
         args.layers,
@@ -248,19 +281,24 @@ pub fn run(args: Args) -> Result<()> {
         args.rounds,
         tch::get_num_threads()
     );
-    // (label, seconds, steps)
-    let mut totals: Vec<(&str, f64, usize)> = vec![];
-    let mut add = |label: &'static str, secs: f64, steps: usize| {
-        match totals.iter_mut().find(|(l, _, _)| *l == label) {
-            Some(e) => {
-                e.1 += secs;
-                e.2 += steps;
+    // Per configuration: summed timings and steps, in first-run order.
+    let mut totals: Vec<(&'static str, Timing, usize)> = vec![];
+    let mut add = |label: &'static str, t: Timing| {
+        let i = match totals.iter().position(|(l, _, _)| *l == label) {
+            Some(i) => i,
+            None => {
+                totals.push((label, Timing::default(), 0));
+                totals.len() - 1
             }
-            None => totals.push((label, secs, steps)),
-        }
+        };
+        totals[i].1.wall += t.wall;
+        totals[i].1.cpu += t.cpu;
+        totals[i].2 += args.steps;
+        let tok = args.steps as f64 * tokens_per_step;
         eprintln!(
-            "  {label:<22} {:>9.1} tok/s",
-            steps as f64 * tokens_per_step / secs
+            "  {label:<22} {:>9.1} tok/s  {:>9.1} tok/cpu-s",
+            tok / t.wall,
+            tok / t.cpu.max(1e-9)
         );
     };
     if args.warmup > 0 {
@@ -276,44 +314,39 @@ pub fn run(args: Args) -> Result<()> {
     }
     for round in 0..args.rounds {
         eprintln!("round {}/{}", round + 1, args.rounds);
-        add(
-            "temper f32",
-            rust.run(ComputeKind::F32, args.steps)?,
-            args.steps,
-        );
+        add("temper f32", rust.run(ComputeKind::F32, args.steps)?);
         if let Some(py) = py.as_mut() {
-            add("PyTorch f32", py.run("f32", args.steps)?, args.steps);
+            add("PyTorch f32", py.run("f32", args.steps)?);
         }
-        add(
-            "temper bf16",
-            rust.run(ComputeKind::Bf16, args.steps)?,
-            args.steps,
-        );
+        add("temper bf16", rust.run(ComputeKind::Bf16, args.steps)?);
         if let Some(py) = py.as_mut() {
             if args.torch_bf16 {
                 add(
                     "PyTorch autocast bf16",
                     py.run("autocast_bf16", args.steps)?,
-                    args.steps,
                 );
             }
         }
     }
-    let tok_s = |label: &str| {
-        totals
-            .iter()
-            .find(|(l, _, _)| *l == label)
-            .map(|(_, secs, steps)| *steps as f64 * tokens_per_step / secs)
+    let rate = |t: &Timing, steps: usize| {
+        let tok = steps as f64 * tokens_per_step;
+        (tok / t.wall, tok / t.cpu.max(1e-9))
     };
-    let base = tok_s("PyTorch f32");
+    let base = totals
+        .iter()
+        .find(|(l, _, _)| *l == "PyTorch f32")
+        .map(|(_, t, n)| rate(t, *n));
     println!(
-        "{:<24} {:>10} {:>16}",
-        "implementation", "tok/s", "vs PyTorch f32"
+        "{:<24} {:>10} {:>10} {:>14} {:>14}",
+        "implementation", "tok/s", "tok/cpu-s", "vs PyTorch f32", "(by CPU time)"
     );
-    for (label, _, _) in &totals {
-        let v = tok_s(label).expect("present");
-        let ratio = base.map_or("-".to_string(), |b| format!("{:.2}x", v / b));
-        println!("{label:<24} {v:>10.1} {ratio:>16}");
+    for (label, t, n) in &totals {
+        let (wall, cpu) = rate(t, *n);
+        let (r_wall, r_cpu) = match base {
+            Some((bw, bc)) => (format!("{:.2}x", wall / bw), format!("{:.2}x", cpu / bc)),
+            None => ("-".into(), "-".into()),
+        };
+        println!("{label:<24} {wall:>10.1} {cpu:>10.1} {r_wall:>14} {r_cpu:>14}");
     }
     Ok(())
 }
