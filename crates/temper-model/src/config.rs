@@ -349,3 +349,109 @@ impl ModelConfig {
         emb + head + h + self.num_hidden_layers * layer
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(v: Value) -> Result<ModelConfig> {
+        ModelConfig::from_value(v)
+    }
+
+    fn base(arch: &str) -> Value {
+        serde_json::json!({
+            "architectures": [arch], "vocab_size": 10, "hidden_size": 8, "intermediate_size": 16,
+            "num_hidden_layers": 1, "num_attention_heads": 2
+        })
+    }
+
+    #[test]
+    fn defaults_follow_transformers() {
+        let c = parse(base("Qwen3ForCausalLM")).unwrap();
+        assert_eq!(
+            (c.arch, c.head_dim, c.num_key_value_heads),
+            (Arch::Qwen3, 128, 2)
+        );
+        assert!(c.qk_norm && !c.qkv_bias && !c.tie_word_embeddings);
+        assert_eq!((c.rope_theta, c.rms_norm_eps), (10000.0, 1e-6));
+        let c = parse(base("Qwen2ForCausalLM")).unwrap();
+        assert_eq!(c.head_dim, 4);
+        assert!(c.qkv_bias && !c.o_bias && !c.qk_norm && !c.mlp_bias);
+        let mut v = base("LlamaForCausalLM");
+        v["attention_bias"] = true.into();
+        v["mlp_bias"] = true.into();
+        let c = parse(v).unwrap();
+        assert!(c.qkv_bias && c.o_bias && c.mlp_bias);
+    }
+
+    #[test]
+    fn model_type_when_architectures_is_missing() {
+        let mut v = base("x");
+        v.as_object_mut().unwrap().remove("architectures");
+        v["model_type"] = "qwen2".into();
+        assert_eq!(parse(v).unwrap().arch, Arch::Qwen2);
+    }
+
+    #[test]
+    fn rope_old_and_new_layouts() {
+        let mut v = base("LlamaForCausalLM");
+        v["rope_theta"] = 500000.0.into();
+        v["rope_scaling"] = serde_json::json!({"type": "linear", "factor": 2.0});
+        let c = parse(v).unwrap();
+        assert_eq!(
+            (c.rope_theta, c.rope_scaling),
+            (500000.0, RopeScaling::Linear { factor: 2.0 })
+        );
+        let mut v = base("Qwen2ForCausalLM");
+        v["rope_theta"] = 1e6.into();
+        v["rope_scaling"] = Value::Null;
+        assert_eq!(parse(v).unwrap().rope_theta, 1e6);
+        let mut v = base("LlamaForCausalLM");
+        v["rope_parameters"] = serde_json::json!({"rope_type": "default", "rope_theta": 123.0});
+        assert_eq!(parse(v).unwrap().rope_theta, 123.0);
+    }
+
+    #[test]
+    fn eos_int_or_list() {
+        let mut v = base("LlamaForCausalLM");
+        v["eos_token_id"] = serde_json::json!([5, 6]);
+        v["bos_token_id"] = 1.into();
+        let c = parse(v).unwrap();
+        assert_eq!(
+            (c.eos_token_ids, c.bos_token_id, c.pad_token_id),
+            (vec![5, 6], Some(1), None)
+        );
+        let mut v = base("LlamaForCausalLM");
+        v["eos_token_id"] = 7.into();
+        assert_eq!(parse(v).unwrap().eos_token_ids, vec![7]);
+    }
+
+    #[test]
+    fn errors_name_the_problem() {
+        let err = |v: Value| format!("{:#}", parse(v).unwrap_err());
+        assert!(err(base("GPT2LMHeadModel")).contains("unknown architecture `GPT2LMHeadModel`"));
+        let mut v = base("LlamaForCausalLM");
+        v["hidden_act"] = "gelu".into();
+        assert!(err(v).contains("hidden_act `gelu`"));
+        let mut v = base("LlamaForCausalLM");
+        v["rope_scaling"] = serde_json::json!({"rope_type": "yarn", "factor": 4.0});
+        assert!(err(v).contains("rope_type `yarn`"));
+        let mut v = base("LlamaForCausalLM");
+        v["num_key_value_heads"] = 3.into();
+        assert!(err(v).contains("num_key_value_heads"));
+        let mut v = base("LlamaForCausalLM");
+        v.as_object_mut().unwrap().remove("hidden_size");
+        assert!(err(v).contains("hidden_size"));
+        let mut v = base("LlamaForCausalLM");
+        v["rope_scaling"] = serde_json::json!({"rope_type": "llama3", "factor": 8.0});
+        assert!(err(v).contains("low_freq_factor"));
+    }
+
+    #[test]
+    fn num_params_counts_like_transformers() {
+        // transformers: Qwen2(vocab 32000, hidden 384, inter 1024, 6 layers, 6/2 heads, tied) has
+        // 21,734,016 parameters (tools/bench_train.py prints it).
+        let c = ModelConfig::qwen2_like(32000, 384, 1024, 6, 6, 2, true);
+        assert_eq!(c.num_params(), 21_734_016);
+    }
+}

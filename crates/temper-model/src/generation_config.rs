@@ -61,3 +61,59 @@ impl GenerationConfig {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn dir_with(name: &str, gen: Option<&str>) -> std::path::PathBuf {
+        let d = std::env::temp_dir().join(format!("temper-genconf-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).unwrap();
+        if let Some(g) = gen {
+            std::fs::write(d.join("generation_config.json"), g).unwrap();
+        }
+        d
+    }
+
+    fn config(eos: serde_json::Value) -> ModelConfig {
+        let mut v = serde_json::json!({"architectures": ["LlamaForCausalLM"], "vocab_size": 10,
+            "hidden_size": 8, "intermediate_size": 16, "num_hidden_layers": 1, "num_attention_heads": 2});
+        v["eos_token_id"] = eos;
+        ModelConfig::from_value(v).unwrap()
+    }
+
+    #[test]
+    fn eos_list_int_and_fallbacks() {
+        let d = dir_with(
+            "list",
+            Some(r#"{"eos_token_id": [2, 7], "temperature": 0.6, "top_p": 0.9, "top_k": 20}"#),
+        );
+        let g = GenerationConfig::from_dir(&d, Some(&config(9.into())), None).unwrap();
+        assert_eq!(g.eos_token_ids, vec![2, 7]);
+        assert_eq!(
+            (g.temperature, g.top_p, g.top_k),
+            (Some(0.6), Some(0.9), Some(20))
+        );
+        let d = dir_with("int", Some(r#"{"eos_token_id": 4, "pad_token_id": 0}"#));
+        let g = GenerationConfig::from_dir(&d, None, None).unwrap();
+        assert_eq!((g.eos_token_ids, g.pad_token_id), (vec![4], Some(0)));
+        let d = dir_with("none", None);
+        let g =
+            GenerationConfig::from_dir(&d, Some(&config(serde_json::json!([3, 5]))), None).unwrap();
+        assert_eq!(g.eos_token_ids, vec![3, 5]);
+    }
+
+    #[test]
+    fn bad_file_is_an_error_naming_it() {
+        let d = dir_with("bad", Some(r#"{"eos_token_id": "x"}"#));
+        let e = format!(
+            "{:#}",
+            GenerationConfig::from_dir(&d, None, None).unwrap_err()
+        );
+        assert!(
+            e.contains("generation_config.json") && e.contains("eos_token_id"),
+            "{e}"
+        );
+    }
+}
