@@ -12,7 +12,6 @@ TRL version pinned by the project: trl==1.16.0 (scripts/setup-env.sh).
 import argparse
 import json
 import re
-import resource
 import time
 
 import torch
@@ -50,6 +49,14 @@ def reward(completions, answer, **_):
         n = last_number(text)
         out.append(1.0 if n is not None and float(n) == float(a) else 0.0)
     return out
+
+
+def peak_rss_mb():
+    """VmHWM of this process (ru_maxrss would include the parent's peak: Linux keeps it across exec)."""
+    for line in open("/proc/self/status"):
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024.0
+    return float("nan")
 
 
 class Timer(TrainerCallback):
@@ -97,7 +104,7 @@ print(
         {
             "step_s": timer.times[args.warmup :],
             "warmup_s": timer.times[: args.warmup],
-            "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0,
+            "peak_rss_mb": peak_rss_mb(),
             "trl": trl.__version__,
             "torch": torch.__version__,
             "threads": torch.get_num_threads(),

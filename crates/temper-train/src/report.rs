@@ -39,8 +39,13 @@ pub const PANELS: &[Panel] = &[
     },
     Panel {
         file: "length",
-        title: "Response length",
-        keys: &["response_length/mean", "response_length/clip_ratio"],
+        title: "Response length (tokens)",
+        keys: &["response_length/mean", "response_length/max"],
+    },
+    Panel {
+        file: "clip_ratio",
+        title: "Responses cut at max length",
+        keys: &["response_length/clip_ratio"],
     },
     Panel {
         file: "loss",
@@ -137,6 +142,7 @@ where
     chart
         .configure_mesh()
         .x_desc("step")
+        .x_label_formatter(&|x| format!("{}", x.round() as i64))
         .label_style(("sans-serif", 13))
         .draw()
         .map_err(err)?;
