@@ -460,6 +460,40 @@ impl CausalLm {
         let logits = self.forward(input_ids, position_ids, attention_mask, None);
         logprobs_and_entropy(&logits, targets, temperature)
     }
+
+    /// [`CausalLm::token_logprobs`] without autograd (old / reference logprobs), computing the head
+    /// and the softmax over at most `chunk_rows` positions at a time, so memory holds a few
+    /// (chunk_rows, V) tensors instead of several (B, T, V) ones (V can be 150k).
+    pub fn token_logprobs_no_grad(
+        &self,
+        input_ids: &Tensor,
+        attention_mask: &Tensor,
+        position_ids: &Tensor,
+        targets: &Tensor,
+        temperature: f64,
+        chunk_rows: i64,
+    ) -> (Tensor, Tensor) {
+        tch::no_grad(|| {
+            let hidden = self.forward_hidden(input_ids, position_ids, attention_mask, None);
+            let (b, t, h) = hidden.size3().expect("hidden is (B, T, H)");
+            let flat = hidden.reshape([b * t, h]);
+            let flat_targets = targets.reshape([b * t]);
+            let step = chunk_rows.max(1);
+            let (mut lps, mut ents) = (vec![], vec![]);
+            for start in (0..b * t).step_by(step as usize) {
+                let n = step.min(b * t - start);
+                let logits = self.logits(&flat.narrow(0, start, n));
+                let (lp, ent) =
+                    logprobs_and_entropy(&logits, &flat_targets.narrow(0, start, n), temperature);
+                lps.push(lp);
+                ents.push(ent);
+            }
+            (
+                Tensor::cat(&lps, 0).view([b, t]),
+                Tensor::cat(&ents, 0).view([b, t]),
+            )
+        })
+    }
 }
 
 /// Boolean (B, 1, T, S) mask, true where query i (at absolute position past+i) may attend key j:
