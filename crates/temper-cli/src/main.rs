@@ -4,7 +4,11 @@ mod cmd;
 use clap::{Parser, Subcommand};
 
 #[derive(Parser)]
-#[command(name = "temper", version, about = "RL post-training for LLMs on libtorch")]
+#[command(
+    name = "temper",
+    version,
+    about = "RL post-training for LLMs on libtorch"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,

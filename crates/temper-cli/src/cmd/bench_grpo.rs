@@ -56,9 +56,11 @@ fn peak_rss_mb() -> f64 {
     std::fs::read_to_string("/proc/self/status")
         .ok()
         .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("VmHWM:"))
-                .and_then(|l| l.split_whitespace().nth(1).and_then(|v| v.parse::<f64>().ok()))
+            s.lines().find(|l| l.starts_with("VmHWM:")).and_then(|l| {
+                l.split_whitespace()
+                    .nth(1)
+                    .and_then(|v| v.parse::<f64>().ok())
+            })
         })
         .map_or(f64::NAN, |kb| kb / 1024.0)
 }
@@ -106,12 +108,26 @@ pub fn run(args: Args) -> Result<()> {
     ];
     let cfg = load_config(None, &overrides)?.config;
     let mut t = Trainer::create(cfg, "bench", &[])?;
-    eprintln!("bench grpo: temper, {total} steps ({} warm-up) ...", args.warmup);
+    eprintln!(
+        "bench grpo: temper, {total} steps ({} warm-up) ...",
+        args.warmup
+    );
     t.fit()?;
     let lines = t.run.read_metrics()?;
-    let step_s: Vec<f64> =
-        lines.iter().filter_map(|l| l.get("timing_s/step").and_then(|v| v.as_f64())).skip(args.warmup).collect();
-    let phase = |k: &str| mean(&lines.iter().filter_map(|l| l.get(k).and_then(|v| v.as_f64())).skip(args.warmup).collect::<Vec<_>>());
+    let step_s: Vec<f64> = lines
+        .iter()
+        .filter_map(|l| l.get("timing_s/step").and_then(|v| v.as_f64()))
+        .skip(args.warmup)
+        .collect();
+    let phase = |k: &str| {
+        mean(
+            &lines
+                .iter()
+                .filter_map(|l| l.get(k).and_then(|v| v.as_f64()))
+                .skip(args.warmup)
+                .collect::<Vec<_>>(),
+        )
+    };
     let temper_peak = peak_rss_mb();
     // The same prompts, in order, as chat messages for TRL.
     let prompts: Vec<serde_json::Value> = t
@@ -126,7 +142,10 @@ pub fn run(args: Args) -> Result<()> {
         })
         .collect();
     drop(t);
-    println!("| side | s/step (mean of {}) | gen s | update s | peak RSS MiB |", args.steps);
+    println!(
+        "| side | s/step (mean of {}) | gen s | update s | peak RSS MiB |",
+        args.steps
+    );
     println!("| --- | --- | --- | --- | --- |");
     let temper_mean = mean(&step_s);
     println!(
@@ -144,23 +163,51 @@ pub fn run(args: Args) -> Result<()> {
     let prompts_file = tmp.join("prompts.json");
     std::fs::write(&prompts_file, serde_json::to_string(&prompts)?)?;
     let root = repo_root();
-    let python = args.python.clone().unwrap_or_else(|| root.join(".venv/bin/python"));
-    eprintln!("bench grpo: TRL GRPOTrainer, {total} steps ({} warm-up) ...", args.warmup);
+    let python = args
+        .python
+        .clone()
+        .unwrap_or_else(|| root.join(".venv/bin/python"));
+    eprintln!(
+        "bench grpo: TRL GRPOTrainer, {total} steps ({} warm-up) ...",
+        args.warmup
+    );
     let out = Command::new(&python)
         .arg(root.join("tools/trl_grpo_bench.py"))
         .args(["--model", &model_dir.display().to_string()])
         .args(["--prompts", &prompts_file.display().to_string()])
-        .args(["--n", &args.n.to_string(), "--prompts-per-step", &args.prompts.to_string()])
+        .args([
+            "--n",
+            &args.n.to_string(),
+            "--prompts-per-step",
+            &args.prompts.to_string(),
+        ])
         .args(["--max-tokens", &args.max_tokens.to_string()])
-        .args(["--steps", &args.steps.to_string(), "--warmup", &args.warmup.to_string()])
+        .args([
+            "--steps",
+            &args.steps.to_string(),
+            "--warmup",
+            &args.warmup.to_string(),
+        ])
         .args(["--out", &tmp.join("trl").display().to_string()])
         .output()
-        .with_context(|| format!("running {} (is trl installed? scripts/setup-env.sh)", python.display()))?;
+        .with_context(|| {
+            format!(
+                "running {} (is trl installed? scripts/setup-env.sh)",
+                python.display()
+            )
+        })?;
     if !out.status.success() {
-        bail!("tools/trl_grpo_bench.py failed:\n{}", String::from_utf8_lossy(&out.stderr));
+        bail!(
+            "tools/trl_grpo_bench.py failed:\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
     }
     let stdout = String::from_utf8_lossy(&out.stdout);
-    let last = stdout.lines().rev().find(|l| l.trim_start().starts_with('{')).context("no JSON from trl_grpo_bench.py")?;
+    let last = stdout
+        .lines()
+        .rev()
+        .find(|l| l.trim_start().starts_with('{'))
+        .context("no JSON from trl_grpo_bench.py")?;
     let v: serde_json::Value = serde_json::from_str(last)?;
     let trl_steps: Vec<f64> = serde_json::from_value(v["step_s"].clone())?;
     let trl_mean = mean(&trl_steps);
@@ -171,7 +218,10 @@ pub fn run(args: Args) -> Result<()> {
         trl_mean,
         v["peak_rss_mb"].as_f64().unwrap_or(f64::NAN)
     );
-    println!("\ntemper is {:.2}x TRL's speed per step (TRL s/step / temper s/step)", trl_mean / temper_mean);
+    println!(
+        "\ntemper is {:.2}x TRL's speed per step (TRL s/step / temper s/step)",
+        trl_mean / temper_mean
+    );
     let _ = std::fs::remove_dir_all(&tmp);
     Ok(())
 }
