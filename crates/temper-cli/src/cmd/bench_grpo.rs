@@ -2,9 +2,10 @@
 //! (`tools/trl_grpo_bench.py`), on the same model (SmolLM2-135M-Instruct by default), prompts
 //! (1-digit addition in the chat template), group size, completion length, temperature, loss
 //! (token-mean / TRL "dapo", clip 0.2, no KL), learning rate, one optimizer step per GRPO step,
-//! f32. temper runs first in this process, then TRL in a child process; each side's warm-up
-//! steps are untimed. Peak memory is the process's peak RSS (VmHWM / ru_maxrss). Not a test: see
-//! BENCHMARKS.md.
+//! f32. The sides alternate (temper in this process, then TRL in a child process, `--rounds`
+//! times) so that background load hits both; each run's warm-up steps are untimed, and the
+//! result is the ratio of the median step times. Peak memory is each process's VmHWM. Not a
+//! test: see BENCHMARKS.md.
 use anyhow::{bail, Context, Result};
 use std::path::PathBuf;
 use std::process::Command;
@@ -19,6 +20,9 @@ pub struct Args {
     /// Untimed steps first.
     #[arg(long, default_value_t = 1)]
     pub warmup: usize,
+    /// How many times the two sides alternate.
+    #[arg(long, default_value_t = 2)]
+    pub rounds: usize,
     /// Prompts per step.
     #[arg(long, default_value_t = 8)]
     pub prompts: usize,
@@ -69,6 +73,25 @@ fn mean(v: &[f64]) -> f64 {
     v.iter().sum::<f64>() / v.len().max(1) as f64
 }
 
+fn median(v: &[f64]) -> f64 {
+    let mut v = v.to_vec();
+    v.sort_by(|a, b| a.total_cmp(b));
+    match v.len() {
+        0 => f64::NAN,
+        n if n % 2 == 1 => v[n / 2],
+        n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
+    }
+}
+
+/// Per-step seconds of one side over all rounds, and its phases.
+#[derive(Default)]
+struct Side {
+    steps: Vec<f64>,
+    gen: Vec<f64>,
+    update: Vec<f64>,
+    peak_mb: f64,
+}
+
 pub fn run(args: Args) -> Result<()> {
     if args.steps == 0 {
         bail!("--steps must be at least 1");
@@ -106,122 +129,140 @@ pub fn run(args: Args) -> Result<()> {
         format!("trainer.default_local_dir={:?}", tmp.display().to_string()),
         "trainer.experiment_name=temper".into(),
     ];
-    let cfg = load_config(None, &overrides)?.config;
-    let mut t = Trainer::create(cfg, "bench", &[])?;
-    eprintln!(
-        "bench grpo: temper, {total} steps ({} warm-up) ...",
-        args.warmup
-    );
-    t.fit()?;
-    let lines = t.run.read_metrics()?;
-    let step_s: Vec<f64> = lines
-        .iter()
-        .filter_map(|l| l.get("timing_s/step").and_then(|v| v.as_f64()))
-        .skip(args.warmup)
-        .collect();
-    let phase = |k: &str| {
-        mean(
-            &lines
-                .iter()
-                .filter_map(|l| l.get(k).and_then(|v| v.as_f64()))
-                .skip(args.warmup)
-                .collect::<Vec<_>>(),
-        )
-    };
-    let temper_peak = peak_rss_mb();
-    // The same prompts, in order, as chat messages for TRL.
-    let prompts: Vec<serde_json::Value> = t
-        .train
-        .examples
-        .iter()
-        .map(|e| {
-            serde_json::json!({
-                "prompt": [{"role": "system", "content": SYSTEM}, {"role": "user", "content": e.prompt.text()}],
-                "answer": e.answer,
-            })
-        })
-        .collect();
-    drop(t);
-    println!(
-        "| side | s/step (mean of {}) | gen s | update s | peak RSS MiB |",
-        args.steps
-    );
-    println!("| --- | --- | --- | --- | --- |");
-    let temper_mean = mean(&step_s);
-    println!(
-        "| temper ({}) | {:.1} | {:.1} | {:.1} (+ old logp {:.1}) | {:.0} |",
-        args.dtype,
-        temper_mean,
-        phase("timing_s/gen"),
-        phase("timing_s/update"),
-        phase("timing_s/old_log_prob"),
-        temper_peak
-    );
-    if args.no_python {
-        return Ok(());
-    }
-    let prompts_file = tmp.join("prompts.json");
-    std::fs::write(&prompts_file, serde_json::to_string(&prompts)?)?;
     let root = repo_root();
     let python = args
         .python
         .clone()
         .unwrap_or_else(|| root.join(".venv/bin/python"));
-    eprintln!(
-        "bench grpo: TRL GRPOTrainer, {total} steps ({} warm-up) ...",
-        args.warmup
-    );
-    let out = Command::new(&python)
-        .arg(root.join("tools/trl_grpo_bench.py"))
-        .args(["--model", &model_dir.display().to_string()])
-        .args(["--prompts", &prompts_file.display().to_string()])
-        .args([
-            "--n",
-            &args.n.to_string(),
-            "--prompts-per-step",
-            &args.prompts.to_string(),
-        ])
-        .args(["--max-tokens", &args.max_tokens.to_string()])
-        .args([
-            "--steps",
-            &args.steps.to_string(),
-            "--warmup",
-            &args.warmup.to_string(),
-        ])
-        .args(["--out", &tmp.join("trl").display().to_string()])
-        .output()
-        .with_context(|| {
-            format!(
-                "running {} (is trl installed? scripts/setup-env.sh)",
-                python.display()
-            )
-        })?;
-    if !out.status.success() {
-        bail!(
-            "tools/trl_grpo_bench.py failed:\n{}",
-            String::from_utf8_lossy(&out.stderr)
+    let (mut ours, mut theirs) = (Side::default(), Side::default());
+    let mut trl_version = String::new();
+    for round in 0..args.rounds.max(1) {
+        let mut ov = overrides.clone();
+        ov.push(format!("trainer.experiment_name=\"temper-{round}\""));
+        let cfg = load_config(None, &ov)?.config;
+        let mut t = Trainer::create(cfg, "bench", &[])?;
+        eprintln!(
+            "bench grpo: round {round}: temper, {total} steps ({} warm-up) ...",
+            args.warmup
+        );
+        t.fit()?;
+        let lines = t.run.read_metrics()?;
+        let col = |k: &str| -> Vec<f64> {
+            lines
+                .iter()
+                .filter_map(|l| l.get(k).and_then(|v| v.as_f64()))
+                .skip(args.warmup)
+                .collect()
+        };
+        ours.steps.extend(col("timing_s/step"));
+        ours.gen.extend(col("timing_s/gen"));
+        ours.update.extend(col("timing_s/update"));
+        ours.peak_mb = peak_rss_mb();
+        eprintln!("  temper s/step: {:?}", col("timing_s/step"));
+        // The same prompts, in order, as chat messages for TRL.
+        let prompts: Vec<serde_json::Value> = t
+            .train
+            .examples
+            .iter()
+            .map(|e| {
+                serde_json::json!({
+                    "prompt": [{"role": "system", "content": SYSTEM}, {"role": "user", "content": e.prompt.text()}],
+                    "answer": e.answer,
+                })
+            })
+            .collect();
+        drop(t);
+        if args.no_python {
+            continue;
+        }
+        let prompts_file = tmp.join("prompts.json");
+        std::fs::write(&prompts_file, serde_json::to_string(&prompts)?)?;
+        eprintln!(
+            "bench grpo: round {round}: TRL GRPOTrainer, {total} steps ({} warm-up) ...",
+            args.warmup
+        );
+        let out = Command::new(&python)
+            .arg(root.join("tools/trl_grpo_bench.py"))
+            .args(["--model", &model_dir.display().to_string()])
+            .args(["--prompts", &prompts_file.display().to_string()])
+            .args([
+                "--n",
+                &args.n.to_string(),
+                "--prompts-per-step",
+                &args.prompts.to_string(),
+            ])
+            .args(["--max-tokens", &args.max_tokens.to_string()])
+            .args([
+                "--steps",
+                &args.steps.to_string(),
+                "--warmup",
+                &args.warmup.to_string(),
+            ])
+            .args(["--out", &tmp.join("trl").display().to_string()])
+            .output()
+            .with_context(|| {
+                format!(
+                    "running {} (is trl installed? scripts/setup-env.sh)",
+                    python.display()
+                )
+            })?;
+        if !out.status.success() {
+            bail!(
+                "tools/trl_grpo_bench.py failed:\n{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let last = stdout
+            .lines()
+            .rev()
+            .find(|l| l.trim_start().starts_with('{'))
+            .context("no JSON from trl_grpo_bench.py")?;
+        let v: serde_json::Value = serde_json::from_str(last)?;
+        let steps: Vec<f64> = serde_json::from_value(v["step_s"].clone())?;
+        eprintln!("  TRL s/step: {steps:?}");
+        theirs.steps.extend(steps);
+        theirs.peak_mb = theirs
+            .peak_mb
+            .max(v["peak_rss_mb"].as_f64().unwrap_or(f64::NAN));
+        trl_version = format!(
+            "TRL {} (torch {})",
+            v["trl"].as_str().unwrap_or("?"),
+            v["torch"].as_str().unwrap_or("?")
         );
     }
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let last = stdout
-        .lines()
-        .rev()
-        .find(|l| l.trim_start().starts_with('{'))
-        .context("no JSON from trl_grpo_bench.py")?;
-    let v: serde_json::Value = serde_json::from_str(last)?;
-    let trl_steps: Vec<f64> = serde_json::from_value(v["step_s"].clone())?;
-    let trl_mean = mean(&trl_steps);
     println!(
-        "| TRL {} (torch {}, f32) | {:.1} | - | - | {:.0} |",
-        v["trl"].as_str().unwrap_or("?"),
-        v["torch"].as_str().unwrap_or("?"),
-        trl_mean,
-        v["peak_rss_mb"].as_f64().unwrap_or(f64::NAN)
+        "| side | s/step median | mean | min | max | gen s (median) | update s (median) | peak RSS MiB |"
     );
-    println!(
-        "\ntemper is {:.2}x TRL's speed per step (TRL s/step / temper s/step)",
-        trl_mean / temper_mean
-    );
+    println!("| --- | --- | --- | --- | --- | --- | --- | --- |");
+    let row = |name: &str, s: &Side| {
+        let min = s.steps.iter().cloned().fold(f64::INFINITY, f64::min);
+        let max = s.steps.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+        let opt = |v: &[f64]| {
+            if v.is_empty() {
+                "-".to_string()
+            } else {
+                format!("{:.1}", median(v))
+            }
+        };
+        println!(
+            "| {name} | {:.1} | {:.1} | {min:.1} | {max:.1} | {} | {} | {:.0} |",
+            median(&s.steps),
+            mean(&s.steps),
+            opt(&s.gen),
+            opt(&s.update),
+            s.peak_mb
+        );
+    };
+    row(&format!("temper ({})", args.dtype), &ours);
+    if !args.no_python {
+        row(&format!("{trl_version}, f32"), &theirs);
+        println!(
+            "\ntemper is {:.2}x TRL's speed per step (median TRL s/step / median temper s/step; {} timed steps each)",
+            median(&theirs.steps) / median(&ours.steps),
+            ours.steps.len()
+        );
+    }
     let _ = std::fs::remove_dir_all(&tmp);
     Ok(())
 }
