@@ -18,10 +18,12 @@ set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 venv="$root/.venv"
 TORCH_VERSION=2.13.0          # tch 0.26.0 pairs with torch 2.13.0
-stamp="$venv/.temper-env-v1"
+stamp="$venv/.temper-env"
+# Independent reference implementations used by tests, tools/ and benchmarks (trl: `temper bench grpo`).
+REFERENCE_PACKAGES=(numpy "transformers==5.23.0" "gguf==0.19.0" safetensors sentencepiece protobuf "trl==1.16.0")
 cuda="${TEMPER_CUDA:-}"
 if [[ -z "$cuda" ]] && command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then cuda=1; fi
-want="torch=$TORCH_VERSION cuda=${cuda:-0}"
+want="torch=$TORCH_VERSION cuda=${cuda:-0} ${REFERENCE_PACKAGES[*]}"
 
 if [[ -f "$stamp" && "$(cat "$stamp")" == "$want" ]]; then exit 0; fi
 
@@ -30,8 +32,7 @@ echo "temper: setting up $venv ($want); first time only" >&2
 [[ -x "$venv/bin/python" ]] || "$py" -m venv "$venv"
 pip=("$venv/bin/python" -m pip install --quiet --disable-pip-version-check)
 "${pip[@]}" "torch==$TORCH_VERSION"
-# Independent reference implementations used by tests, tools/ and benchmarks.
-"${pip[@]}" numpy "transformers==5.23.0" "gguf==0.19.0" safetensors sentencepiece protobuf
+"${pip[@]}" "${REFERENCE_PACKAGES[@]}"
 
 site="$("$venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
 ln -sfn "$site" "$venv/site"
