@@ -120,7 +120,8 @@ pub fn run(args: Args) -> Result<()> {
         d.tokens,
         100.0 * d.bitwise_equal as f64 / d.tokens.max(1) as f64
     );
-    if !(d.max_abs <= tolerance) {
+    // NaN fails too.
+    if d.max_abs.is_nan() || d.max_abs > tolerance {
         bail!(
             "max |sampler - trainer| = {:.3e} exceeds the tolerance {tolerance:.1e}",
             d.max_abs
