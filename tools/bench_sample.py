@@ -19,7 +19,10 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--model", required=True)
     ap.add_argument("--dtype", choices=["f32", "bf16"], default="f32")
+    ap.add_argument("--threads", type=int, default=0, help="intra-op threads (0 = torch's default)")
     a = ap.parse_args()
+    if a.threads > 0:
+        torch.set_num_threads(a.threads)
     dtype = torch.float32 if a.dtype == "f32" else torch.bfloat16
     model = AutoModelForCausalLM.from_pretrained(a.model, dtype=dtype).eval()
     print(json.dumps({"ready": True, "threads": torch.get_num_threads(), "torch": torch.__version__}), flush=True)

@@ -39,6 +39,9 @@ pub struct Args {
     /// Compute dtype (both sides): f32 or bf16.
     #[arg(long, default_value = "f32")]
     pub dtype: ComputeKind,
+    /// Intra-op threads on both sides (default: libtorch's default, one per core).
+    #[arg(long)]
+    pub threads: Option<i32>,
     /// Only time temper.
     #[arg(long)]
     pub no_python: bool,
@@ -91,6 +94,7 @@ impl HfWorker {
             .arg("--model")
             .arg(dir)
             .args(["--dtype", &args.dtype.to_string()])
+            .args(["--threads", &args.threads.unwrap_or(0).to_string()])
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
@@ -183,6 +187,9 @@ fn median(v: &mut [f64]) -> f64 {
 pub fn run(args: Args) -> Result<()> {
     if args.new_tokens < 2 || args.rounds == 0 || args.batch.is_empty() {
         bail!("need --new-tokens >= 2, --rounds >= 1 and at least one --batch");
+    }
+    if let Some(t) = args.threads {
+        tch::set_num_threads(t);
     }
     let dir = temper_model::resolve::resolve_model(&args.model)?;
     let model = CausalLm::load(&dir, Device::Cpu, args.dtype)?;
