@@ -174,6 +174,17 @@ impl<'a> Engine<'a> {
         progress: &mut dyn FnMut(Progress),
     ) -> Result<Vec<Sample>> {
         self.validate(requests)?;
+        // bf16: cast the weights once for the whole call instead of at every decode step
+        // (bitwise the same numbers; a no-op in f32).
+        self.model
+            .with_cached_compute_weights(|| self.generate_validated(requests, progress))
+    }
+
+    fn generate_validated(
+        &self,
+        requests: &[Request],
+        progress: &mut dyn FnMut(Progress),
+    ) -> Result<Vec<Sample>> {
         let prepared = self.prepare(requests);
         let _no_grad = tch::no_grad_guard();
         let total: usize = requests.iter().map(|r| r.params.n).sum();
