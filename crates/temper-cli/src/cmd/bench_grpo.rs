@@ -46,13 +46,6 @@ pub struct Args {
     pub python: Option<PathBuf>,
 }
 
-fn repo_root() -> PathBuf {
-    match std::env::var_os("TEMPER_ROOT").filter(|v| !v.is_empty()) {
-        Some(r) => PathBuf::from(r),
-        None => PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../.."),
-    }
-}
-
 const SYSTEM: &str = "You are a calculator. Reply with only the final number.";
 
 /// Peak resident memory of this process in MiB (Linux VmHWM).
@@ -129,11 +122,8 @@ pub fn run(args: Args) -> Result<()> {
         format!("trainer.default_local_dir={:?}", tmp.display().to_string()),
         "trainer.experiment_name=temper".into(),
     ];
-    let root = repo_root();
-    let python = args
-        .python
-        .clone()
-        .unwrap_or_else(|| root.join(".venv/bin/python"));
+    let (python, script) =
+        super::reference_python::python_and_script(args.python.as_deref(), "trl_grpo_bench.py")?;
     let (mut ours, mut theirs) = (Side::default(), Side::default());
     let mut trl_version = String::new();
     for round in 0..args.rounds.max(1) {
@@ -182,7 +172,7 @@ pub fn run(args: Args) -> Result<()> {
             args.warmup
         );
         let out = Command::new(&python)
-            .arg(root.join("tools/trl_grpo_bench.py"))
+            .arg(&script)
             .args(["--model", &model_dir.display().to_string()])
             .args(["--prompts", &prompts_file.display().to_string()])
             .args([

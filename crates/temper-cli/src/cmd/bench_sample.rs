@@ -50,14 +50,6 @@ pub struct Args {
     pub python: Option<PathBuf>,
 }
 
-/// The repository root: `$TEMPER_ROOT`, else the source tree this binary was built from.
-fn repo_root() -> PathBuf {
-    match std::env::var_os("TEMPER_ROOT").filter(|v| !v.is_empty()) {
-        Some(r) => PathBuf::from(r),
-        None => PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../.."),
-    }
-}
-
 /// Deterministic prompt ids (the same on both sides), spread over the vocabulary.
 fn prompts(rows: usize, len: usize, vocab: i64) -> Vec<Vec<i64>> {
     (0..rows)
@@ -77,18 +69,8 @@ struct HfWorker {
 
 impl HfWorker {
     fn start(args: &Args, dir: &std::path::Path) -> Result<Self> {
-        let root = repo_root();
-        let python = args
-            .python
-            .clone()
-            .unwrap_or_else(|| root.join(".venv/bin/python"));
-        let script = root.join("tools/bench_sample.py");
-        if !script.is_file() {
-            bail!(
-                "{} not found (set TEMPER_ROOT to the repository)",
-                script.display()
-            );
-        }
+        let (python, script) =
+            super::reference_python::python_and_script(args.python.as_deref(), "bench_sample.py")?;
         let mut child = Command::new(&python)
             .arg(&script)
             .arg("--model")

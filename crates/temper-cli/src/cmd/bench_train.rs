@@ -55,14 +55,6 @@ pub struct Args {
     pub python: Option<PathBuf>,
 }
 
-/// The repository root: `$TEMPER_ROOT`, else the source tree this binary was built from.
-fn repo_root() -> PathBuf {
-    match std::env::var_os("TEMPER_ROOT").filter(|v| !v.is_empty()) {
-        Some(r) => PathBuf::from(r),
-        None => PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../.."),
-    }
-}
-
 struct PyWorker {
     child: Child,
     stdin: ChildStdin,
@@ -71,18 +63,8 @@ struct PyWorker {
 
 impl PyWorker {
     fn start(args: &Args) -> Result<(Self, serde_json::Value)> {
-        let root = repo_root();
-        let python = args
-            .python
-            .clone()
-            .unwrap_or_else(|| root.join(".venv/bin/python"));
-        let script = root.join("tools/bench_train.py");
-        if !script.is_file() {
-            bail!(
-                "{} not found (set TEMPER_ROOT to the repository)",
-                script.display()
-            );
-        }
+        let (python, script) =
+            super::reference_python::python_and_script(args.python.as_deref(), "bench_train.py")?;
         let mut child = Command::new(&python)
             .arg(&script)
             .args([
