@@ -6,38 +6,13 @@ use serde_json::{json, Value};
 
 use super::reader::{GgufFile, MetaValue};
 
-/// The architectures the decoder implements.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Arch {
-    Llama,
-    Qwen2,
-    Qwen3,
-}
+pub use crate::config::Arch;
 
-impl Arch {
-    pub fn from_gguf(name: &str) -> Result<Arch> {
-        Ok(match name {
-            "llama" => Arch::Llama,
-            "qwen2" => Arch::Qwen2,
-            "qwen3" => Arch::Qwen3,
-            other => bail!("unsupported architecture '{other}' (supported: llama, qwen2, qwen3)"),
-        })
-    }
-
-    pub fn hf_class(self) -> &'static str {
-        match self {
-            Arch::Llama => "LlamaForCausalLM",
-            Arch::Qwen2 => "Qwen2ForCausalLM",
-            Arch::Qwen3 => "Qwen3ForCausalLM",
-        }
-    }
-
-    pub fn model_type(self) -> &'static str {
-        match self {
-            Arch::Llama => "llama",
-            Arch::Qwen2 => "qwen2",
-            Arch::Qwen3 => "qwen3",
-        }
+/// The decoder family of a GGUF `general.architecture` (llama.cpp uses HF's `model_type` names).
+fn arch_from_gguf(name: &str) -> Result<Arch> {
+    match Arch::from_name(name) {
+        Some(arch) if arch.model_type() == name => Ok(arch),
+        _ => bail!("unsupported architecture '{name}' (supported: llama, qwen2, qwen3)"),
     }
 }
 
@@ -112,7 +87,7 @@ impl Dims {
         let arch_name = meta(g, "general.architecture")?
             .as_str()
             .context("metadata 'general.architecture' is not a string")?;
-        let arch = Arch::from_gguf(arch_name)?;
+        let arch = arch_from_gguf(arch_name)?;
         let k = |s: &str| format!("{arch_name}.{s}");
         let req = |s: &str| meta_usize(g, &k(s)).and_then(|v| nonzero(&k(s), v));
         let n_layer = req("block_count")?;
