@@ -12,16 +12,7 @@ pub fn logprobs_and_entropy(
     targets: &Tensor,
     temperature: f64,
 ) -> (Tensor, Tensor) {
-    assert!(
-        temperature > 0.0,
-        "temperature must be positive, got {temperature}"
-    );
-    let logits = logits.to_kind(Kind::Float);
-    let z = if temperature == 1.0 {
-        logits
-    } else {
-        logits / temperature
-    };
+    let z = scaled_logits(logits, temperature);
     let lse = z.logsumexp([-1], false);
     let picked = z.gather(-1, &targets.unsqueeze(-1), false).squeeze_dim(-1);
     let logp = picked - &lse;
@@ -30,18 +21,23 @@ pub fn logprobs_and_entropy(
     (logp, entropy)
 }
 
-/// Log-probabilities only (no entropy work).
-pub fn logprobs_of(logits: &Tensor, targets: &Tensor, temperature: f64) -> Tensor {
+/// f32 logits divided by the temperature (left untouched at 1, so T = 1 is bitwise the raw logits).
+fn scaled_logits(logits: &Tensor, temperature: f64) -> Tensor {
     assert!(
         temperature > 0.0,
         "temperature must be positive, got {temperature}"
     );
     let logits = logits.to_kind(Kind::Float);
-    let z = if temperature == 1.0 {
+    if temperature == 1.0 {
         logits
     } else {
         logits / temperature
-    };
+    }
+}
+
+/// Log-probabilities only (no entropy work).
+pub fn logprobs_of(logits: &Tensor, targets: &Tensor, temperature: f64) -> Tensor {
+    let z = scaled_logits(logits, temperature);
     let lse = z.logsumexp([-1], false);
     z.gather(-1, &targets.unsqueeze(-1), false).squeeze_dim(-1) - lse
 }
