@@ -51,6 +51,7 @@ pub mod model;
 pub mod resolve;
 pub mod rope;
 pub mod safetensors_io;
+pub mod sampling_weights;
 pub mod save;
 pub mod tokenizer;
 

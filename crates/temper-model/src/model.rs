@@ -11,6 +11,7 @@ use crate::config::ModelConfig;
 use crate::kv_cache::KvCache;
 use crate::logprobs::logprobs_and_entropy;
 use crate::rope::{apply_rope, Rope};
+use crate::sampling_weights::{FrozenLayer, FrozenLinear, SamplingWeights};
 
 /// The dtype matmuls and attention run in. Weights are always f32 master copies; with `Bf16` they
 /// are cast to bf16 at each use (tch has no CPU autocast), activations entering a matmul or attention
@@ -54,19 +55,13 @@ impl std::fmt::Display for ComputeKind {
 struct Linear {
     weight: Tensor,
     bias: Option<Tensor>,
-    /// Weight and bias already cast to the compute dtype (see [`CausalLm::with_cached_compute_weights`]).
-    cast: RefCell<Option<(Tensor, Option<Tensor>)>>,
 }
 
 impl Linear {
     fn new(p: nn::Path, in_dim: i64, out_dim: i64, bias: bool, init: nn::Init) -> Self {
         let weight = p.var("weight", &[out_dim, in_dim], init);
         let bias = bias.then(|| p.var("bias", &[out_dim], init));
-        Linear {
-            weight,
-            bias,
-            cast: RefCell::new(None),
-        }
+        Linear { weight, bias }
     }
 
     /// `x @ W^T + b` with W (and b) cast to `kind`, the dtype of `x`.
@@ -74,30 +69,14 @@ impl Linear {
         if kind == Kind::Float {
             return x.linear(&self.weight, self.bias.as_ref());
         }
-        if let Some((w, b)) = self
-            .cast
-            .borrow()
-            .as_ref()
-            .filter(|(w, _)| w.kind() == kind)
-        {
-            return x.linear(w, b.as_ref());
-        }
         x.linear(
             &self.weight.to_kind(kind),
             self.bias.as_ref().map(|b| b.to_kind(kind)),
         )
     }
 
-    fn cache_cast(&self, kind: Kind) {
-        let cast = (
-            self.weight.detach().to_kind(kind),
-            self.bias.as_ref().map(|b| b.detach().to_kind(kind)),
-        );
-        *self.cast.borrow_mut() = Some(cast);
-    }
-
-    fn drop_cast(&self) {
-        *self.cast.borrow_mut() = None;
+    fn part(&self) -> (&Tensor, Option<&Tensor>) {
+        (&self.weight, self.bias.as_ref())
     }
 }
 
@@ -133,8 +112,9 @@ pub struct CausalLm {
     norm: Tensor,
     /// None when tied to `embed_tokens`.
     lm_head: Option<Tensor>,
-    /// The head weight cast to the compute dtype, while weights are cached.
-    head_cast: RefCell<Option<Tensor>>,
+    /// Fused, compute-dtype copies of the matmul weights while a sampling call runs
+    /// ([`CausalLm::with_sampling_weights`]).
+    sampling: RefCell<Option<SamplingWeights>>,
     rope: Rope,
     compute: ComputeKind,
     source_dir: Option<PathBuf>,
@@ -214,7 +194,7 @@ impl CausalLm {
             layers,
             norm,
             lm_head,
-            head_cast: RefCell::new(None),
+            sampling: RefCell::new(None),
             rope,
             compute,
             source_dir: None,
@@ -335,22 +315,38 @@ impl CausalLm {
         );
         assert_eq!(position_ids.size(), [b, t], "position_ids must be (B, T)");
         let mask = attention_mask_4d(attention_mask, t, past);
+        // With a cache on CPU, attention runs in f32 over an f32 cache (see `attend_cached`).
+        let cached_attention = cache.is_some() && self.device() == Device::Cpu;
+        // Additive form of the mask for the one-token decode path, built once for all layers.
+        let decode_bias = (cached_attention && t == 1).then(|| {
+            Tensor::zeros(mask.size(), (Kind::Float, mask.device()))
+                .masked_fill(&mask.logical_not(), f64::NEG_INFINITY)
+        });
         let (cos, sin) = self.rope.cos_sin(position_ids, kind);
+        let (n_q, n_kv, d) = (c.num_attention_heads, c.num_key_value_heads, c.head_dim);
+        let sampling = self.sampling.borrow();
         let mut h = Tensor::embedding(&self.embed_tokens, input_ids, -1, false, false);
         for (i, layer) in self.layers.iter().enumerate() {
+            let frozen = sampling.as_ref().map(|s| &s.layers[i]);
             let x = rms_norm(&h, &layer.input_layernorm, c.rms_norm_eps).to_kind(kind);
-            let q = layer
-                .q_proj
-                .forward(&x, kind)
-                .view([b, t, c.num_attention_heads, c.head_dim]);
-            let k = layer
-                .k_proj
-                .forward(&x, kind)
-                .view([b, t, c.num_key_value_heads, c.head_dim]);
-            let v = layer
-                .v_proj
-                .forward(&x, kind)
-                .view([b, t, c.num_key_value_heads, c.head_dim]);
+            let (q, k, v) = match frozen {
+                Some(f) => {
+                    let qkv = f.qkv.forward(&x);
+                    (
+                        qkv.narrow(2, 0, n_q * d),
+                        qkv.narrow(2, n_q * d, n_kv * d),
+                        qkv.narrow(2, (n_q + n_kv) * d, n_kv * d),
+                    )
+                }
+                None => (
+                    layer.q_proj.forward(&x, kind),
+                    layer.k_proj.forward(&x, kind),
+                    layer.v_proj.forward(&x, kind),
+                ),
+            };
+            let q = q.reshape([b, t, n_q, d]);
+            let k = k.reshape([b, t, n_kv, d]);
+            let v = v.reshape([b, t, n_kv, d]);
             let (q, k) = match (&layer.q_norm, &layer.k_norm) {
                 (Some(qn), Some(kn)) => (
                     rms_norm(&q, qn, c.rms_norm_eps).to_kind(kind),
@@ -361,28 +357,38 @@ impl CausalLm {
             let q = apply_rope(&q.transpose(1, 2), &cos, &sin);
             let k = apply_rope(&k.transpose(1, 2), &cos, &sin);
             let v = v.transpose(1, 2);
-            let (k, v) = match cache.as_deref_mut() {
-                Some(cache) => cache.append(i, &k, &v),
-                None => (k, v),
+            let attn = match cache.as_deref_mut() {
+                Some(cache) if cached_attention => {
+                    let (k, v) = cache.append(i, &k.to_kind(Kind::Float), &v.to_kind(Kind::Float));
+                    attend_cached(&q, &k, &v, &mask, decode_bias.as_ref()).to_kind(kind)
+                }
+                Some(cache) => {
+                    let (k, v) = cache.append(i, &k, &v);
+                    sdpa(&q, &k, &v, &mask)
+                }
+                None => sdpa(&q, &k, &v, &mask),
             };
-            let attn = Tensor::scaled_dot_product_attention(
-                &q,
-                &k,
-                &v,
-                Some(&mask),
-                0.0,
-                false,
-                None,
-                true,
-            );
-            let attn = attn
-                .transpose(1, 2)
-                .reshape([b, t, c.num_attention_heads * c.head_dim]);
-            h = h + layer.o_proj.forward(&attn, kind);
+            let attn = attn.transpose(1, 2).reshape([b, t, n_q * d]);
+            let o = match frozen {
+                Some(f) => f.o.forward(&attn),
+                None => layer.o_proj.forward(&attn, kind),
+            };
+            h = h + o;
             let x = rms_norm(&h, &layer.post_attention_layernorm, c.rms_norm_eps).to_kind(kind);
-            let gate = layer.gate_proj.forward(&x, kind).silu();
-            let up = layer.up_proj.forward(&x, kind);
-            h = h + layer.down_proj.forward(&(gate * up), kind);
+            let down = match frozen {
+                Some(f) => {
+                    let gu = f.gate_up.forward(&x);
+                    let inter = c.intermediate_size;
+                    f.down
+                        .forward(&(gu.narrow(2, 0, inter).silu() * gu.narrow(2, inter, inter)))
+                }
+                None => {
+                    let gate = layer.gate_proj.forward(&x, kind).silu();
+                    let up = layer.up_proj.forward(&x, kind);
+                    layer.down_proj.forward(&(gate * up), kind)
+                }
+            };
+            h = h + down;
         }
         if let Some(cache) = cache {
             cache.advance(t);
@@ -390,58 +396,68 @@ impl CausalLm {
         rms_norm(&h, &self.norm, c.rms_norm_eps)
     }
 
-    /// Run `f` with every matrix cast to the compute dtype once, instead of at each forward: with
-    /// bf16 compute, a decode step then reads 2 bytes per weight instead of casting 4 into 2. The
-    /// numbers are bitwise those of the uncached path. For sampling, under `tch::no_grad`: the
-    /// cached copies are detached (no gradient reaches the master weights through them) and must
-    /// not outlive a weight update, which is why they only live for the duration of `f`.
-    /// With f32 compute this just calls `f`.
-    pub fn with_cached_compute_weights<T>(&self, f: impl FnOnce() -> T) -> T {
-        let kind = self.compute.kind();
-        if kind == Kind::Float {
+    /// Run `f` (a sampling call, under `tch::no_grad`) with inference copies of the weights: q/k/v
+    /// and gate/up fused, in the compute dtype, and on CPU in oneDNN's prepacked layout (see
+    /// [`crate::sampling_weights`]). Every forward inside `f` uses them; numbers differ from the
+    /// training path by float rounding only. The copies are detached and dropped when `f`
+    /// returns, so they never outlive a weight update. Nested calls reuse the outer copies.
+    pub fn with_sampling_weights<T>(&self, f: impl FnOnce() -> T) -> T {
+        if self.sampling.borrow().is_some() {
             return f();
         }
         struct Thaw<'a>(&'a CausalLm);
         impl Drop for Thaw<'_> {
             fn drop(&mut self) {
-                self.0.for_each_linear(Linear::drop_cast);
-                *self.0.head_cast.borrow_mut() = None;
+                *self.0.sampling.borrow_mut() = None;
             }
         }
-        self.for_each_linear(|l| l.cache_cast(kind));
-        let head = self.lm_head.as_ref().unwrap_or(&self.embed_tokens);
-        *self.head_cast.borrow_mut() = Some(head.detach().to_kind(kind));
+        let frozen = tch::no_grad(|| self.freeze());
+        *self.sampling.borrow_mut() = Some(frozen);
         let _thaw = Thaw(self);
         f()
     }
 
-    fn for_each_linear(&self, f: impl Fn(&Linear)) {
-        for l in &self.layers {
-            for lin in [
-                &l.q_proj,
-                &l.k_proj,
-                &l.v_proj,
-                &l.o_proj,
-                &l.gate_proj,
-                &l.up_proj,
-                &l.down_proj,
-            ] {
-                f(lin);
-            }
+    /// How matmuls run right now: `None` outside [`CausalLm::with_sampling_weights`], else
+    /// `Some("onednn-packed")` (CPU with oneDNN) or `Some("fused")` (fused plain copies).
+    pub fn sampling_weights_layout(&self) -> Option<&'static str> {
+        self.sampling.borrow().as_ref().map(|s| match s.head {
+            FrozenLinear::Packed(_) => "onednn-packed",
+            FrozenLinear::Plain { .. } => "fused",
+        })
+    }
+
+    fn freeze(&self) -> SamplingWeights {
+        let kind = self.compute.kind();
+        let layers = self
+            .layers
+            .iter()
+            .map(|l| FrozenLayer {
+                qkv: FrozenLinear::fuse(&[l.q_proj.part(), l.k_proj.part(), l.v_proj.part()], kind),
+                o: FrozenLinear::fuse(&[l.o_proj.part()], kind),
+                gate_up: FrozenLinear::fuse(&[l.gate_proj.part(), l.up_proj.part()], kind),
+                down: FrozenLinear::fuse(&[l.down_proj.part()], kind),
+            })
+            .collect();
+        let head = self.lm_head.as_ref().unwrap_or(&self.embed_tokens);
+        SamplingWeights {
+            layers,
+            head: FrozenLinear::fuse(&[(head, None)], kind),
         }
     }
 
     /// Logits (..., V) in f32 from final hidden states (e.g. only the last position when sampling).
     pub fn logits(&self, hidden: &Tensor) -> Tensor {
         let kind = self.compute.kind();
-        let w = self.lm_head.as_ref().unwrap_or(&self.embed_tokens);
         let x = hidden.to_kind(kind);
+        if let Some(s) = self.sampling.borrow().as_ref() {
+            return s.head.forward(&x).to_kind(Kind::Float);
+        }
+        let w = self.lm_head.as_ref().unwrap_or(&self.embed_tokens);
         // `linear`, not `matmul(w.tr())`: the latter's backward was ~25% slower here.
-        let cached = self.head_cast.borrow();
-        let logits = match cached.as_ref().filter(|c| c.kind() == kind) {
-            _ if kind == Kind::Float => x.linear(w, None::<&Tensor>),
-            Some(c) => x.linear(c, None::<&Tensor>),
-            None => x.linear(&w.to_kind(kind), None::<&Tensor>),
+        let logits = if kind == Kind::Float {
+            x.linear(w, None::<&Tensor>)
+        } else {
+            x.linear(&w.to_kind(kind), None::<&Tensor>)
         };
         logits.to_kind(Kind::Float)
     }
@@ -494,6 +510,43 @@ impl CausalLm {
             )
         })
     }
+}
+
+/// `softmax(q k^T / sqrt(d) + mask) v` with grouped-query heads, as the training path computes it.
+fn sdpa(q: &Tensor, k: &Tensor, v: &Tensor, mask: &Tensor) -> Tensor {
+    Tensor::scaled_dot_product_attention(q, k, v, Some(mask), 0.0, false, None, true)
+}
+
+/// Attention over a KV cache on CPU, in f32: q (B, Hq, T, d) in the compute dtype, k and v
+/// (B, Hkv, S, d) f32 views of the cache. Returns (B, Hq, T, d) f32.
+///
+/// Why f32: with bf16 compute, libtorch's CPU flash attention multiplies q and k through MKL's
+/// generic bf16 gemv (a third of a bf16 decode step on this project's AMD CPU); f32 values of the
+/// same bf16 numbers take MKL's optimised paths and round less. Why a hand-written path for one
+/// token (`decode_bias` given): the query heads that share a kv head become the rows of one small
+/// matmul, where flash attention runs a gemv per head.
+fn attend_cached(
+    q: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
+    mask: &Tensor,
+    decode_bias: Option<&Tensor>,
+) -> Tensor {
+    let q = q.to_kind(Kind::Float);
+    let Some(bias) = decode_bias else {
+        return sdpa(&q, k, v, mask);
+    };
+    let [b, n_q, t, d] = q.size()[..] else {
+        unreachable!("q is 4-D")
+    };
+    let n_kv = k.size()[1];
+    let group = n_q / n_kv;
+    // Query head h uses kv head h / group (transformers' repeat_kv), so (B, Hq, 1, d) viewed as
+    // (B, Hkv, group, d) lines each kv head up with its queries.
+    let q = q.reshape([b, n_kv, group * t, d]);
+    let scores = q.matmul(&k.transpose(-1, -2)) * (1.0 / (d as f64).sqrt()) + bias;
+    let p = scores.softmax(-1, Kind::Float);
+    p.matmul(v).reshape([b, n_q, t, d])
 }
 
 /// Boolean (B, 1, T, S) mask, true where query i (at absolute position past+i) may attend key j:

@@ -177,7 +177,7 @@ impl<'a> Engine<'a> {
         // bf16: cast the weights once for the whole call instead of at every decode step
         // (bitwise the same numbers; a no-op in f32).
         self.model
-            .with_cached_compute_weights(|| self.generate_validated(requests, progress))
+            .with_sampling_weights(|| self.generate_validated(requests, progress))
     }
 
     fn generate_validated(
