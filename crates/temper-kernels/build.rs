@@ -35,7 +35,8 @@ fn main() {
         .flag("-std=c++17")
         .flag("-D_GLIBCXX_USE_CXX11_ABI=1")
         .flag("-DGLOG_USE_GLOG_EXPORT")
-        .opt_level(2)
+        .flag("-Wno-psabi")
+        .opt_level(3)
         .file("csrc/kernels.cpp")
         .compile("temper_kernels");
 }

@@ -3,7 +3,13 @@
 // `*err` set to a malloc'ed message (freed by temper_kernels_free_error).
 #include <ATen/ATen.h>
 #include <ATen/core/dispatch/Dispatcher.h>
+#include <ATen/Parallel.h>
 #include <ATen/core/stack.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <vector>
 
 #include <cstdlib>
 #include <cstring>
@@ -34,6 +40,117 @@ int guarded(char** err, F&& f) {
     *err = copy_message("unknown C++ exception");
   }
   return 1;
+}
+
+// 16 floats: one AVX-512 register, two AVX2 ones, four SSE ones (GCC vector extensions, so each
+// `target_clones` version below gets its own instruction set from the same source).
+typedef float v16f __attribute__((vector_size(64)));
+typedef int32_t v16i __attribute__((vector_size(64)));
+
+inline v16f vload(const float* p) {
+  v16f r;
+  std::memcpy(&r, p, sizeof r);
+  return r;
+}
+
+inline void vstore(float* p, v16f v) { std::memcpy(p, &v, sizeof v); }
+
+inline v16f vsplat(float x) { return v16f{} + x; }
+
+inline float hsum(v16f v) {
+  float s = 0.f;
+  for (int l = 0; l < 16; ++l) s += v[l];
+  return s;
+}
+
+// exp(x) for x <= 0, 16 at a time (std::exp is a scalar call, and attention takes one per key per
+// query head): Cephes' expf, a degree-6 polynomial after range reduction, within 2 ulp of the exact
+// value; exactly 0 below -87 (masked keys are -inf).
+inline v16f exp_nonpositive(v16f x) {
+  const v16f xc = x < -87.0f ? vsplat(-87.0f) : x;
+  const v16f t = xc * 1.44269504088896341f + 0.5f;
+  v16i n = __builtin_convertvector(t, v16i);  // truncates toward zero; t < 1 here
+  v16f fx = __builtin_convertvector(n, v16f);
+  const v16i below = fx > t;                  // floor for negative non-integers
+  n = n + below;                              // `below` is -1 where true
+  fx = __builtin_convertvector(n, v16f);
+  v16f r = xc - fx * 0.693359375f;
+  r = r - fx * -2.12194440e-4f;
+  const v16f z = r * r;
+  v16f y = vsplat(1.9875691500e-4f);
+  y = y * r + 1.3981999507e-3f;
+  y = y * r + 8.3334519073e-3f;
+  y = y * r + 4.1665795894e-2f;
+  y = y * r + 1.6666665459e-1f;
+  y = y * r + 5.0000001201e-1f;
+  y = y * z + r + 1.0f;
+  const v16i bits = (n + 127) << 23;
+  v16f scale;
+  std::memcpy(&scale, &bits, sizeof scale);
+  return x < -87.0f ? v16f{} : y * scale;
+}
+
+// One (batch row, kv head) of decode attention: the `group` query heads that share this kv head,
+// one query each. The first query head pulls this head's keys and values from memory (decode
+// attention is bound by reading the cache); the others find them in L2. D, the head dim, is a
+// compile-time constant so that a query row and an output row live in registers.
+// `target_clones` builds AVX-512, AVX2 and baseline versions and picks one at load time.
+// `scores` has room for `s_len` rounded up to a multiple of 16.
+template <int D>
+__attribute__((target_clones("avx512f", "avx2", "default")))
+void attend_one(const float* q, int64_t group, const float* k, const float* v, int64_t s_len,
+                int64_t s_stride, const float* bias, float scale, float* scores, float* out) {
+  constexpr int N = D / 16;
+  static_assert(D % 16 == 0, "head dim must be a multiple of 16");
+  const int64_t s_pad = (s_len + 15) / 16 * 16;
+  for (int64_t j = 0; j < group; ++j) {
+    v16f qv[N];
+    for (int i = 0; i < N; ++i) qv[i] = vload(q + j * D + 16 * i);
+    for (int64_t s = 0; s < s_len; ++s) {
+      const float* ks = k + s * s_stride;
+      v16f acc = qv[0] * vload(ks);
+      for (int i = 1; i < N; ++i) acc += qv[i] * vload(ks + 16 * i);
+      scores[s] = hsum(acc) * scale + bias[s];
+    }
+    for (int64_t s = s_len; s < s_pad; ++s) scores[s] = -INFINITY;
+    v16f m = vsplat(-INFINITY);
+    for (int64_t s = 0; s < s_pad; s += 16) {
+      const v16f x = vload(scores + s);
+      m = x > m ? x : m;
+    }
+    float mx = m[0];
+    for (int l = 1; l < 16; ++l) mx = std::max(mx, m[l]);
+    v16f sum = {};
+    for (int64_t s = 0; s < s_pad; s += 16) {
+      const v16f e = exp_nonpositive(vload(scores + s) - mx);
+      vstore(scores + s, e);
+      sum += e;
+    }
+    const float inv = 1.f / hsum(sum);
+    v16f o[N] = {};
+    for (int64_t s = 0; s < s_len; ++s) {
+      const float* vs = v + s * s_stride;
+      const v16f p = vsplat(scores[s]);
+      for (int i = 0; i < N; ++i) o[i] += p * vload(vs + 16 * i);
+    }
+    for (int i = 0; i < N; ++i) vstore(out + j * D + 16 * i, o[i] * inv);
+  }
+}
+
+using AttendFn = void (*)(const float*, int64_t, const float*, const float*, int64_t, int64_t,
+                          const float*, float, float*, float*);
+
+AttendFn attend_for(int64_t d) {
+  switch (d) {
+    case 16: return attend_one<16>;
+    case 32: return attend_one<32>;
+    case 64: return attend_one<64>;
+    case 80: return attend_one<80>;
+    case 96: return attend_one<96>;
+    case 128: return attend_one<128>;
+    case 256: return attend_one<256>;
+    default: return nullptr;
+  }
 }
 
 }  // namespace
@@ -81,6 +198,55 @@ int temper_packed_linear(const at::Tensor* x, const at::Tensor* w, const at::Ten
     stack.emplace_back(c10::IValue());  // algorithm: None
     op.callBoxed(&stack);
     *out = new at::Tensor(stack.back().toTensor());
+  });
+}
+
+// 1 when temper_decode_attention has a kernel for head dim `d`.
+int temper_decode_attention_supports(int64_t d) { return attend_for(d) != nullptr; }
+
+// Attention of one new token per row over a cache, all f32 on CPU:
+//   q (B, Hq, d) contiguous, k and v (B, Hkv, S, d) with unit stride in d (views of a larger
+//   cache buffer are fine), bias (B, S) contiguous additive mask (0 or -inf);
+//   out (B, Hq, d) = softmax(q k^T * scale + bias) v, query head h reading kv head h / (Hq / Hkv).
+int temper_decode_attention(const at::Tensor* q, const at::Tensor* k, const at::Tensor* v,
+                            const at::Tensor* bias, double scale, at::Tensor** out, char** err) {
+  return guarded(err, [&] {
+    TORCH_CHECK(q->dim() == 3 && k->dim() == 4 && v->dim() == 4 && bias->dim() == 2,
+                "decode attention: q (B,Hq,d), k/v (B,Hkv,S,d), bias (B,S)");
+    for (const at::Tensor* t : {q, k, v, bias}) {
+      TORCH_CHECK(t->scalar_type() == at::kFloat && t->device().is_cpu(),
+                  "decode attention: f32 CPU tensors only");
+    }
+    TORCH_CHECK(q->is_contiguous() && bias->is_contiguous(), "decode attention: q, bias contiguous");
+    TORCH_CHECK(k->sizes() == v->sizes() && k->strides() == v->strides(),
+                "decode attention: k and v differ in shape or strides");
+    const int64_t b = q->size(0), hq = q->size(1), d = q->size(2);
+    const int64_t hkv = k->size(1), s_len = k->size(2);
+    TORCH_CHECK(k->size(0) == b && k->size(3) == d && hkv > 0 && hq % hkv == 0,
+                "decode attention: shapes do not line up");
+    TORCH_CHECK(k->stride(3) == 1, "decode attention: k/v need unit stride in the head dim");
+    TORCH_CHECK(bias->size(0) == b && bias->size(1) == s_len, "decode attention: bias is (B, S)");
+    const int64_t group = hq / hkv;
+    const AttendFn attend = attend_for(d);
+    TORCH_CHECK(attend != nullptr, "decode attention: head dim ", d,
+                " is not supported (16, 32, 64, 80, 96, 128, 256)");
+    at::Tensor result = at::empty({b, hq, d}, q->options());
+    const float* qp = q->data_ptr<float>();
+    const float* kp = k->data_ptr<float>();
+    const float* vp = v->data_ptr<float>();
+    const float* bp = bias->data_ptr<float>();
+    float* op = result.data_ptr<float>();
+    const int64_t kb = k->stride(0), kh = k->stride(1), ks = k->stride(2);
+    at::parallel_for(0, b * hkv, 1, [&](int64_t begin, int64_t end) {
+      std::vector<float> scores((s_len + 15) / 16 * 16);
+      for (int64_t i = begin; i < end; ++i) {
+        const int64_t bi = i / hkv, h = i % hkv;
+        attend(qp + (bi * hq + h * group) * d, group, kp + bi * kb + h * kh,
+               vp + bi * kb + h * kh, s_len, ks, bp + bi * s_len, static_cast<float>(scale),
+               scores.data(), op + (bi * hq + h * group) * d);
+      }
+    });
+    *out = new at::Tensor(result);
   });
 }
 

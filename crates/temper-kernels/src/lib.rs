@@ -28,6 +28,16 @@ extern "C" {
         out: *mut *mut c_void,
         err: *mut *mut c_char,
     ) -> c_int;
+    fn temper_decode_attention_supports(head_dim: i64) -> c_int;
+    fn temper_decode_attention(
+        q: *const c_void,
+        k: *const c_void,
+        v: *const c_void,
+        bias: *const c_void,
+        scale: f64,
+        out: *mut *mut c_void,
+        err: *mut *mut c_char,
+    ) -> c_int;
 }
 
 /// Turn a C status + out pointer into a Tensor or an error.
@@ -54,6 +64,48 @@ pub fn packed_linear_available() -> bool {
     static HAVE: OnceLock<bool> = OnceLock::new();
     // SAFETY: a pure query of the op registry.
     *HAVE.get_or_init(|| unsafe { temper_kernels_have_packed_linear() } != 0)
+}
+
+/// Whether [`decode_attention`] has a kernel for this head dim (16, 32, 64, 80, 96, 128, 256).
+pub fn decode_attention_supports(head_dim: i64) -> bool {
+    // SAFETY: a pure function of its argument.
+    unsafe { temper_decode_attention_supports(head_dim) != 0 }
+}
+
+/// Attention of one new token per row over a KV cache, f32 on CPU, for grouped-query heads:
+/// `softmax(q k^T * scale + bias) v` where query head `h` reads kv head `h / (Hq / Hkv)`.
+///
+/// - `q`: (B, Hq, d); `k`, `v`: (B, Hkv, S, d), views of a larger buffer allowed as long as the
+///   head dim has unit stride and k and v share strides; `bias`: (B, S) additive mask (0 or -inf;
+///   every row needs at least one finite entry). Returns (B, Hq, d).
+///
+/// Each (row, kv head) streams its keys and values once for all its query heads; a decode step is
+/// bound by reading the cache, which `Tensor::matmul` at these shapes (3 x 64 x S per batch) does at
+/// half the speed. Summation order differs from libtorch's attention (float rounding).
+pub fn decode_attention(
+    q: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
+    bias: &Tensor,
+    scale: f64,
+) -> Result<Tensor> {
+    let q = q.contiguous();
+    let bias = bias.contiguous();
+    let mut out = std::ptr::null_mut();
+    let mut err = std::ptr::null_mut();
+    // SAFETY: every tensor outlives the call; the C++ side checks shapes, dtypes and strides.
+    let status = unsafe {
+        temper_decode_attention(
+            q.as_ptr() as _,
+            k.as_ptr() as _,
+            v.as_ptr() as _,
+            bias.as_ptr() as _,
+            scale,
+            &mut out,
+            &mut err,
+        )
+    };
+    finish(status, out, err, "decode attention")
 }
 
 /// An inference-only linear layer whose weight lives in oneDNN's blocked layout.
@@ -179,6 +231,81 @@ mod tests {
             let one = p.forward(&x.narrow(0, i, 1));
             assert!(one.equal(&all.narrow(0, i, 1)), "row {i}");
         }
+    }
+
+    /// The textbook formula with the kv heads repeated (transformers' `repeat_kv`).
+    fn reference_attention(
+        q: &Tensor,
+        k: &Tensor,
+        v: &Tensor,
+        bias: &Tensor,
+        scale: f64,
+    ) -> Tensor {
+        let group = q.size()[1] / k.size()[1];
+        let k = k.repeat_interleave_self_int(group, Some(1), None);
+        let v = v.repeat_interleave_self_int(group, Some(1), None);
+        let scores =
+            q.unsqueeze(2).matmul(&k.transpose(-1, -2)).squeeze_dim(2) * scale + bias.unsqueeze(1);
+        scores
+            .softmax(-1, Kind::Float)
+            .unsqueeze(2)
+            .matmul(&v)
+            .squeeze_dim(2)
+    }
+
+    #[test]
+    fn decode_attention_matches_the_formula() {
+        tch::manual_seed(2);
+        let opts = (Kind::Float, Device::Cpu);
+        // (query heads, kv heads, head dim, keys): SmolLM2's 9/3 x 64, Qwen2.5's 14/2 x 128,
+        // plain multi-head, and key counts on both sides of the kernel's 16-wide blocks.
+        for (hq, hkv, d, s) in [
+            (9, 3, 64, 37),
+            (14, 2, 128, 16),
+            (4, 4, 16, 5),
+            (6, 2, 80, 70),
+        ] {
+            let (b, cap) = (3, 80);
+            // A view of a bigger buffer, as the KV cache hands out.
+            let kbuf = Tensor::randn([b, hkv, cap, d], opts);
+            let vbuf = Tensor::randn([b, hkv, cap, d], opts);
+            let (k, v) = (kbuf.narrow(2, 0, s), vbuf.narrow(2, 0, s));
+            let q = Tensor::randn([b, hq, d], opts) * 3.0;
+            // Row 1 masks its first 4 keys (left padding), row 2 a key in the middle.
+            let bias = Tensor::zeros([b, s], opts);
+            let _ = bias.get(1).narrow(0, 0, 4).fill_(f64::NEG_INFINITY);
+            let _ = bias.get(2).narrow(0, 3, 1).fill_(f64::NEG_INFINITY);
+            let scale = 1.0 / (d as f64).sqrt();
+            let got = decode_attention(&q, &k, &v, &bias, scale).unwrap();
+            let want = reference_attention(&q, &k, &v, &bias, scale);
+            let diff = (&got - &want).abs().max().double_value(&[]);
+            assert!(diff < 1e-5, "{hq}/{hkv} x {d}, {s} keys: max diff {diff}");
+            // Masked keys have no influence: changing them changes nothing.
+            let _ = vbuf.get(1).narrow(1, 0, 4).fill_(1e3);
+            let again = decode_attention(&q, &k, &v, &bias, scale).unwrap();
+            assert!(
+                again.get(1).equal(&got.get(1)),
+                "{hq}/{hkv} x {d}: masked keys leak"
+            );
+        }
+    }
+
+    #[test]
+    fn decode_attention_rejects_bad_input() {
+        let opts = (Kind::Float, Device::Cpu);
+        let q = Tensor::zeros([1, 3, 8], opts);
+        let k = Tensor::zeros([1, 2, 5, 8], opts); // 3 query heads over 2 kv heads
+        let bias = Tensor::zeros([1, 5], opts);
+        let e = decode_attention(&q, &k, &k, &bias, 1.0).unwrap_err();
+        assert!(e.to_string().contains("do not line up"), "{e}");
+        let k = Tensor::zeros([1, 1, 5, 8], (Kind::BFloat16, Device::Cpu));
+        let e = decode_attention(&q, &k, &k, &bias, 1.0).unwrap_err();
+        assert!(e.to_string().contains("f32"), "{e}");
+        let q = Tensor::zeros([1, 2, 24], opts);
+        let k = Tensor::zeros([1, 1, 5, 24], opts);
+        assert!(!decode_attention_supports(24));
+        let e = decode_attention(&q, &k, &k, &bias, 1.0).unwrap_err();
+        assert!(e.to_string().contains("head dim 24"), "{e}");
     }
 
     #[test]

@@ -317,10 +317,10 @@ impl CausalLm {
         let mask = attention_mask_4d(attention_mask, t, past);
         // With a cache on CPU, attention runs in f32 over an f32 cache (see `attend_cached`).
         let cached_attention = cache.is_some() && self.device() == Device::Cpu;
-        // Additive form of the mask for the one-token decode path, built once for all layers.
+        // The one-token decode path takes the mask as a (B, S) additive bias, built once.
         let decode_bias = (cached_attention && t == 1).then(|| {
-            Tensor::zeros(mask.size(), (Kind::Float, mask.device()))
-                .masked_fill(&mask.logical_not(), f64::NEG_INFINITY)
+            Tensor::zeros([b, past + t], (Kind::Float, mask.device()))
+                .masked_fill(&mask.view([b, past + t]).logical_not(), f64::NEG_INFINITY)
         });
         let (cos, sin) = self.rope.cos_sin(position_ids, kind);
         let (n_q, n_kv, d) = (c.num_attention_heads, c.num_key_value_heads, c.head_dim);
@@ -522,9 +522,9 @@ fn sdpa(q: &Tensor, k: &Tensor, v: &Tensor, mask: &Tensor) -> Tensor {
 ///
 /// Why f32: with bf16 compute, libtorch's CPU flash attention multiplies q and k through MKL's
 /// generic bf16 gemv (a third of a bf16 decode step on this project's AMD CPU); f32 values of the
-/// same bf16 numbers take MKL's optimised paths and round less. Why a hand-written path for one
-/// token (`decode_bias` given): the query heads that share a kv head become the rows of one small
-/// matmul, where flash attention runs a gemv per head.
+/// same bf16 numbers take optimised paths and round less. For one new token (`decode_bias`, the
+/// mask as a (B, S) additive bias) [`temper_kernels::decode_attention`] reads the cache once for
+/// all query heads that share a kv head; flash attention runs a gemv per head.
 fn attend_cached(
     q: &Tensor,
     k: &Tensor,
@@ -539,14 +539,20 @@ fn attend_cached(
     let [b, n_q, t, d] = q.size()[..] else {
         unreachable!("q is 4-D")
     };
+    let scale = 1.0 / (d as f64).sqrt();
+    if temper_kernels::decode_attention_supports(d) {
+        let out = temper_kernels::decode_attention(&q.reshape([b, n_q, d]), k, v, bias, scale);
+        return out.unwrap_or_else(|e| panic!("{e}")).view([b, n_q, t, d]);
+    }
+    // Other head dims: the same formula in matmuls; query head h uses kv head h / group
+    // (transformers' repeat_kv), so (B, Hq, 1, d) viewed as (B, Hkv, group, d) lines them up.
     let n_kv = k.size()[1];
-    let group = n_q / n_kv;
-    // Query head h uses kv head h / group (transformers' repeat_kv), so (B, Hq, 1, d) viewed as
-    // (B, Hkv, group, d) lines each kv head up with its queries.
-    let q = q.reshape([b, n_kv, group * t, d]);
-    let scores = q.matmul(&k.transpose(-1, -2)) * (1.0 / (d as f64).sqrt()) + bias;
-    let p = scores.softmax(-1, Kind::Float);
-    p.matmul(v).reshape([b, n_q, t, d])
+    let q = q.reshape([b, n_kv, n_q / n_kv, d]);
+    let scores = q.matmul(&k.transpose(-1, -2)) * scale + bias.view([b, 1, 1, -1]);
+    scores
+        .softmax(-1, Kind::Float)
+        .matmul(v)
+        .reshape([b, n_q, t, d])
 }
 
 /// Boolean (B, 1, T, S) mask, true where query i (at absolute position past+i) may attend key j:
