@@ -11,7 +11,7 @@ use std::ffi::{c_char, c_int, c_void, CStr};
 use std::sync::OnceLock;
 
 use anyhow::{bail, Result};
-use tch::{Device, Tensor};
+use tch::{Device, Kind, Tensor};
 
 extern "C" {
     fn temper_kernels_free_error(err: *mut c_char);
@@ -64,6 +64,23 @@ pub fn packed_linear_available() -> bool {
     static HAVE: OnceLock<bool> = OnceLock::new();
     // SAFETY: a pure query of the op registry.
     *HAVE.get_or_init(|| unsafe { temper_kernels_have_packed_linear() } != 0)
+}
+
+/// Whether [`PackedLinear`] works for weights of this dtype on this CPU. oneDNN's bf16 path needs
+/// AVX-512 (BW/VL/DQ) or AVX-NE-CONVERT; on an AVX2-only CPU only f32 packs. Probed once per dtype
+/// by packing a small weight.
+pub fn packed_linear_supports(kind: Kind) -> bool {
+    static F32: OnceLock<bool> = OnceLock::new();
+    static BF16: OnceLock<bool> = OnceLock::new();
+    let cell = match kind {
+        Kind::Float => &F32,
+        Kind::BFloat16 => &BF16,
+        _ => return false,
+    };
+    *cell.get_or_init(|| {
+        packed_linear_available()
+            && PackedLinear::new(&Tensor::zeros([16, 16], (kind, Device::Cpu)), None).is_ok()
+    })
 }
 
 /// Whether [`decode_attention`] has a kernel for this head dim (16, 32, 64, 80, 96, 128, 256).
@@ -191,15 +208,23 @@ impl PackedLinear {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use tch::Kind;
 
     #[test]
     fn matches_linear_f32_and_bf16() {
         tch::manual_seed(0);
+        // oneDNN's f32 path runs on every x86-64 CPU PyTorch supports.
+        assert!(packed_linear_supports(Kind::Float));
         for kind in [Kind::Float, Kind::BFloat16] {
             let w = Tensor::randn([300, 96], (Kind::Float, Device::Cpu)).to_kind(kind);
             let b = Tensor::randn([300], (Kind::Float, Device::Cpu)).to_kind(kind);
             let x = Tensor::randn([2, 5, 96], (Kind::Float, Device::Cpu)).to_kind(kind);
+            if !packed_linear_supports(kind) {
+                // E.g. bf16 on an AVX2-only CPU: an error naming what is missing, not a crash.
+                let e = PackedLinear::new(&w, Some(&b)).unwrap_err().to_string();
+                assert!(e.contains("packing a linear weight"), "{e}");
+                eprintln!("{kind:?}: not supported on this CPU, checked the error only");
+                continue;
+            }
             let p = PackedLinear::new(&w, Some(&b)).unwrap();
             let got = p.forward(&x).to_kind(Kind::Float);
             let want = x.linear(&w, Some(&b)).to_kind(Kind::Float);

@@ -15,7 +15,7 @@
 //! layout (to compare, or if oneDNN misbehaves on some CPU).
 
 use tch::{Device, Kind, Tensor};
-use temper_kernels::{packed_linear_available, PackedLinear};
+use temper_kernels::{packed_linear_supports, PackedLinear};
 
 /// One frozen matmul: `x @ W^T + b` with W in the compute dtype.
 #[derive(Debug)]
@@ -36,7 +36,7 @@ impl FrozenLinear {
             .iter()
             .all(|p| p.1.is_some())
             .then(|| cat_detached(parts.iter().filter_map(|p| p.1), kind));
-        if use_packed(weight.device()) {
+        if use_packed(weight.device(), kind) {
             match PackedLinear::new(&weight, bias.as_ref()) {
                 Ok(p) => return FrozenLinear::Packed(p),
                 Err(e) => tracing::warn!("oneDNN packing failed, using plain matmuls: {e}"),
@@ -64,9 +64,11 @@ fn cat_detached<'a>(parts: impl Iterator<Item = &'a Tensor>, kind: Kind) -> Tens
     Tensor::cat(&parts, 0)
 }
 
-fn use_packed(device: Device) -> bool {
+/// On CPU when oneDNN packs this dtype here (bf16 needs AVX-512 or AVX-NE-CONVERT) and
+/// `TEMPER_NO_ONEDNN` is unset.
+fn use_packed(device: Device, kind: Kind) -> bool {
     device == Device::Cpu
-        && packed_linear_available()
+        && packed_linear_supports(kind)
         && std::env::var_os("TEMPER_NO_ONEDNN").is_none_or(|v| v.is_empty() || v == "0")
 }
 

@@ -78,9 +78,74 @@ fn cached_decode_equals_full_forward_f32() {
     incremental_equals_full("llama", ComputeKind::F32, 11, 1e-4);
 }
 
+/// bf16 has no fixed tolerance to hold a path to: two equally valid bf16 computations of the same
+/// logits (different GEMM blockings, bf16 or f32 attention) differ by up to ~0.1 in logprob on a
+/// random model, and by how much depends on the CPU's bf16 kernels (AVX-512 or AVX2). So the cached
+/// bf16 decode (plain and with sampling weights) is held to the training path's own bf16 error:
+/// measured against the f32 forward, it may be at most 1.5x as far off as the uncached bf16 forward.
 #[test]
-fn cached_decode_close_to_full_forward_bf16() {
-    incremental_equals_full("qwen3", ComputeKind::Bf16, 5, 0.1);
+fn cached_decode_bf16_is_as_accurate_as_the_bf16_forward() {
+    for (name, prefill) in [("qwen3", 5), ("qwen2", 4)] {
+        let r = reference(name);
+        let b = pad(&r.rows, true, 0, 0);
+        let t = b.ids.size()[1];
+        let exact = CausalLm::load(&r.dir, Device::Cpu, ComputeKind::F32).unwrap();
+        let model = CausalLm::load(&r.dir, Device::Cpu, ComputeKind::Bf16).unwrap();
+        let (f32_full, bf16_full) = tch::no_grad(|| {
+            (
+                exact.forward(&b.ids, &b.pos, &b.mask, None),
+                model.forward(&b.ids, &b.pos, &b.mask, None),
+            )
+        });
+        let floor = max_diff_on_mask(&bf16_full, &f32_full, &b.mask);
+        assert!(
+            floor > 0.0 && floor < 0.5,
+            "{name}: bf16 forward error {floor:e}"
+        );
+        for sampling in [false, true] {
+            let run = || {
+                let mut cache = model.new_cache();
+                let first = model.forward(
+                    &b.ids.narrow(1, 0, prefill),
+                    &b.pos.narrow(1, 0, prefill),
+                    &b.mask.narrow(1, 0, prefill),
+                    Some(&mut cache),
+                );
+                let mut worst = max_diff_on_mask(
+                    &first,
+                    &f32_full.narrow(1, 0, prefill),
+                    &b.mask.narrow(1, 0, prefill),
+                );
+                for i in prefill..t {
+                    let step = model.forward(
+                        &b.ids.narrow(1, i, 1),
+                        &b.pos.narrow(1, i, 1),
+                        &b.mask.narrow(1, 0, i + 1),
+                        Some(&mut cache),
+                    );
+                    let d =
+                        max_diff_on_mask(&step, &f32_full.narrow(1, i, 1), &b.mask.narrow(1, i, 1));
+                    worst = worst.max(d);
+                }
+                worst
+            };
+            let worst = tch::no_grad(|| {
+                if sampling {
+                    model.with_sampling_weights(run)
+                } else {
+                    run()
+                }
+            });
+            eprintln!(
+                "{name} bf16 (sampling weights: {sampling}): cached {worst:e}, uncached {floor:e}"
+            );
+            assert!(
+                worst <= 1.5 * floor,
+                "{name} bf16 (sampling weights: {sampling}): cached decode is {worst:e} from f32, \
+                 the uncached bf16 forward {floor:e}"
+            );
+        }
+    }
 }
 
 /// Two prompts prefilled once, expanded to three samples with `select_rows`, each continued with its
@@ -176,8 +241,11 @@ fn sampling_weights_are_close_and_temporary() {
             let plain = model.forward(&b.ids, &b.pos, &b.mask, None);
             assert_eq!(model.sampling_weights_layout(), None);
             let frozen = model.with_sampling_weights(|| {
-                // PyTorch's x86 wheels ship oneDNN, and the test venv uses one.
-                assert_eq!(model.sampling_weights_layout(), Some("onednn-packed"));
+                // PyTorch's x86 wheels ship oneDNN, and the test venv uses one; its bf16 path
+                // needs AVX-512 (an AVX2-only CPU keeps fused plain copies in bf16).
+                let packs = temper_kernels::packed_linear_supports(compute.kind());
+                let want = if packs { "onednn-packed" } else { "fused" };
+                assert_eq!(model.sampling_weights_layout(), Some(want));
                 model.forward(&b.ids, &b.pos, &b.mask, None)
             });
             let d = max_diff_on_mask(&plain, &frozen, &b.mask);
