@@ -8,9 +8,7 @@
 //! Each configuration is timed twice: with `--new-tokens` and with 1 new token (prefill + one
 //! step), so decode tok/s = rows * (new_tokens - 1) / (t_full - t_one); end-to-end tok/s counts
 //! every new token over the whole `generate` call.
-use std::io::{BufRead, BufReader, Write};
 use std::path::PathBuf;
-use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
@@ -18,6 +16,8 @@ use tch::Device;
 use temper_model::{CausalLm, ComputeKind};
 use temper_rollout::draw::request_seed;
 use temper_rollout::{Engine, EngineConfig, Request, SamplingParams};
+
+use super::reference_python::PyWorker;
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -61,53 +61,29 @@ fn prompts(rows: usize, len: usize, vocab: i64) -> Vec<Vec<i64>> {
         .collect()
 }
 
-struct HfWorker {
-    child: Child,
-    stdin: ChildStdin,
-    stdout: BufReader<ChildStdout>,
-}
+/// transformers `generate` in `tools/bench_sample.py`.
+struct HfWorker(PyWorker);
 
 impl HfWorker {
     fn start(args: &Args, dir: &std::path::Path) -> Result<Self> {
-        let (python, script) =
-            super::reference_python::python_and_script(args.python.as_deref(), "bench_sample.py")?;
-        let mut child = Command::new(&python)
-            .arg(&script)
-            .arg("--model")
-            .arg(dir)
-            .args(["--dtype", &args.dtype.to_string()])
-            .args(["--threads", &args.threads.unwrap_or(0).to_string()])
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .with_context(|| format!("starting {} {}", python.display(), script.display()))?;
-        let stdin = child.stdin.take().context("worker stdin")?;
-        let stdout = BufReader::new(child.stdout.take().context("worker stdout")?);
-        let mut w = HfWorker {
-            child,
-            stdin,
-            stdout,
-        };
-        let ready = w.read()?;
+        let worker_args = [
+            "--model".to_string(),
+            dir.display().to_string(),
+            "--dtype".to_string(),
+            args.dtype.to_string(),
+            "--threads".to_string(),
+            args.threads.unwrap_or(0).to_string(),
+        ];
+        let (worker, ready) =
+            PyWorker::start(args.python.as_deref(), "bench_sample.py", &worker_args)?;
         eprintln!("transformers worker: {ready}");
-        Ok(w)
-    }
-
-    fn read(&mut self) -> Result<serde_json::Value> {
-        let mut line = String::new();
-        if self.stdout.read_line(&mut line)? == 0 {
-            bail!("tools/bench_sample.py exited early (run it by hand to see its error)");
-        }
-        serde_json::from_str(&line).with_context(|| format!("worker said: {line}"))
+        Ok(HfWorker(worker))
     }
 
     /// Seconds for one `generate`.
     fn generate(&mut self, prompts: &[Vec<i64>], new_tokens: usize) -> Result<f64> {
         let req = serde_json::json!({"prompts": prompts, "max_new_tokens": new_tokens});
-        writeln!(self.stdin, "{req}")?;
-        self.stdin.flush()?;
-        let out = self.read()?;
+        let out = self.0.request(&req.to_string())?;
         let want = prompts.len() * new_tokens;
         if out["new_tokens"].as_u64() != Some(want as u64) {
             bail!(
@@ -118,13 +94,6 @@ impl HfWorker {
         out["seconds"]
             .as_f64()
             .context("worker reply without seconds")
-    }
-}
-
-impl Drop for HfWorker {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }
 

@@ -4,15 +4,15 @@
 //! in PyTorch/transformers (`tools/bench_train.py`, a worker process driven over stdin). Runs
 //! alternate (temper f32, PyTorch f32, temper bf16, ...) so that background load hits both sides;
 //! the ratios are the result. Not a test: see BENCHMARKS.md.
-use std::io::{BufRead, BufReader, Write};
 use std::path::PathBuf;
-use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
 use tch::{Device, Kind, Tensor};
 use temper_model::{logprobs_of, CausalLm, ComputeKind, ModelConfig};
 use temper_train::optim::AdamW;
+
+use super::reference_python::PyWorker;
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -55,91 +55,40 @@ pub struct Args {
     pub python: Option<PathBuf>,
 }
 
-struct PyWorker {
-    child: Child,
-    stdin: ChildStdin,
-    stdout: BufReader<ChildStdout>,
-}
+/// transformers + torch.optim in `tools/bench_train.py`.
+struct TorchWorker(PyWorker);
 
-impl PyWorker {
+impl TorchWorker {
     fn start(args: &Args) -> Result<(Self, serde_json::Value)> {
-        let (python, script) =
-            super::reference_python::python_and_script(args.python.as_deref(), "bench_train.py")?;
-        let mut child = Command::new(&python)
-            .arg(&script)
-            .args([
-                "--batch",
-                &args.batch.to_string(),
-                "--seq",
-                &args.seq.to_string(),
-            ])
-            .args([
-                "--vocab",
-                &args.vocab.to_string(),
-                "--hidden",
-                &args.hidden.to_string(),
-            ])
-            .args([
-                "--layers",
-                &args.layers.to_string(),
-                "--heads",
-                &args.heads.to_string(),
-            ])
-            .args(["--threads", &args.threads.to_string()])
-            .args([
-                "--kv-heads",
-                &args.kv_heads.to_string(),
-                "--intermediate",
-                &args.intermediate.to_string(),
-            ])
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .with_context(|| format!("starting {} {}", python.display(), script.display()))?;
-        let stdin = child.stdin.take().context("worker stdin")?;
-        let stdout = BufReader::new(child.stdout.take().context("worker stdout")?);
-        let mut w = PyWorker {
-            child,
-            stdin,
-            stdout,
-        };
-        let ready = w.read_json()?;
-        Ok((w, ready))
-    }
-
-    fn read_json(&mut self) -> Result<serde_json::Value> {
-        let mut line = String::new();
-        if self.stdout.read_line(&mut line)? == 0 {
-            bail!("the PyTorch worker (tools/bench_train.py) exited early");
-        }
-        let v: serde_json::Value =
-            serde_json::from_str(&line).with_context(|| format!("worker said {line:?}"))?;
-        if let Some(e) = v.get("error") {
-            bail!("PyTorch worker: {e}");
-        }
-        Ok(v)
+        let flags = [
+            ("--batch", args.batch),
+            ("--seq", args.seq),
+            ("--vocab", args.vocab),
+            ("--hidden", args.hidden),
+            ("--layers", args.layers),
+            ("--heads", args.heads),
+            ("--kv-heads", args.kv_heads),
+            ("--intermediate", args.intermediate),
+            ("--threads", i64::from(args.threads)),
+        ];
+        let worker_args: Vec<String> = flags
+            .iter()
+            .flat_map(|(flag, v)| [flag.to_string(), v.to_string()])
+            .collect();
+        let (worker, ready) =
+            PyWorker::start(args.python.as_deref(), "bench_train.py", &worker_args)?;
+        Ok((TorchWorker(worker), ready))
     }
 
     /// Wall and CPU seconds for `steps` steps.
     fn run(&mut self, mode: &str, steps: usize) -> Result<Timing> {
-        writeln!(self.stdin, "run {mode} {steps}")?;
-        self.stdin.flush()?;
-        let v = self.read_json()?;
+        let v = self.0.request(&format!("run {mode} {steps}"))?;
         Ok(Timing {
             wall: v["secs"].as_f64().context("worker reply without secs")?,
             cpu: v["cpu_secs"]
                 .as_f64()
                 .context("worker reply without cpu_secs")?,
         })
-    }
-}
-
-impl Drop for PyWorker {
-    fn drop(&mut self) {
-        let _ = writeln!(self.stdin, "quit");
-        let _ = self.stdin.flush();
-        let _ = self.child.wait();
     }
 }
 
@@ -241,7 +190,7 @@ pub fn run(args: Args) -> Result<()> {
         None
     } else {
         eprintln!("starting the PyTorch worker ...");
-        let (w, ready) = PyWorker::start(&args)?;
+        let (w, ready) = TorchWorker::start(&args)?;
         let py_params = ready["params"].as_i64().unwrap_or(-1);
         if py_params != n_params {
             bail!("parameter counts differ: temper {n_params}, PyTorch {py_params}");
