@@ -188,3 +188,33 @@ fn convert_through_the_binary() {
     }
     std::fs::remove_dir_all(&work).unwrap();
 }
+
+/// `temper check-logprobs` on the real model: f32 within the 1e-4 contract, bf16 as accurate as
+/// bf16 training, and a tolerance it cannot meet (0: not every token is bitwise equal) fails.
+#[test]
+fn check_logprobs_through_the_binary() {
+    let base = [
+        "check-logprobs",
+        "--model",
+        "smollm2",
+        "--chat",
+        "-n",
+        "2",
+        "--max-tokens",
+        "16",
+    ];
+    for extra in [&[][..], &["--dtype", "bf16"]] {
+        let out = temper(&[&base[..], extra].concat());
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success() && stdout.trim_end().ends_with("ok"),
+            "{extra:?}: {stdout}\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(stdout.contains("max |sampler - trainer|"), "{stdout}");
+    }
+    let out = temper(&[&base[..], &["--tolerance", "0"]].concat());
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("exceeds the tolerance"), "{stderr}");
+}

@@ -75,9 +75,18 @@ pub struct LogprobDiff {
 
 /// Compare `samples[i].completion_logprobs` with `recomputed[i]`.
 pub fn compare(samples: &[Sample], recomputed: &[Vec<f32>]) -> LogprobDiff {
+    let reported: Vec<&[f32]> = samples
+        .iter()
+        .map(|s| s.completion_logprobs.as_slice())
+        .collect();
+    compare_rows(&reported, recomputed)
+}
+
+/// Compare two sets of per-token logprobs, row by row (rows of `a` and `b` line up).
+pub fn compare_rows(a: &[impl AsRef<[f32]>], b: &[impl AsRef<[f32]>]) -> LogprobDiff {
     let (mut tokens, mut max_abs, mut sum, mut bitwise_equal) = (0, 0f64, 0f64, 0);
-    for (s, r) in samples.iter().zip(recomputed) {
-        for (&a, &b) in s.completion_logprobs.iter().zip(r) {
+    for (ra, rb) in a.iter().zip(b) {
+        for (&a, &b) in ra.as_ref().iter().zip(rb.as_ref()) {
             let d = (a as f64 - b as f64).abs();
             tokens += 1;
             max_abs = max_abs.max(if d.is_nan() { f64::INFINITY } else { d });
