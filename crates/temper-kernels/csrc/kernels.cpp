@@ -2,6 +2,9 @@
 // C++ signature has to match the registration's). Every function returns 0 on success, or 1 with
 // `*err` set to a malloc'ed message (freed by temper_kernels_free_error).
 #include <ATen/ATen.h>
+#include <ATen/ops/fbgemm_linear_fp16_weight_fp32_activation.h>
+#include <ATen/ops/fbgemm_pack_gemm_matrix_fp16.h>
+#include <c10/util/Exception.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/Parallel.h>
 #include <ATen/core/stack.h>
@@ -57,10 +60,21 @@ inline void vstore(float* p, v16f v) { std::memcpy(p, &v, sizeof v); }
 
 inline v16f vsplat(float x) { return v16f{} + x; }
 
+typedef float v8f __attribute__((vector_size(32)));
+typedef float v4f __attribute__((vector_size(16)));
+
+// Sum of the 16 lanes by halving (16 -> 8 -> 4 -> 1): two vector adds and three scalar ones, not
+// a chain of 15 dependent scalar adds (the dot product of every key ends in one of these).
 inline float hsum(v16f v) {
-  float s = 0.f;
-  for (int l = 0; l < 16; ++l) s += v[l];
-  return s;
+  v8f lo, hi;
+  std::memcpy(&lo, &v, sizeof lo);
+  std::memcpy(&hi, reinterpret_cast<const char*>(&v) + sizeof lo, sizeof hi);
+  const v8f s8 = lo + hi;
+  v4f a, b;
+  std::memcpy(&a, &s8, sizeof a);
+  std::memcpy(&b, reinterpret_cast<const char*>(&s8) + sizeof a, sizeof b);
+  const v4f s4 = a + b;
+  return (s4[0] + s4[2]) + (s4[1] + s4[3]);
 }
 
 // exp(x) for x <= 0, 16 at a time (std::exp is a scalar call, and attention takes one per key per
@@ -198,6 +212,36 @@ int temper_packed_linear(const at::Tensor* x, const at::Tensor* w, const at::Ten
     stack.emplace_back(c10::IValue());  // algorithm: None
     op.callBoxed(&stack);
     *out = new at::Tensor(stack.back().toTensor());
+  });
+}
+
+// Swallows libtorch warnings while alive: PyTorch marks FBGEMM's fp16 ops deprecated and warns on
+// first use, which would land in every `temper sample` run. (If a release drops them, packing
+// fails and temper falls back to plain matmuls.)
+struct QuietWarnings : c10::WarningHandler {
+  void process(const c10::Warning&) override {}
+};
+
+// W (N, K), f32 values that fp16 holds (the caller checks the range) -> FBGEMM's packed fp16 matrix
+// for temper_fp16_linear (an opaque tensor).
+int temper_pack_fp16_weight(const at::Tensor* w, at::Tensor** out, char** err) {
+  return guarded(err, [&] {
+    QuietWarnings quiet;
+    c10::WarningUtils::WarningHandlerGuard guard(&quiet);
+    *out = new at::Tensor(at::fbgemm_pack_gemm_matrix_fp16(w->to(at::kFloat).contiguous()));
+  });
+}
+
+// x (M, K) f32 @ W^T (+ b, f32) with W from temper_pack_fp16_weight: fp16 weights, f32 activations
+// and accumulation (FBGEMM's AVX2/AVX-512 kernels). Returns f32.
+int temper_fp16_linear(const at::Tensor* x, const at::Tensor* w, const at::Tensor* bias,
+                       at::Tensor** out, char** err) {
+  return guarded(err, [&] {
+    QuietWarnings quiet;
+    c10::WarningUtils::WarningHandlerGuard guard(&quiet);
+    std::optional<at::Tensor> b;
+    if (bias != nullptr) b = *bias;
+    *out = new at::Tensor(at::fbgemm_linear_fp16_weight_fp32_activation(*x, *w, b));
   });
 }
 

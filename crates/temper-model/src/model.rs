@@ -418,10 +418,12 @@ impl CausalLm {
     }
 
     /// How matmuls run right now: `None` outside [`CausalLm::with_sampling_weights`], else
-    /// `Some("onednn-packed")` (CPU with oneDNN) or `Some("fused")` (fused plain copies).
+    /// `Some("onednn-packed")` (CPU with oneDNN), `Some("fbgemm-fp16")` (bf16 on a CPU where oneDNN
+    /// has no bf16 path) or `Some("fused")` (fused plain copies).
     pub fn sampling_weights_layout(&self) -> Option<&'static str> {
         self.sampling.borrow().as_ref().map(|s| match s.head {
             FrozenLinear::Packed(_) => "onednn-packed",
+            FrozenLinear::Fp16(_) => "fbgemm-fp16",
             FrozenLinear::Plain { .. } => "fused",
         })
     }
@@ -523,8 +525,9 @@ fn sdpa(q: &Tensor, k: &Tensor, v: &Tensor, mask: &Tensor) -> Tensor {
 /// Why f32: with bf16 compute, libtorch's CPU flash attention multiplies q and k through MKL's
 /// generic bf16 gemv (a third of a bf16 decode step on this project's AMD CPU); f32 values of the
 /// same bf16 numbers take optimised paths and round less. For one new token (`decode_bias`, the
-/// mask as a (B, S) additive bias) [`temper_kernels::decode_attention`] reads the cache once for
-/// all query heads that share a kv head; flash attention runs a gemv per head.
+/// mask as a (B, S) additive bias) the query heads that share a kv head are batched into one
+/// matmul against it (flash attention runs a gemv per head); on CPUs with AVX-512,
+/// [`temper_kernels::decode_attention`] does the same in one pass over the cache.
 fn attend_cached(
     q: &Tensor,
     k: &Tensor,
@@ -540,11 +543,11 @@ fn attend_cached(
         unreachable!("q is 4-D")
     };
     let scale = 1.0 / (d as f64).sqrt();
-    if temper_kernels::decode_attention_supports(d) {
+    if temper_kernels::decode_attention_is_fast() && temper_kernels::decode_attention_supports(d) {
         let out = temper_kernels::decode_attention(&q.reshape([b, n_q, d]), k, v, bias, scale);
         return out.unwrap_or_else(|e| panic!("{e}")).view([b, n_q, t, d]);
     }
-    // Other head dims: the same formula in matmuls; query head h uses kv head h / group
+    // The same formula in matmuls; query head h uses kv head h / group
     // (transformers' repeat_kv), so (B, Hq, 1, d) viewed as (B, Hkv, group, d) lines them up.
     let n_kv = k.size()[1];
     let q = q.reshape([b, n_kv, n_q / n_kv, d]);

@@ -15,12 +15,15 @@
 //! layout (to compare, or if oneDNN misbehaves on some CPU).
 
 use tch::{Device, Kind, Tensor};
-use temper_kernels::{packed_linear_supports, PackedLinear};
+use temper_kernels::{fp16_linear_available, packed_linear_supports, Fp16Linear, PackedLinear};
 
 /// One frozen matmul: `x @ W^T + b` with W in the compute dtype.
 #[derive(Debug)]
 pub(crate) enum FrozenLinear {
     Packed(PackedLinear),
+    /// bf16 weights stored as fp16 (the same values), f32 activations: CPUs without a oneDNN bf16
+    /// path.
+    Fp16(Fp16Linear),
     Plain {
         weight: Tensor,
         bias: Option<Tensor>,
@@ -41,6 +44,11 @@ impl FrozenLinear {
                 Ok(p) => return FrozenLinear::Packed(p),
                 Err(e) => tracing::warn!("oneDNN packing failed, using plain matmuls: {e}"),
             }
+        } else if use_fp16(weight.device(), kind) {
+            match Fp16Linear::new(&weight, bias.as_ref()) {
+                Ok(p) => return FrozenLinear::Fp16(p),
+                Err(e) => tracing::warn!("fp16 packing failed, using plain matmuls: {e}"),
+            }
         }
         FrozenLinear::Plain { weight, bias }
     }
@@ -49,6 +57,7 @@ impl FrozenLinear {
     pub(crate) fn forward(&self, x: &Tensor) -> Tensor {
         match self {
             FrozenLinear::Packed(p) => p.forward(x),
+            FrozenLinear::Fp16(p) => p.forward(x),
             FrozenLinear::Plain { weight, bias } => x.linear(weight, bias.as_ref()),
         }
     }
@@ -69,6 +78,17 @@ fn cat_detached<'a>(parts: impl Iterator<Item = &'a Tensor>, kind: Kind) -> Tens
 fn use_packed(device: Device, kind: Kind) -> bool {
     device == Device::Cpu
         && packed_linear_supports(kind)
+        && std::env::var_os("TEMPER_NO_ONEDNN").is_none_or(|v| v.is_empty() || v == "0")
+}
+
+/// bf16 on CPU where oneDNN cannot pack bf16 (AVX2 only): MKL's bf16 GEMM there is emulated and
+/// 3.5x slower than f32, so the bf16 weights go into FBGEMM's fp16 GEMM instead (same values, f32
+/// activations). `TEMPER_NO_ONEDNN` turns this off too.
+fn use_fp16(device: Device, kind: Kind) -> bool {
+    device == Device::Cpu
+        && kind == Kind::BFloat16
+        && !packed_linear_supports(kind)
+        && fp16_linear_available()
         && std::env::var_os("TEMPER_NO_ONEDNN").is_none_or(|v| v.is_empty() || v == "0")
 }
 

