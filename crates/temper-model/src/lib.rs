@@ -60,5 +60,5 @@ pub use config::{Arch, ModelConfig, RopeScaling};
 pub use generation_config::GenerationConfig;
 pub use kv_cache::KvCache;
 pub use logprobs::{logprobs_and_entropy, logprobs_of};
-pub use model::{attention_mask_4d, position_ids_from_mask, CausalLm, ComputeKind};
+pub use model::{attention_mask_4d, bf16_is_native, position_ids_from_mask, CausalLm, ComputeKind};
 pub use tokenizer::Tokenizer;

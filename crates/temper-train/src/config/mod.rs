@@ -34,7 +34,8 @@ pub struct ModelConfig {
     pub path: String,
     /// Tokenizer folder when it differs from `path`.
     pub tokenizer_path: Option<String>,
-    /// Compute dtype of the forward passes: `float32` or `bfloat16` (master weights stay f32).
+    /// Compute dtype of the forward passes: `float32`, `bfloat16` (master weights stay f32), or
+    /// `auto` (bf16 where its matmuls are native: CUDA, CPUs with AVX-512; else f32).
     pub dtype: String,
     /// Seed of the random initialisation for `random:` models.
     pub init_seed: u64,
@@ -483,7 +484,11 @@ impl Config {
         if self.model.path.is_empty() {
             bail!("model.path is required (a model folder, `smollm2`, or `random:<config.json>`)");
         }
-        one_of("model.dtype", &self.model.dtype, &["float32", "bfloat16"])?;
+        one_of(
+            "model.dtype",
+            &self.model.dtype,
+            &["float32", "bfloat16", "auto"],
+        )?;
         let d = &self.data;
         if d.task.is_none() && d.train_files.is_empty() {
             bail!("data.train_files is empty and data.task is not set: nothing to train on");

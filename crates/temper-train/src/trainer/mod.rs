@@ -17,7 +17,7 @@ use anyhow::{bail, Context, Result};
 use std::path::{Path, PathBuf};
 use tch::Device;
 use temper_algo::{ActorLossConfig, AdvConfig, KlController};
-use temper_model::{CausalLm, ComputeKind, GenerationConfig, Tokenizer};
+use temper_model::{bf16_is_native, CausalLm, ComputeKind, GenerationConfig, Tokenizer};
 use temper_reward::Reward;
 
 /// Everything a run holds between steps.
@@ -50,11 +50,23 @@ pub struct Trainer {
     warned: std::collections::BTreeSet<&'static str>,
 }
 
-fn compute_kind(dtype: &str) -> ComputeKind {
-    if dtype == "bfloat16" {
-        ComputeKind::Bf16
-    } else {
-        ComputeKind::F32
+/// `model.dtype` on `device`: `auto` is bf16 where bf16 matmuls are native (CUDA, CPUs with
+/// AVX-512), else f32. An explicit `bfloat16` on a CPU that emulates it is kept, with a warning.
+fn compute_kind(dtype: &str, device: Device) -> ComputeKind {
+    let native = bf16_is_native(device);
+    match dtype {
+        "bfloat16" => {
+            if !native {
+                eprintln!(
+                    "warning: model.dtype = \"bfloat16\" on a CPU without AVX-512: libtorch \
+                     emulates bf16 matmuls here (a training step measured 16x slower than \
+                     float32); use \"float32\" or \"auto\""
+                );
+            }
+            ComputeKind::Bf16
+        }
+        "auto" if native => ComputeKind::Bf16,
+        _ => ComputeKind::F32,
     }
 }
 
@@ -88,10 +100,10 @@ impl Trainer {
         let model_dir = resolve_model_dir(&cfg)?;
         let t = Self::build(cfg, run, &model_dir, None)?;
         write_atomic(&t.run.config(), toml::to_string_pretty(&t.cfg)?.as_bytes())?;
-        write_json(
-            &t.run.metadata(),
-            &run_metadata(t.cfg.trainer.seed, command_line),
-        )?;
+        let mut metadata = run_metadata(t.cfg.trainer.seed, command_line);
+        // What `model.dtype = "auto"` became on this machine.
+        metadata["compute_dtype"] = t.model.compute().to_string().into();
+        write_json(&t.run.metadata(), &metadata)?;
         Ok(t)
     }
 
@@ -136,7 +148,7 @@ impl Trainer {
             tch::set_num_threads(n as i32);
         }
         let device = device_of(&cfg);
-        let compute = compute_kind(&cfg.model.dtype);
+        let compute = compute_kind(&cfg.model.dtype, device);
         let model = CausalLm::load(weights_dir, device, compute)
             .with_context(|| format!("loading model {}", weights_dir.display()))?;
         let tok_dir = cfg
@@ -431,4 +443,19 @@ fn algo_configs(
         bypass_mode: rc.bypass_mode,
     };
     Ok((loss_cfg, adv_cfg, corr))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dtype_auto_is_bf16_only_where_it_is_native() {
+        let native = bf16_is_native(Device::Cpu);
+        let auto = compute_kind("auto", Device::Cpu);
+        assert_eq!(auto == ComputeKind::Bf16, native);
+        assert_eq!(compute_kind("float32", Device::Cpu), ComputeKind::F32);
+        // An explicit choice is kept (with a warning where bf16 is emulated).
+        assert_eq!(compute_kind("bfloat16", Device::Cpu), ComputeKind::Bf16);
+    }
 }
