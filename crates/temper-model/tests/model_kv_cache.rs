@@ -82,7 +82,8 @@ fn cached_decode_equals_full_forward_f32() {
 /// logits (different GEMM blockings, bf16 or f32 attention) differ by up to ~0.1 in logprob on a
 /// random model, and by how much depends on the CPU's bf16 kernels (AVX-512 or AVX2). So the cached
 /// bf16 decode (plain and with sampling weights) is held to the training path's own bf16 error:
-/// measured against the f32 forward, it may be at most 1.5x as far off as the uncached bf16 forward.
+/// measured against the f32 forward, it may be at most 2x as far off as the uncached bf16 forward
+/// (measured 0.78-1.06x on an AVX2 CPU; a wrong position or cache row is off by far more).
 #[test]
 fn cached_decode_bf16_is_as_accurate_as_the_bf16_forward() {
     for (name, prefill) in [("qwen3", 5), ("qwen2", 4)] {
@@ -140,7 +141,7 @@ fn cached_decode_bf16_is_as_accurate_as_the_bf16_forward() {
                 "{name} bf16 (sampling weights: {sampling}): cached {worst:e}, uncached {floor:e}"
             );
             assert!(
-                worst <= 1.5 * floor,
+                worst <= 2.0 * floor,
                 "{name} bf16 (sampling weights: {sampling}): cached decode is {worst:e} from f32, \
                  the uncached bf16 forward {floor:e}"
             );

@@ -31,7 +31,7 @@ pub struct Args {
     pub sampling: SamplingArgs,
     /// Largest allowed |sampler - trainer| logprob difference (default 1e-4 in f32). In bf16 the
     /// default check is relative: the sampler must be as close to the f32 logprobs as the bf16
-    /// trainer (mean within 1.5x, max within 3x); a tolerance replaces it with the absolute check.
+    /// trainer (mean within 1.5x, max within 4x); a tolerance replaces it with the absolute check.
     #[arg(long)]
     pub tolerance: Option<f64>,
 }
@@ -143,12 +143,13 @@ pub fn run(args: Args) -> Result<()> {
 const F32_TOLERANCE: f64 = 1e-4;
 
 /// In bf16 the sampler's mean |error| against the f32 logprobs may be at most this many times the
-/// bf16 trainer's (measured on SmolLM2 over four seeds: 1.03-1.08x).
+/// bf16 trainer's (measured on SmolLM2 over nine runs of 100-360 tokens: 0.83-1.08x).
 const BF16_MEAN_FACTOR: f64 = 1.5;
 
 /// ... and its worst token at most this many times the trainer's worst: the max over a few hundred
-/// tokens of heavy-tailed rounding errors is noisy (measured ratio 0.8-2.1x over the same seeds).
-const BF16_MAX_FACTOR: f64 = 3.0;
+/// tokens of heavy-tailed rounding errors is noisy (measured ratio 0.6-2.3x over the same runs).
+/// A bug that breaks single tokens (a last token, a refilled row) makes errors of order 1.
+const BF16_MAX_FACTOR: f64 = 4.0;
 
 fn within(max_abs: f64, tolerance: f64) -> Result<()> {
     // NaN fails too.
@@ -204,7 +205,7 @@ mod tests {
             e.to_string().contains("further from the f32 logprobs"),
             "{e}"
         );
-        assert!(as_accurate(&diff(0.6, 0.03), &diff(0.18, 0.025)).is_err());
+        assert!(as_accurate(&diff(0.8, 0.03), &diff(0.18, 0.025)).is_err());
         assert!(as_accurate(&diff(f64::NAN, 0.03), &diff(0.18, 0.025)).is_err());
         // The f32 check is absolute.
         assert!(within(5e-5, F32_TOLERANCE).is_ok());
