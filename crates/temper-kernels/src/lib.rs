@@ -71,6 +71,62 @@ fn finish(status: c_int, out: *mut c_void, err: *mut c_char, what: &str) -> Resu
     Ok(unsafe { Tensor::from_ptr(out as _) })
 }
 
+type PackFn = unsafe extern "C" fn(*const c_void, *mut *mut c_void, *mut *mut c_char) -> c_int;
+type LinearFn = unsafe extern "C" fn(
+    *const c_void,
+    *const c_void,
+    *const c_void,
+    *mut *mut c_void,
+    *mut *mut c_char,
+) -> c_int;
+
+/// Pack a contiguous weight with one of the C++ packers.
+fn pack(w: &Tensor, packer: PackFn, what: &str) -> Result<Tensor> {
+    let mut out = std::ptr::null_mut();
+    let mut err = std::ptr::null_mut();
+    // SAFETY: `w` outlives the call; out/err are written by the callee.
+    let status = unsafe { packer(w.as_ptr() as _, &mut out, &mut err) };
+    finish(status, out, err, what)
+}
+
+/// `x (..., K) @ packed^T + bias` -> `(..., N)` through one of the C++ linears, which take x as
+/// (M, K) in the dtype `x_kind` (None: x's own).
+fn packed_forward(
+    x: &Tensor,
+    x_kind: Option<Kind>,
+    packed: &Tensor,
+    bias: Option<&Tensor>,
+    (in_features, out_features): (i64, i64),
+    linear: LinearFn,
+    what: &str,
+) -> Result<Tensor> {
+    let mut shape = x.size();
+    let k = *shape.last().unwrap_or(&0);
+    if k != in_features {
+        bail!("{what}: input has {k} features, the weight expects {in_features}");
+    }
+    let x2 = x.reshape([-1, k]);
+    let x2 = x_kind
+        .map_or(x2.shallow_clone(), |kind| x2.to_kind(kind))
+        .contiguous();
+    let mut out = std::ptr::null_mut();
+    let mut err = std::ptr::null_mut();
+    let bias = bias.map_or(std::ptr::null(), |b| b.as_ptr() as *const c_void);
+    // SAFETY: every tensor outlives the call; out/err are written by the callee.
+    let status = unsafe {
+        linear(
+            x2.as_ptr() as _,
+            packed.as_ptr() as _,
+            bias,
+            &mut out,
+            &mut err,
+        )
+    };
+    let y = finish(status, out, err, what)?;
+    *shape.last_mut().expect("x has at least one dim") = out_features;
+    Ok(y.view(shape.as_slice()))
+}
+
 /// Whether this libtorch has oneDNN's linear ops (CPU builds with mkldnn; PyTorch's x86 wheels do).
 pub fn packed_linear_available() -> bool {
     static HAVE: OnceLock<bool> = OnceLock::new();
@@ -174,11 +230,7 @@ impl PackedLinear {
         }
         let (out_features, in_features) = weight.size2()?;
         let w = weight.detach().contiguous();
-        let mut out = std::ptr::null_mut();
-        let mut err = std::ptr::null_mut();
-        // SAFETY: `w` outlives the call; out/err are written by the callee.
-        let status = unsafe { temper_pack_linear_weight(w.as_ptr() as _, &mut out, &mut err) };
-        let packed = finish(status, out, err, "packing a linear weight")?;
+        let packed = pack(&w, temper_pack_linear_weight, "packing a linear weight")?;
         Ok(Self {
             packed,
             bias: bias.map(|b| b.detach().contiguous()),
@@ -201,34 +253,15 @@ impl PackedLinear {
     }
 
     pub fn try_forward(&self, x: &Tensor) -> Result<Tensor> {
-        let mut shape = x.size();
-        let k = *shape.last().unwrap_or(&0);
-        if k != self.in_features {
-            bail!(
-                "PackedLinear: input has {k} features, the weight expects {}",
-                self.in_features
-            );
-        }
-        let x2 = x.reshape([-1, k]).contiguous();
-        let mut out = std::ptr::null_mut();
-        let mut err = std::ptr::null_mut();
-        let bias = self
-            .bias
-            .as_ref()
-            .map_or(std::ptr::null(), |b| b.as_ptr() as *const c_void);
-        // SAFETY: every tensor outlives the call; out/err are written by the callee.
-        let status = unsafe {
-            temper_packed_linear(
-                x2.as_ptr() as _,
-                self.packed.as_ptr() as _,
-                bias,
-                &mut out,
-                &mut err,
-            )
-        };
-        let y = finish(status, out, err, "oneDNN linear")?;
-        *shape.last_mut().expect("x has at least one dim") = self.out_features;
-        Ok(y.view(shape.as_slice()))
+        packed_forward(
+            x,
+            None,
+            &self.packed,
+            self.bias.as_ref(),
+            (self.in_features, self.out_features),
+            temper_packed_linear,
+            "oneDNN linear",
+        )
     }
 }
 
@@ -262,11 +295,7 @@ impl Fp16Linear {
         if max.is_nan() || max > FP16_MAX {
             bail!("a weight of magnitude {max:e} does not fit fp16 (max {FP16_MAX})");
         }
-        let mut out = std::ptr::null_mut();
-        let mut err = std::ptr::null_mut();
-        // SAFETY: `w` outlives the call; out/err are written by the callee.
-        let status = unsafe { temper_pack_fp16_weight(w.as_ptr() as _, &mut out, &mut err) };
-        let packed = finish(status, out, err, "packing an fp16 weight")?;
+        let packed = pack(&w, temper_pack_fp16_weight, "packing an fp16 weight")?;
         Ok(Self {
             packed,
             bias: bias.map(|b| b.detach().to_kind(Kind::Float).contiguous()),
@@ -281,34 +310,16 @@ impl Fp16Linear {
     }
 
     pub fn try_forward(&self, x: &Tensor) -> Result<Tensor> {
-        let mut shape = x.size();
-        let k = *shape.last().unwrap_or(&0);
-        if k != self.in_features {
-            bail!(
-                "Fp16Linear: input has {k} features, the weight expects {}",
-                self.in_features
-            );
-        }
-        let x2 = x.reshape([-1, k]).to_kind(Kind::Float).contiguous();
-        let mut out = std::ptr::null_mut();
-        let mut err = std::ptr::null_mut();
-        let bias = self
-            .bias
-            .as_ref()
-            .map_or(std::ptr::null(), |b| b.as_ptr() as *const c_void);
-        // SAFETY: every tensor outlives the call; out/err are written by the callee.
-        let status = unsafe {
-            temper_fp16_linear(
-                x2.as_ptr() as _,
-                self.packed.as_ptr() as _,
-                bias,
-                &mut out,
-                &mut err,
-            )
-        };
-        let y = finish(status, out, err, "fp16 linear")?;
-        *shape.last_mut().expect("x has at least one dim") = self.out_features;
-        Ok(y.view(shape.as_slice()).to_kind(x.kind()))
+        let y = packed_forward(
+            x,
+            Some(Kind::Float),
+            &self.packed,
+            self.bias.as_ref(),
+            (self.in_features, self.out_features),
+            temper_fp16_linear,
+            "fp16 linear",
+        )?;
+        Ok(y.to_kind(x.kind()))
     }
 }
 
