@@ -16,20 +16,18 @@ fn max_diff_on_mask(a: &Tensor, b: &Tensor, mask: &Tensor) -> f64 {
     f64::try_from(((la - lb) * m).abs().max()).unwrap()
 }
 
-/// The full forward is the training path; the cached one runs inside `with_sampling_weights`
-/// (fused, prepacked weights) when `sampling` is set, as the rollout engine does.
-fn incremental_equals_full(name: &str, compute: ComputeKind, prefill: i64, tol: f64) {
-    incremental_vs_full(name, compute, prefill, tol, false);
-    incremental_vs_full(name, compute, prefill, tol, true);
-}
-
-fn incremental_vs_full(name: &str, compute: ComputeKind, prefill: i64, tol: f64, sampling: bool) {
-    let r = reference(name);
-    let model = CausalLm::load(&r.dir, Device::Cpu, compute).unwrap();
-    let b = pad(&r.rows, true, 0, 0);
+/// Runs `b` through the cache: a prefill of `prefill` tokens, then one token at a time, inside
+/// `with_sampling_weights` (fused, prepacked weights, as the rollout engine does) when `sampling`
+/// is set. Returns, for the prefill (position `prefill - 1`) and each step (its position), the max
+/// logprob difference from `target` (B, T, V) over real tokens.
+fn cached_errors(
+    model: &CausalLm,
+    b: &common::Batch,
+    prefill: i64,
+    target: &Tensor,
+    sampling: bool,
+) -> Vec<(i64, f64)> {
     let t = b.ids.size()[1];
-    let full = tch::no_grad(|| model.forward(&b.ids, &b.pos, &b.mask, None));
-    let compute = format!("{compute} sampling weights: {sampling}");
     let run = || {
         let mut cache = model.new_cache();
         let first = model.forward(
@@ -38,12 +36,8 @@ fn incremental_vs_full(name: &str, compute: ComputeKind, prefill: i64, tol: f64,
             &b.mask.narrow(1, 0, prefill),
             Some(&mut cache),
         );
-        let d = max_diff_on_mask(
-            &first,
-            &full.narrow(1, 0, prefill),
-            &b.mask.narrow(1, 0, prefill),
-        );
-        assert!(d <= tol, "{name} {compute}: prefill logits differ by {d:e}");
+        let (m, tgt) = (b.mask.narrow(1, 0, prefill), target.narrow(1, 0, prefill));
+        let mut errors = vec![(prefill - 1, max_diff_on_mask(&first, &tgt, &m))];
         for i in prefill..t {
             assert_eq!(cache.len(), i);
             let step = model.forward(
@@ -52,12 +46,10 @@ fn incremental_vs_full(name: &str, compute: ComputeKind, prefill: i64, tol: f64,
                 &b.mask.narrow(1, 0, i + 1),
                 Some(&mut cache),
             );
-            let d = max_diff_on_mask(&step, &full.narrow(1, i, 1), &b.mask.narrow(1, i, 1));
-            assert!(
-                d <= tol,
-                "{name} {compute}: step {i} logits differ by {d:e}"
-            );
+            let (m, tgt) = (b.mask.narrow(1, i, 1), target.narrow(1, i, 1));
+            errors.push((i, max_diff_on_mask(&step, &tgt, &m)));
         }
+        errors
     };
     tch::no_grad(|| {
         if sampling {
@@ -65,7 +57,24 @@ fn incremental_vs_full(name: &str, compute: ComputeKind, prefill: i64, tol: f64,
         } else {
             run()
         }
-    });
+    })
+}
+
+/// The cached path, plain and with sampling weights, against the full forward (the training
+/// path).
+fn incremental_equals_full(name: &str, compute: ComputeKind, prefill: i64, tol: f64) {
+    let r = reference(name);
+    let model = CausalLm::load(&r.dir, Device::Cpu, compute).unwrap();
+    let b = pad(&r.rows, true, 0, 0);
+    let full = tch::no_grad(|| model.forward(&b.ids, &b.pos, &b.mask, None));
+    for sampling in [false, true] {
+        for (i, d) in cached_errors(&model, &b, prefill, &full, sampling) {
+            assert!(
+                d <= tol,
+                "{name} {compute} (sampling weights: {sampling}): position {i} logits differ by {d:e}"
+            );
+        }
+    }
 }
 
 #[test]
@@ -89,7 +98,6 @@ fn cached_decode_bf16_is_as_accurate_as_the_bf16_forward() {
     for (name, prefill) in [("qwen3", 5), ("qwen2", 4)] {
         let r = reference(name);
         let b = pad(&r.rows, true, 0, 0);
-        let t = b.ids.size()[1];
         let exact = CausalLm::load(&r.dir, Device::Cpu, ComputeKind::F32).unwrap();
         let model = CausalLm::load(&r.dir, Device::Cpu, ComputeKind::Bf16).unwrap();
         let (f32_full, bf16_full) = tch::no_grad(|| {
@@ -104,39 +112,10 @@ fn cached_decode_bf16_is_as_accurate_as_the_bf16_forward() {
             "{name}: bf16 forward error {floor:e}"
         );
         for sampling in [false, true] {
-            let run = || {
-                let mut cache = model.new_cache();
-                let first = model.forward(
-                    &b.ids.narrow(1, 0, prefill),
-                    &b.pos.narrow(1, 0, prefill),
-                    &b.mask.narrow(1, 0, prefill),
-                    Some(&mut cache),
-                );
-                let mut worst = max_diff_on_mask(
-                    &first,
-                    &f32_full.narrow(1, 0, prefill),
-                    &b.mask.narrow(1, 0, prefill),
-                );
-                for i in prefill..t {
-                    let step = model.forward(
-                        &b.ids.narrow(1, i, 1),
-                        &b.pos.narrow(1, i, 1),
-                        &b.mask.narrow(1, 0, i + 1),
-                        Some(&mut cache),
-                    );
-                    let d =
-                        max_diff_on_mask(&step, &f32_full.narrow(1, i, 1), &b.mask.narrow(1, i, 1));
-                    worst = worst.max(d);
-                }
-                worst
-            };
-            let worst = tch::no_grad(|| {
-                if sampling {
-                    model.with_sampling_weights(run)
-                } else {
-                    run()
-                }
-            });
+            let worst = cached_errors(&model, &b, prefill, &f32_full, sampling)
+                .into_iter()
+                .map(|(_, d)| d)
+                .fold(0.0, f64::max);
             eprintln!(
                 "{name} bf16 (sampling weights: {sampling}): cached {worst:e}, uncached {floor:e}"
             );
