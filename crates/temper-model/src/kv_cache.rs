@@ -64,6 +64,49 @@ impl KvCache {
         }
     }
 
+    /// The rows of `a` followed by the rows of `b` in one cache, right-aligned: the merged length is
+    /// `max(a.len, b.len)` and each row's cached positions end there, so the shorter cache's rows
+    /// gain empty slots on the left. The caller left-pads those rows' attention masks with the same
+    /// number of zeros. Keys carry their rotary positions, so moving a row's slots does not change
+    /// what it computes (every query attends by mask, not by slot). `capacity` (at least the merged
+    /// length) reserves room for decoding. Both caches must come from the same model and hold at
+    /// least one forward.
+    pub fn merge_rows(a: &KvCache, b: &KvCache, capacity: i64) -> KvCache {
+        assert_eq!(a.layers.len(), b.layers.len(), "caches of different models");
+        let len = a.len.max(b.len);
+        let capacity = capacity.max(len);
+        let layers = a
+            .layers
+            .iter()
+            .zip(&b.layers)
+            .map(|(la, lb)| {
+                let (ka, va) = la.as_ref().expect("merge_rows: empty cache");
+                let (kb, vb) = lb.as_ref().expect("merge_rows: empty cache");
+                let [rows_a, h, _, d] = ka.size()[..] else {
+                    unreachable!("K is 4-D")
+                };
+                let rows_b = kb.size()[0];
+                let opts = (ka.kind(), ka.device());
+                let merged = |xa: &Tensor, xb: &Tensor| {
+                    let out = Tensor::zeros([rows_a + rows_b, h, capacity, d], opts);
+                    out.narrow(0, 0, rows_a)
+                        .narrow(2, len - a.len, a.len)
+                        .copy_(&xa.narrow(2, 0, a.len));
+                    out.narrow(0, rows_a, rows_b)
+                        .narrow(2, len - b.len, b.len)
+                        .copy_(&xb.narrow(2, 0, b.len));
+                    out
+                };
+                Some((merged(ka, kb), merged(va, vb)))
+            })
+            .collect();
+        KvCache {
+            layers,
+            len,
+            initial_capacity: capacity,
+        }
+    }
+
     /// Drop every position (keeps nothing allocated).
     pub fn clear(&mut self) {
         for l in self.layers.iter_mut() {

@@ -177,6 +177,67 @@ fn select_rows_shares_a_prefill() {
     });
 }
 
+/// Two caches of different lengths (one short prompt; two longer, left-padded prompts) stacked with
+/// `merge_rows` and decoded together: each row's logits equal a full forward of its whole sequence
+/// on its own, so moving a row's cache slots right changes nothing.
+#[test]
+fn merge_rows_stacks_caches_of_different_lengths() {
+    let r = reference("qwen2");
+    let model = CausalLm::load(&r.dir, Device::Cpu, ComputeKind::F32).unwrap();
+    let prompts = [
+        r.rows[0][..3].to_vec(),
+        r.rows[1].clone(),
+        r.rows[0][..6].to_vec(),
+    ];
+    let conts: Vec<Vec<i64>> = vec![vec![11, 12], vec![21, 22], vec![31, 32]];
+    tch::no_grad(|| {
+        let (a, b) = (
+            pad(&prompts[..1], true, 0, 0),
+            pad(&prompts[1..], true, 0, 0),
+        );
+        let (mut ca, mut cb) = (model.new_cache(), model.new_cache());
+        let _ = model.forward(&a.ids, &a.pos, &a.mask, Some(&mut ca));
+        let _ = model.forward(&b.ids, &b.pos, &b.mask, Some(&mut cb));
+        assert!(
+            ca.len() < cb.len(),
+            "the test needs caches of different lengths"
+        );
+        let len = cb.len();
+        let mut cache = temper_model::KvCache::merge_rows(&ca, &cb, len + 2);
+        assert_eq!(cache.len(), len);
+        let zeros = Tensor::zeros([1, len - ca.len()], (Kind::Int64, Device::Cpu));
+        let mut mask = Tensor::cat(
+            &[Tensor::cat(&[&zeros, &a.mask], 1), b.mask.shallow_clone()],
+            0,
+        );
+        let prompt_len = mask.sum_dim_intlist([1i64].as_slice(), false, Kind::Int64);
+        let mut last = None;
+        for step in 0..2 {
+            let ids =
+                Tensor::from_slice(&conts.iter().map(|c| c[step]).collect::<Vec<_>>()).view([3, 1]);
+            mask = Tensor::cat(
+                &[&mask, &Tensor::ones([3, 1], (Kind::Int64, Device::Cpu))],
+                1,
+            );
+            let pos = (&prompt_len + step as i64).view([3, 1]);
+            last = Some(model.forward(&ids, &pos, &mask, Some(&mut cache)));
+        }
+        assert_eq!(cache.len(), len + 2);
+        let last = last.unwrap();
+        for s in 0..3 {
+            let seq = [prompts[s].as_slice(), &conts[s]].concat();
+            let one = pad(&[seq], false, 0, 0);
+            let full = model.forward(&one.ids, &one.pos, &one.mask, None);
+            let (x, y) = (
+                full.get(0).get(-1).log_softmax(-1, Kind::Float),
+                last.get(s as i64).get(0).log_softmax(-1, Kind::Float),
+            );
+            let d = f64::try_from((x - y).abs().max()).unwrap();
+            assert!(d <= 1e-4, "row {s}: merged-cache logits differ by {d:e}");
+        }
+    });
+}
+
 /// A cache reserved up front and one grown step by step give identical numbers.
 #[test]
 fn preallocated_and_growing_caches_agree() {

@@ -4,11 +4,11 @@
 //! then samples a token per row (see [`crate::step`]), checks the stop conditions and drops
 //! finished rows from the batch (`KvCache::select_rows`). A step is either
 //! - a decode step: each row's newest token, `(rows, 1)`, against the cache; or
-//! - a (re)build step, when the scheduler admits queued work: the still-active rows' full
-//!   sequences and one row per admitted prompt are prefilled together, left-padded, into a fresh
-//!   cache; the prompt rows are then repeated for their samples, so `n` samples share one prefill.
-//!   Re-prefilling the active rows is what lets freed slots be refilled with today's `KvCache`
-//!   (it has no way to append rows); the scheduler only refills when enough slots are free.
+//! - an admission step, when the scheduler admits queued work: one row per admitted prompt is
+//!   prefilled (left-padded) into a fresh cache and then repeated for its samples, so `n` samples
+//!   share one prefill. Rows still running take their due decode step first, and the two caches
+//!   are merged right-aligned (`KvCache::merge_rows`), so a freed slot is refilled without
+//!   re-prefilling the running rows; the scheduler refills once enough slots are free.
 
 use std::sync::Mutex;
 
@@ -31,8 +31,8 @@ pub struct EngineConfig {
     pub max_batch_rows: usize,
     /// Most padded tokens in one prefill forward (bounds activation memory).
     pub max_prefill_tokens: usize,
-    /// Refill freed slots (re-prefilling the rows still running) only when at least this many are
-    /// free; `None` = a quarter of `max_batch_rows`.
+    /// Refill freed slots (one prefill of the admitted prompts, merged into the running cache) only
+    /// when at least this many are free; `None` = a quarter of `max_batch_rows`.
     pub refill_min_free: Option<usize>,
     /// Seeds the generator that gives seeds to requests with `seed: None`.
     pub seed: u64,
@@ -349,38 +349,64 @@ impl Batch {
         }
     }
 
-    /// Prefill the active rows' sequences and the admitted prompts into a fresh cache; returns
-    /// next-token logits for every row (active rows first, then the new samples in unit order).
+    /// Admit `units`: returns next-token logits for every row (active rows first, then the new
+    /// samples in unit order). With rows running, they take their due decode step, the admitted
+    /// prompts are prefilled on their own, and the two caches are merged
+    /// ([`KvCache::merge_rows`]); the running rows are never re-prefilled.
     fn rebuild(
         &mut self,
         model: &CausalLm,
         prepared: &[Prepared],
         units: &[Unit],
     ) -> Result<Tensor> {
-        let mut seqs: Vec<Vec<i64>> = self
-            .rows
-            .iter()
-            .map(|r| {
-                [
-                    prepared[r.request].request.prompt_ids.as_slice(),
-                    &r.completion,
-                ]
-                .concat()
-            })
-            .collect();
-        let n_active = seqs.len();
-        seqs.extend(
-            units
-                .iter()
-                .map(|u| prepared[u.request].request.prompt_ids.clone()),
+        if self.rows.is_empty() {
+            return self.prefill(model, prepared, units);
+        }
+        let active_logits = self.decode(model);
+        let mut fresh = Batch::empty(self.device);
+        let new_logits = fresh.prefill(model, prepared, units)?;
+        let (old, new) = (
+            self.cache.take().expect("running rows have a cache"),
+            fresh.cache.take().expect("a prefill makes a cache"),
         );
-        let longest = seqs.iter().map(Vec::len).max().unwrap_or(0);
+        let len = old.len().max(new.len());
         // Room for every row's remaining tokens, so the cache never has to grow while decoding.
         let remaining = self
             .rows
             .iter()
+            .chain(&fresh.rows)
             .map(|r| prepared[r.request].max_new - r.completion.len())
-            .chain(units.iter().map(|u| prepared[u.request].max_new))
+            .max()
+            .unwrap_or(0);
+        self.cache = Some(KvCache::merge_rows(&old, &new, len + remaining as i64));
+        let left_pad = |mask: &Tensor| {
+            let (rows, width) = mask.size2().expect("mask is 2-D");
+            let zeros = Tensor::zeros([rows, len - width], (Kind::Int64, self.device));
+            Tensor::cat(&[&zeros, mask], 1)
+        };
+        self.mask = Tensor::cat(&[left_pad(&self.mask), left_pad(&fresh.mask)], 0);
+        self.rows.append(&mut fresh.rows);
+        Ok(Tensor::cat(&[active_logits, new_logits], 0))
+    }
+
+    /// Prefill the admitted prompts into a fresh cache (no rows running) and repeat each prompt's
+    /// row for its samples; returns their next-token logits.
+    fn prefill(
+        &mut self,
+        model: &CausalLm,
+        prepared: &[Prepared],
+        units: &[Unit],
+    ) -> Result<Tensor> {
+        debug_assert!(self.rows.is_empty());
+        let seqs: Vec<Vec<i64>> = units
+            .iter()
+            .map(|u| prepared[u.request].request.prompt_ids.clone())
+            .collect();
+        let longest = seqs.iter().map(Vec::len).max().unwrap_or(0);
+        // Room for every row's tokens, so the cache never has to grow while decoding.
+        let remaining = units
+            .iter()
+            .map(|u| prepared[u.request].max_new)
             .max()
             .unwrap_or(0);
         let (ids, mask, pos) = left_pad(&seqs, longest, self.device);
@@ -388,9 +414,9 @@ impl Batch {
         let hidden = model.forward_hidden(&ids, &pos, &mask, Some(&mut cache));
         let logits = model.logits(&hidden.select(1, -1));
         // Repeat each prompt row for its samples.
-        let mut index: Vec<i64> = (0..n_active as i64).collect();
+        let mut index: Vec<i64> = Vec::new();
         for (u, unit) in units.iter().enumerate() {
-            index.extend(std::iter::repeat_n((n_active + u) as i64, unit.count));
+            index.extend(std::iter::repeat_n(u as i64, unit.count));
             let p = &prepared[unit.request];
             let mut seen = Vec::new();
             if p.request.params.repetition_penalty != 1.0 {
