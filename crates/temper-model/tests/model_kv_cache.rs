@@ -128,6 +128,42 @@ fn cached_decode_bf16_is_as_accurate_as_the_bf16_forward() {
     }
 }
 
+/// Feeds row `s` of `cache` (its mask `mask`) the tokens `conts[s]`, one step at a time, then checks
+/// each row's last logits against a full forward of `prefixes[s] + conts[s]` on its own.
+fn continue_rows_and_compare(
+    model: &CausalLm,
+    cache: &mut temper_model::KvCache,
+    mut mask: Tensor,
+    prefixes: &[Vec<i64>],
+    conts: &[Vec<i64>],
+) {
+    let (rows, steps) = (conts.len() as i64, conts[0].len());
+    let start_len = cache.len();
+    let prompt_len = mask.sum_dim_intlist([1i64].as_slice(), false, Kind::Int64);
+    let mut last = None;
+    for step in 0..steps {
+        let ids = Tensor::from_slice(&conts.iter().map(|c| c[step]).collect::<Vec<_>>());
+        mask = Tensor::cat(
+            &[&mask, &Tensor::ones([rows, 1], (Kind::Int64, Device::Cpu))],
+            1,
+        );
+        let pos = (&prompt_len + step as i64).view([rows, 1]);
+        last = Some(model.forward(&ids.view([rows, 1]), &pos, &mask, Some(cache)));
+    }
+    assert_eq!(cache.len(), start_len + steps as i64);
+    let last = last.unwrap();
+    for (s, (prefix, cont)) in prefixes.iter().zip(conts).enumerate() {
+        let one = pad(&[[prefix.as_slice(), cont].concat()], false, 0, 0);
+        let full = model.forward(&one.ids, &one.pos, &one.mask, None);
+        let (a, b) = (
+            full.get(0).get(-1).log_softmax(-1, Kind::Float),
+            last.get(s as i64).get(0).log_softmax(-1, Kind::Float),
+        );
+        let d = f64::try_from((a - b).abs().max()).unwrap();
+        assert!(d <= 1e-4, "row {s}: cached logits differ by {d:e}");
+    }
+}
+
 /// Two prompts prefilled once, expanded to three samples with `select_rows`, each continued with its
 /// own tokens: the logits equal a full forward of each whole sequence on its own.
 #[test]
@@ -138,42 +174,14 @@ fn select_rows_shares_a_prefill() {
     let conts: Vec<Vec<i64>> = vec![vec![11, 12, 13], vec![21, 22, 23], vec![31, 32, 33]];
     let owner = [0usize, 0, 1];
     let p = pad(&prompts, true, 0, 0);
-    let pl = p.ids.size()[1];
     tch::no_grad(|| {
         let mut cache = model.new_cache();
         let _ = model.forward(&p.ids, &p.pos, &p.mask, Some(&mut cache));
         let rows = Tensor::from_slice(&[0i64, 0, 1]);
         cache.select_rows(&rows);
-        let mut mask = p.mask.index_select(0, &rows);
-        let prompt_len =
-            p.mask
-                .index_select(0, &rows)
-                .sum_dim_intlist([1i64].as_slice(), false, Kind::Int64);
-        let mut last = None;
-        for step in 0..3 {
-            let ids =
-                Tensor::from_slice(&conts.iter().map(|c| c[step]).collect::<Vec<_>>()).view([3, 1]);
-            mask = Tensor::cat(
-                &[&mask, &Tensor::ones([3, 1], (Kind::Int64, Device::Cpu))],
-                1,
-            );
-            let pos = (&prompt_len + step as i64).view([3, 1]);
-            last = Some(model.forward(&ids, &pos, &mask, Some(&mut cache)));
-        }
-        assert_eq!(cache.len(), pl + 3);
-        let last = last.unwrap();
-        for s in 0..3 {
-            let mut seq = prompts[owner[s]].clone();
-            seq.extend(&conts[s]);
-            let one = pad(&[seq], false, 0, 0);
-            let full = model.forward(&one.ids, &one.pos, &one.mask, None);
-            let (a, b) = (
-                full.get(0).get(-1).log_softmax(-1, Kind::Float),
-                last.get(s as i64).get(0).log_softmax(-1, Kind::Float),
-            );
-            let d = f64::try_from((a - b).abs().max()).unwrap();
-            assert!(d <= 1e-4, "sample {s}: cached logits differ by {d:e}");
-        }
+        let mask = p.mask.index_select(0, &rows);
+        let prefixes: Vec<Vec<i64>> = owner.iter().map(|&o| prompts[o].clone()).collect();
+        continue_rows_and_compare(&model, &mut cache, mask, &prefixes, &conts);
     });
 }
 
@@ -184,7 +192,7 @@ fn select_rows_shares_a_prefill() {
 fn merge_rows_stacks_caches_of_different_lengths() {
     let r = reference("qwen2");
     let model = CausalLm::load(&r.dir, Device::Cpu, ComputeKind::F32).unwrap();
-    let prompts = [
+    let prompts = vec![
         r.rows[0][..3].to_vec(),
         r.rows[1].clone(),
         r.rows[0][..6].to_vec(),
@@ -206,35 +214,11 @@ fn merge_rows_stacks_caches_of_different_lengths() {
         let mut cache = temper_model::KvCache::merge_rows(&ca, &cb, len + 2);
         assert_eq!(cache.len(), len);
         let zeros = Tensor::zeros([1, len - ca.len()], (Kind::Int64, Device::Cpu));
-        let mut mask = Tensor::cat(
+        let mask = Tensor::cat(
             &[Tensor::cat(&[&zeros, &a.mask], 1), b.mask.shallow_clone()],
             0,
         );
-        let prompt_len = mask.sum_dim_intlist([1i64].as_slice(), false, Kind::Int64);
-        let mut last = None;
-        for step in 0..2 {
-            let ids =
-                Tensor::from_slice(&conts.iter().map(|c| c[step]).collect::<Vec<_>>()).view([3, 1]);
-            mask = Tensor::cat(
-                &[&mask, &Tensor::ones([3, 1], (Kind::Int64, Device::Cpu))],
-                1,
-            );
-            let pos = (&prompt_len + step as i64).view([3, 1]);
-            last = Some(model.forward(&ids, &pos, &mask, Some(&mut cache)));
-        }
-        assert_eq!(cache.len(), len + 2);
-        let last = last.unwrap();
-        for s in 0..3 {
-            let seq = [prompts[s].as_slice(), &conts[s]].concat();
-            let one = pad(&[seq], false, 0, 0);
-            let full = model.forward(&one.ids, &one.pos, &one.mask, None);
-            let (x, y) = (
-                full.get(0).get(-1).log_softmax(-1, Kind::Float),
-                last.get(s as i64).get(0).log_softmax(-1, Kind::Float),
-            );
-            let d = f64::try_from((x - y).abs().max()).unwrap();
-            assert!(d <= 1e-4, "row {s}: merged-cache logits differ by {d:e}");
-        }
+        continue_rows_and_compare(&model, &mut cache, mask, &prompts, &conts);
     });
 }
 
