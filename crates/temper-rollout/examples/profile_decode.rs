@@ -39,7 +39,7 @@ fn main() -> anyhow::Result<()> {
                 seen: &[],
             })
             .collect();
-        let uniforms: Vec<f64> = (0..rows).map(|r| (r as f64 + 0.5) / rows as f64).collect();
+        let keys: Vec<u64> = (0..rows as u64).collect();
         let (mut layers, mut head, mut sample) = (0.0, 0.0, 0.0);
         for i in 0..steps {
             let ids = Tensor::randint(1000, [rows, 1], cpu_ids);
@@ -50,7 +50,7 @@ fn main() -> anyhow::Result<()> {
             let t1 = Instant::now();
             let logits = model.logits(&hidden.select(1, -1));
             let t2 = Instant::now();
-            sample_step(&logits, &views, &uniforms)?;
+            sample_step(&logits, &views, &keys)?;
             let t3 = Instant::now();
             layers += (t1 - t0).as_secs_f64();
             head += (t2 - t1).as_secs_f64();

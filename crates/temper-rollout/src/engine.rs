@@ -18,7 +18,7 @@ use rand_chacha::ChaCha20Rng;
 use tch::{Device, Kind, Tensor};
 use temper_model::{CausalLm, KvCache};
 
-use crate::draw::{next_uniform, sample_rng};
+use crate::draw::{next_key, sample_rng};
 use crate::params::{Finish, Request, Sample, StopReason};
 use crate::scheduler::{Scheduler, SchedulerConfig, Unit};
 use crate::step::{sample_step, RowView};
@@ -210,11 +210,11 @@ impl<'a> Engine<'a> {
             } else {
                 break;
             };
-            // One uniform per row and step, greedy or not, so a row's stream never depends on others.
-            let uniforms: Vec<f64> = batch
+            // One key per row and step, greedy or not, so a row's stream never depends on others.
+            let keys: Vec<u64> = batch
                 .rows
                 .iter_mut()
-                .map(|r| next_uniform(&mut r.rng))
+                .map(|r| next_key(&mut r.rng))
                 .collect();
             let views: Vec<RowView> = batch
                 .rows
@@ -229,7 +229,7 @@ impl<'a> Engine<'a> {
                     }
                 })
                 .collect();
-            let drawn = sample_step(&logits, &views, &uniforms)?;
+            let drawn = sample_step(&logits, &views, &keys)?;
             let mut keep = Vec::with_capacity(batch.rows.len());
             for (i, (token, logprob)) in drawn.into_iter().enumerate() {
                 let row = &mut batch.rows[i];

@@ -1,7 +1,7 @@
 //! One sampling step: next-token logits `(rows, V)` in, one `(token, logprob)` per row out.
 //!
 //! The token is drawn from the processed distribution (processors in `crate::processors`) with the
-//! row's own random stream; greedy rows (temperature 0) take the argmax of the processed logits.
+//! row's own random key (an exponential race, see `crate::draw`); greedy rows (temperature 0) take the argmax of the processed logits.
 //! The logprob is taken from the distribution named by `SamplingParams::logprobs`, computed with
 //! `temper_model::logprobs_of`, the very function the trainer's `token_logprobs` uses.
 
@@ -37,10 +37,10 @@ pub fn processed_logits(logits: &Tensor, rows: &[RowView]) -> Tensor {
 }
 
 /// Draw one token per row and its logprob. `logits`: (rows, V) f32 next-token logits;
-/// `uniforms[r]`: row `r`'s uniform number in [0, 1) for this step (unused by greedy rows).
-pub fn sample_step(logits: &Tensor, rows: &[RowView], uniforms: &[f64]) -> Result<Vec<(i64, f32)>> {
+/// `keys[r]`: row `r`'s random key for this step (unused by greedy rows; see [`crate::draw`]).
+pub fn sample_step(logits: &Tensor, rows: &[RowView], keys: &[u64]) -> Result<Vec<(i64, f32)>> {
     let (n, vocab) = logits.size2().expect("logits must be (rows, vocab)");
-    assert_eq!((rows.len(), uniforms.len()), (n as usize, n as usize));
+    assert_eq!((rows.len(), keys.len()), (n as usize, n as usize));
     let processed = processed_logits(logits, rows);
     let argmax = Vec::<i64>::try_from(processed.argmax(-1, false).to_device(Device::Cpu))?;
     let sampled_rows: Vec<i64> = (0..n)
@@ -58,13 +58,13 @@ pub fn sample_step(logits: &Tensor, rows: &[RowView], uniforms: &[f64]) -> Resul
     };
     let mut tokens = Vec::with_capacity(n as usize);
     let mut k = 0;
-    for (r, &u) in uniforms.iter().enumerate() {
+    for (r, &key) in keys.iter().enumerate() {
         if rows[r].params.is_greedy() {
             tokens.push(argmax[r]);
             continue;
         }
         let v = vocab as usize;
-        match draw_index(&probs[k * v..(k + 1) * v], u) {
+        match draw_index(&probs[k * v..(k + 1) * v], key) {
             Some(t) => tokens.push(t as i64),
             None => bail!(
                 "row {r}: no token has positive probability (the model produced NaN/inf logits?)"

@@ -89,6 +89,10 @@ pub struct SamplingArgs {
     /// Most rows decoded together.
     #[arg(long, default_value_t = 64)]
     pub batch_rows: usize,
+    /// With rows still decoding, refill freed slots from the queue only once at least this many
+    /// are free (default: a quarter of --batch-rows).
+    #[arg(long)]
+    pub refill_min_free: Option<usize>,
     /// Compute dtype: f32 or bf16.
     #[arg(long, default_value = "f32")]
     pub dtype: ComputeKind,
@@ -155,6 +159,7 @@ impl Loaded {
     pub fn engine(&self, s: &SamplingArgs) -> Engine<'_> {
         let config = EngineConfig {
             max_batch_rows: s.batch_rows,
+            refill_min_free: s.refill_min_free,
             seed: s.seed,
             ..Default::default()
         };
