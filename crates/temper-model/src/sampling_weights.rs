@@ -73,23 +73,25 @@ fn cat_detached<'a>(parts: impl Iterator<Item = &'a Tensor>, kind: Kind) -> Tens
     Tensor::cat(&parts, 0)
 }
 
-/// On CPU when oneDNN packs this dtype here (bf16 needs AVX-512 or AVX-NE-CONVERT) and
-/// `TEMPER_NO_ONEDNN` is unset.
-fn use_packed(device: Device, kind: Kind) -> bool {
+/// Whether the CPU kernels below may be used at all: on CPU, unless `TEMPER_NO_ONEDNN` is set.
+fn cpu_kernels_allowed(device: Device) -> bool {
     device == Device::Cpu
-        && packed_linear_supports(kind)
         && std::env::var_os("TEMPER_NO_ONEDNN").is_none_or(|v| v.is_empty() || v == "0")
+}
+
+/// When oneDNN packs this dtype here (bf16 needs AVX-512 or AVX-NE-CONVERT).
+fn use_packed(device: Device, kind: Kind) -> bool {
+    cpu_kernels_allowed(device) && packed_linear_supports(kind)
 }
 
 /// bf16 on CPU where oneDNN cannot pack bf16 (AVX2 only): MKL's bf16 GEMM there is emulated and
 /// 3.5x slower than f32, so the bf16 weights go into FBGEMM's fp16 GEMM instead (same values, f32
-/// activations). `TEMPER_NO_ONEDNN` turns this off too.
+/// activations).
 fn use_fp16(device: Device, kind: Kind) -> bool {
-    device == Device::Cpu
+    cpu_kernels_allowed(device)
         && kind == Kind::BFloat16
         && !packed_linear_supports(kind)
         && fp16_linear_available()
-        && std::env::var_os("TEMPER_NO_ONEDNN").is_none_or(|v| v.is_empty() || v == "0")
 }
 
 /// A decoder layer's matmuls, fused.

@@ -360,11 +360,18 @@ impl Batch {
         units: &[Unit],
     ) -> Result<Tensor> {
         if self.rows.is_empty() {
-            return self.prefill(model, prepared, units);
+            // Room for every row's tokens, so the cache never has to grow while decoding.
+            let room = units
+                .iter()
+                .map(|u| prepared[u.request].max_new)
+                .max()
+                .unwrap_or(0);
+            return self.prefill(model, prepared, units, room);
         }
         let active_logits = self.decode(model);
         let mut fresh = Batch::empty(self.device);
-        let new_logits = fresh.prefill(model, prepared, units)?;
+        // No room reserved here: `merge_rows` allocates the merged cache with it.
+        let new_logits = fresh.prefill(model, prepared, units, 0)?;
         let (old, new) = (
             self.cache.take().expect("running rows have a cache"),
             fresh.cache.take().expect("a prefill makes a cache"),
@@ -389,13 +396,15 @@ impl Batch {
         Ok(Tensor::cat(&[active_logits, new_logits], 0))
     }
 
-    /// Prefill the admitted prompts into a fresh cache (no rows running) and repeat each prompt's
-    /// row for its samples; returns their next-token logits.
+    /// Prefill the admitted prompts into a fresh cache (no rows running) with `room` positions
+    /// reserved after the longest prompt, and repeat each prompt's row for its samples; returns
+    /// their next-token logits.
     fn prefill(
         &mut self,
         model: &CausalLm,
         prepared: &[Prepared],
         units: &[Unit],
+        room: usize,
     ) -> Result<Tensor> {
         debug_assert!(self.rows.is_empty());
         let seqs: Vec<Vec<i64>> = units
@@ -403,14 +412,8 @@ impl Batch {
             .map(|u| prepared[u.request].request.prompt_ids.clone())
             .collect();
         let longest = seqs.iter().map(Vec::len).max().unwrap_or(0);
-        // Room for every row's tokens, so the cache never has to grow while decoding.
-        let remaining = units
-            .iter()
-            .map(|u| prepared[u.request].max_new)
-            .max()
-            .unwrap_or(0);
         let (ids, mask, pos) = left_pad(&seqs, longest, self.device);
-        let mut cache = KvCache::with_capacity(model.num_layers(), (longest + remaining) as i64);
+        let mut cache = KvCache::with_capacity(model.num_layers(), (longest + room) as i64);
         let hidden = model.forward_hidden(&ids, &pos, &mask, Some(&mut cache));
         let logits = model.logits(&hidden.select(1, -1));
         // Repeat each prompt row for its samples.
