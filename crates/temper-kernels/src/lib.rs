@@ -7,6 +7,10 @@
 //! in f32). It is for inference only: no autograd, and the weight is a copy that must be rebuilt
 //! after the master weight changes.
 
+pub mod cpu;
+
+pub use cpu::{sampling_linear_kernel, CpuFeatures, LinearKernel};
+
 use std::ffi::{c_char, c_int, c_void, CStr};
 use std::sync::OnceLock;
 
@@ -134,8 +138,9 @@ pub fn packed_linear_available() -> bool {
     *HAVE.get_or_init(|| unsafe { temper_kernels_have_packed_linear() } != 0)
 }
 
-/// Whether [`PackedLinear`] works for weights of this dtype on this CPU. oneDNN's bf16 path needs
-/// AVX-512 (BW/VL/DQ) or AVX-NE-CONVERT; on an AVX2-only CPU only f32 packs. Probed once per dtype
+/// Whether [`PackedLinear`] works for weights of this dtype on this CPU. oneDNN packs bf16 with
+/// AVX-512 (BW/VL/DQ) or AVX-NE-CONVERT, but computes natively only with a bf16 dot product
+/// ([`CpuFeatures::bf16_matmul_native`]); on an AVX2-only CPU only f32 packs. Probed once per dtype
 /// by packing a small weight.
 pub fn packed_linear_supports(kind: Kind) -> bool {
     static F32: OnceLock<bool> = OnceLock::new();
@@ -156,14 +161,7 @@ pub fn packed_linear_supports(kind: Kind) -> bool {
 /// slower than libtorch's attention (1.5 vs 0.5 ms per layer at 150 keys) and the batched matmuls
 /// were faster still, so there the model uses those.
 pub fn decode_attention_is_fast() -> bool {
-    #[cfg(target_arch = "x86_64")]
-    {
-        std::arch::is_x86_feature_detected!("avx512f")
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        false
-    }
+    CpuFeatures::get().avx512
 }
 
 /// Whether [`decode_attention`] has a kernel for this head dim (16, 32, 64, 80, 96, 128, 256).

@@ -42,6 +42,7 @@
 //!   logprobs agree to float rounding.
 pub mod chat_template;
 pub mod config;
+pub mod dtype;
 pub mod generation_config;
 pub mod gguf;
 pub mod kv_cache;
@@ -57,8 +58,9 @@ pub mod tokenizer;
 
 pub use chat_template::{ChatMessage, ChatTemplate};
 pub use config::{Arch, ModelConfig, RopeScaling};
+pub use dtype::{bf16_is_native, kernel_report, resolve_compute_kind, ComputeKind};
 pub use generation_config::GenerationConfig;
 pub use kv_cache::KvCache;
 pub use logprobs::{logprobs_and_entropy, logprobs_of};
-pub use model::{attention_mask_4d, bf16_is_native, position_ids_from_mask, CausalLm, ComputeKind};
+pub use model::{attention_mask_4d, position_ids_from_mask, CausalLm};
 pub use tokenizer::Tokenizer;

@@ -9,7 +9,8 @@ use anyhow::{bail, Context, Result};
 use tch::{nn, Device, Kind, Tensor};
 
 use crate::config::ModelConfig;
-use crate::model::{CausalLm, ComputeKind};
+use crate::dtype::ComputeKind;
+use crate::model::CausalLm;
 
 pub(crate) fn load_folder(dir: &Path, device: Device, compute: ComputeKind) -> Result<CausalLm> {
     if !dir.is_dir() {

@@ -8,59 +8,11 @@ use anyhow::Result;
 use tch::{nn, Device, Kind, Tensor};
 
 use crate::config::ModelConfig;
+use crate::dtype::ComputeKind;
 use crate::kv_cache::KvCache;
 use crate::logprobs::logprobs_and_entropy;
 use crate::rope::{apply_rope, Rope};
 use crate::sampling_weights::{FrozenLayer, FrozenLinear, SamplingWeights};
-
-/// The dtype matmuls and attention run in. Weights are always f32 master copies; with `Bf16` they
-/// are cast to bf16 at each use (tch has no CPU autocast), activations entering a matmul or attention
-/// are bf16, while the residual stream, the norms and the returned logits stay f32.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ComputeKind {
-    F32,
-    Bf16,
-}
-
-impl ComputeKind {
-    pub fn kind(self) -> Kind {
-        match self {
-            ComputeKind::F32 => Kind::Float,
-            ComputeKind::Bf16 => Kind::BFloat16,
-        }
-    }
-}
-
-/// Whether bf16 matmuls run natively on `device`, i.e. faster than f32 rather than emulated:
-/// always on CUDA; on CPU when oneDNN has a bf16 path (AVX-512 BW/VL/DQ or AVX-NE-CONVERT, the
-/// condition libtorch itself uses to send bf16 matmuls to oneDNN). Elsewhere, an AVX2-only CPU,
-/// libtorch falls back to a generic bf16 GEMM: measured 16x slower than f32 on a training step.
-pub fn bf16_is_native(device: Device) -> bool {
-    match device {
-        Device::Cpu => temper_kernels::packed_linear_supports(Kind::BFloat16),
-        _ => true,
-    }
-}
-
-impl std::str::FromStr for ComputeKind {
-    type Err = anyhow::Error;
-    fn from_str(s: &str) -> Result<Self> {
-        match s {
-            "f32" | "float32" | "fp32" => Ok(ComputeKind::F32),
-            "bf16" | "bfloat16" => Ok(ComputeKind::Bf16),
-            other => anyhow::bail!("unknown compute dtype `{other}` (f32 or bf16)"),
-        }
-    }
-}
-
-impl std::fmt::Display for ComputeKind {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            ComputeKind::F32 => "f32",
-            ComputeKind::Bf16 => "bf16",
-        })
-    }
-}
 
 #[derive(Debug)]
 struct Linear {
@@ -429,8 +381,8 @@ impl CausalLm {
     }
 
     /// How matmuls run right now: `None` outside [`CausalLm::with_sampling_weights`], else
-    /// `Some("onednn-packed")` (CPU with oneDNN), `Some("fbgemm-fp16")` (bf16 on a CPU where oneDNN
-    /// has no bf16 path) or `Some("fused")` (fused plain copies).
+    /// `Some("onednn-packed")` (CPU with oneDNN), `Some("fbgemm-fp16")` (bf16 on a CPU without a
+    /// bf16 dot product) or `Some("fused")` (fused plain copies).
     pub fn sampling_weights_layout(&self) -> Option<&'static str> {
         self.sampling.borrow().as_ref().map(|s| match s.head {
             FrozenLinear::Packed(_) => "onednn-packed",
@@ -439,8 +391,14 @@ impl CausalLm {
         })
     }
 
+    /// The kernels this model's training forward and sampling run on this machine, in one line
+    /// (`temper bench train`/`bench sample` and `temper train` print it).
+    pub fn kernel_report(&self) -> String {
+        crate::dtype::kernel_report(self.compute, self.device(), self.config.head_dim)
+    }
+
     fn freeze(&self) -> SamplingWeights {
-        let kind = self.compute.kind();
+        let kind = self.compute;
         let layers = self
             .layers
             .iter()

@@ -14,8 +14,10 @@
 //! `temper check-logprobs` measures. Set `TEMPER_NO_ONEDNN=1` to keep the fused copies in plain
 //! layout (to compare, or if oneDNN misbehaves on some CPU).
 
-use tch::{Device, Kind, Tensor};
-use temper_kernels::{fp16_linear_available, packed_linear_supports, Fp16Linear, PackedLinear};
+use tch::{Kind, Tensor};
+use temper_kernels::{Fp16Linear, LinearKernel, PackedLinear};
+
+use crate::dtype::{sampling_kernel, ComputeKind};
 
 /// One frozen matmul: `x @ W^T + b` with W in the compute dtype.
 #[derive(Debug)]
@@ -33,22 +35,23 @@ pub(crate) enum FrozenLinear {
 impl FrozenLinear {
     /// Stack the `(weight, bias)` parts along the output dimension and cast them to `kind`.
     /// Either every part has a bias or none does.
-    pub(crate) fn fuse(parts: &[(&Tensor, Option<&Tensor>)], kind: Kind) -> Self {
+    pub(crate) fn fuse(parts: &[(&Tensor, Option<&Tensor>)], compute: ComputeKind) -> Self {
+        let kind = compute.kind();
         let weight = cat_detached(parts.iter().map(|p| p.0), kind);
         let bias = parts
             .iter()
             .all(|p| p.1.is_some())
             .then(|| cat_detached(parts.iter().filter_map(|p| p.1), kind));
-        if use_packed(weight.device(), kind) {
-            match PackedLinear::new(&weight, bias.as_ref()) {
+        match sampling_kernel(compute, weight.device()) {
+            LinearKernel::OneDnnPacked => match PackedLinear::new(&weight, bias.as_ref()) {
                 Ok(p) => return FrozenLinear::Packed(p),
                 Err(e) => tracing::warn!("oneDNN packing failed, using plain matmuls: {e}"),
-            }
-        } else if use_fp16(weight.device(), kind) {
-            match Fp16Linear::new(&weight, bias.as_ref()) {
+            },
+            LinearKernel::FbgemmFp16 => match Fp16Linear::new(&weight, bias.as_ref()) {
                 Ok(p) => return FrozenLinear::Fp16(p),
                 Err(e) => tracing::warn!("fp16 packing failed, using plain matmuls: {e}"),
-            }
+            },
+            LinearKernel::Plain => {}
         }
         FrozenLinear::Plain { weight, bias }
     }
@@ -71,27 +74,6 @@ fn cat_detached<'a>(parts: impl Iterator<Item = &'a Tensor>, kind: Kind) -> Tens
         return parts[0].copy();
     }
     Tensor::cat(&parts, 0)
-}
-
-/// Whether the CPU kernels below may be used at all: on CPU, unless `TEMPER_NO_ONEDNN` is set.
-fn cpu_kernels_allowed(device: Device) -> bool {
-    device == Device::Cpu
-        && std::env::var_os("TEMPER_NO_ONEDNN").is_none_or(|v| v.is_empty() || v == "0")
-}
-
-/// When oneDNN packs this dtype here (bf16 needs AVX-512 or AVX-NE-CONVERT).
-fn use_packed(device: Device, kind: Kind) -> bool {
-    cpu_kernels_allowed(device) && packed_linear_supports(kind)
-}
-
-/// bf16 on CPU where oneDNN cannot pack bf16 (AVX2 only): MKL's bf16 GEMM there is emulated and
-/// 3.5x slower than f32, so the bf16 weights go into FBGEMM's fp16 GEMM instead (same values, f32
-/// activations).
-fn use_fp16(device: Device, kind: Kind) -> bool {
-    cpu_kernels_allowed(device)
-        && kind == Kind::BFloat16
-        && !packed_linear_supports(kind)
-        && fp16_linear_available()
 }
 
 /// A decoder layer's matmuls, fused.

@@ -161,6 +161,7 @@ pub fn run(args: Args) -> Result<()> {
         "model {} ({}), prompts {} tokens, {} new tokens, sampling T=1, {} rounds (median)",
         args.model, args.dtype, args.prompt_len, args.new_tokens, args.rounds
     );
+    println!("kernels: {}", model.kernel_report());
     println!("| batch | side | end-to-end tok/s | decode tok/s |");
     println!("| ---: | --- | ---: | ---: |");
     for &b in &args.batch {

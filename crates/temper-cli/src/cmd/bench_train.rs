@@ -212,6 +212,13 @@ pub fn run(args: Args) -> Result<()> {
         args.rounds,
         tch::get_num_threads()
     );
+    for kind in [ComputeKind::F32, ComputeKind::Bf16] {
+        let head_dim = rust.model.config().head_dim;
+        println!(
+            "kernels, temper {kind}: {}",
+            temper_model::kernel_report(kind, Device::Cpu, head_dim)
+        );
+    }
     // Per configuration: summed timings and steps, in first-run order.
     let mut totals: Vec<(&'static str, Timing, usize)> = vec![];
     let mut add = |label: &'static str, t: Timing| {

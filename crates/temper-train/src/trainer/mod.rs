@@ -17,7 +17,7 @@ use anyhow::{bail, Context, Result};
 use std::path::{Path, PathBuf};
 use tch::Device;
 use temper_algo::{ActorLossConfig, AdvConfig, KlController};
-use temper_model::{bf16_is_native, CausalLm, ComputeKind, GenerationConfig, Tokenizer};
+use temper_model::{resolve_compute_kind, CausalLm, GenerationConfig, Tokenizer};
 use temper_reward::Reward;
 
 /// Everything a run holds between steps.
@@ -48,26 +48,6 @@ pub struct Trainer {
     pub stop_after: Option<usize>,
     /// Warnings already shown once (e.g. no response ever ended).
     warned: std::collections::BTreeSet<&'static str>,
-}
-
-/// `model.dtype` on `device`: `auto` is bf16 where bf16 matmuls are native (CUDA, CPUs with
-/// AVX-512), else f32. An explicit `bfloat16` on a CPU that emulates it is kept, with a warning.
-fn compute_kind(dtype: &str, device: Device) -> ComputeKind {
-    let native = bf16_is_native(device);
-    match dtype {
-        "bfloat16" => {
-            if !native {
-                eprintln!(
-                    "warning: model.dtype = \"bfloat16\" on a CPU without AVX-512: libtorch \
-                     emulates bf16 matmuls here (a training step measured 16x slower than \
-                     float32); use \"float32\" or \"auto\""
-                );
-            }
-            ComputeKind::Bf16
-        }
-        "auto" if native => ComputeKind::Bf16,
-        _ => ComputeKind::F32,
-    }
 }
 
 fn device_of(cfg: &Config) -> Device {
@@ -103,6 +83,7 @@ impl Trainer {
         let mut metadata = run_metadata(t.cfg.trainer.seed, command_line);
         // What `model.dtype = "auto"` became on this machine.
         metadata["compute_dtype"] = t.model.compute().to_string().into();
+        metadata["kernels"] = t.model.kernel_report().into();
         write_json(&t.run.metadata(), &metadata)?;
         Ok(t)
     }
@@ -148,7 +129,10 @@ impl Trainer {
             tch::set_num_threads(n as i32);
         }
         let device = device_of(&cfg);
-        let compute = compute_kind(&cfg.model.dtype, device);
+        let (compute, warning) = resolve_compute_kind(&cfg.model.dtype, device)?;
+        if let Some(w) = warning {
+            eprintln!("warning: {w}");
+        }
         let model = CausalLm::load(weights_dir, device, compute)
             .with_context(|| format!("loading model {}", weights_dir.display()))?;
         let tok_dir = cfg
@@ -443,19 +427,4 @@ fn algo_configs(
         bypass_mode: rc.bypass_mode,
     };
     Ok((loss_cfg, adv_cfg, corr))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn dtype_auto_is_bf16_only_where_it_is_native() {
-        let native = bf16_is_native(Device::Cpu);
-        let auto = compute_kind("auto", Device::Cpu);
-        assert_eq!(auto == ComputeKind::Bf16, native);
-        assert_eq!(compute_kind("float32", Device::Cpu), ComputeKind::F32);
-        // An explicit choice is kept (with a warning where bf16 is emulated).
-        assert_eq!(compute_kind("bfloat16", Device::Cpu), ComputeKind::Bf16);
-    }
 }
