@@ -320,6 +320,7 @@ fn a_single_minibatch_reuses_the_first_forward() {
         &[
             "trainer.total_training_steps=2",
             "actor.ppo_mini_batch_size=4",
+            "trainer.check_on_policy=false",
         ],
     );
     let mut t = Trainer::create(cfg, "s", &[]).unwrap();
@@ -390,4 +391,48 @@ fn gsm8k_with_r1_zero_runs() {
     let line = std::fs::read_to_string(t.run.root.join("rollouts/step_1.jsonl")).unwrap();
     let v: serde_json::Value = serde_json::from_str(line.lines().next().unwrap()).unwrap();
     assert!(v["prompt"].as_str().unwrap().len() > 10);
+}
+
+/// `trainer.check_on_policy` compares a separate no-grad old-logprob pass with the first update's
+/// forward, also with one mini-batch and one epoch (where the update could reuse its own forward):
+/// it passes as is, and fires when a weight changes between the two passes.
+#[test]
+fn check_on_policy_runs_a_separate_pass_and_can_fail() {
+    let single = [
+        "trainer.total_training_steps=1",
+        "actor.ppo_mini_batch_size=4",
+    ];
+    for dtype in ["float32", "bfloat16"] {
+        let root = common::temp_dir(&format!("on-policy-ok-{dtype}"));
+        let dtype = format!("model.dtype={dtype}");
+        let cfg = tiny_config(
+            &root,
+            &[&single[..], &[&dtype, "trainer.threads=2"]].concat(),
+        );
+        let mut t = Trainer::create(cfg, "s", &[]).unwrap();
+        t.reward = Box::new(AsciiFraction);
+        t.fit().unwrap();
+        let m = metrics(&t);
+        assert_eq!(m[0]["actor/ppo_kl"].as_f64(), Some(0.0));
+        assert!(m[0]["timing_s/old_log_prob"].as_f64().unwrap() > 0.0);
+    }
+
+    let root = common::temp_dir("on-policy-perturbed");
+    let mut t = Trainer::create(tiny_config(&root, &single), "s", &[]).unwrap();
+    t.reward = Box::new(AsciiFraction);
+    t.before_update = Some(Box::new(|params| {
+        tch::no_grad(|| {
+            let (_, w) = params
+                .iter()
+                .find(|(n, _)| n.ends_with("o_proj.weight"))
+                .unwrap();
+            let _ = w.shallow_clone().g_add_scalar_(1e-3);
+        })
+    }));
+    let e = format!("{:#}", t.fit().unwrap_err());
+    assert!(
+        e.contains("trainer.check_on_policy: step 1")
+            && e.contains("differs from the old-logprob pass"),
+        "{e}"
+    );
 }

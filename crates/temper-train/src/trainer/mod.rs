@@ -48,6 +48,11 @@ pub struct Trainer {
     pub stop_after: Option<usize>,
     /// Warnings already shown once (e.g. no response ever ended).
     warned: std::collections::BTreeSet<&'static str>,
+    /// A test seam: called with the parameters between a step's old-logprob pass and its update
+    /// (to show that `trainer.check_on_policy` fires when the two passes see different weights).
+    #[doc(hidden)]
+    #[allow(clippy::type_complexity)]
+    pub before_update: Option<Box<dyn FnMut(&[(String, tch::Tensor)])>>,
 }
 
 fn device_of(cfg: &Config) -> Device {
@@ -238,6 +243,7 @@ impl Trainer {
             total_steps,
             stop_after: None,
             warned: Default::default(),
+            before_update: None,
         })
     }
 

@@ -380,9 +380,12 @@ impl Trainer {
         };
         // With one mini-batch and one epoch the first (only) update sees the weights that sampled:
         // its own detached log-probs are the old ones, bitwise, so the separate forward is skipped
-        // (unless something needs `old` before the update).
+        // (unless something needs `old` before the update, or `check_on_policy` is to compare the
+        // two passes).
         let rc_cfg = self.rollout_corr;
-        let reuse_first = !rc_cfg.bypass_mode
+        let check_on_policy = self.cfg.trainer.check_on_policy;
+        let reuse_first = !check_on_policy
+            && !rc_cfg.bypass_mode
             && rc_cfg.rollout_is.is_none()
             && rc_cfg.rollout_rs.is_none()
             && self.kl_ctrl.is_none()
@@ -487,6 +490,10 @@ impl Trainer {
             m.insert("batch/skipped_update".into(), 1.0);
         } else {
             m.insert("batch/skipped_update".into(), 0.0);
+            if let Some(mut hook) = self.before_update.take() {
+                hook(&self.params);
+                self.before_update = Some(hook);
+            }
             let recorded = self.update(
                 step,
                 &batch,
@@ -613,19 +620,12 @@ impl Trainer {
                         },
                         &ctx,
                     )?;
+                    if self.cfg.trainer.check_on_policy && epoch == 0 && mb_i == 0 {
+                        let valid = Batch::rows_of(&batch.response_mask, idx);
+                        check_reproduces(step, &logp, &old_mb, &valid)?;
+                    }
                     out.loss.backward();
                     let tokens = mask.sum(Kind::Double).double_value(&[]);
-                    if self.cfg.trainer.check_on_policy && epoch == 0 && mb_i == 0 {
-                        let kl = out.metrics.get("actor/ppo_kl").copied().unwrap_or(0.0);
-                        let cf = out.metrics.get("actor/pg_clipfrac").copied().unwrap_or(0.0);
-                        if kl != 0.0 || cf != 0.0 {
-                            bail!(
-                                "trainer.check_on_policy: step {step}, first update: actor/ppo_kl = {kl:e}, \
-                                 actor/pg_clipfrac = {cf:e}, expected exactly 0 (old logprobs were recomputed with the \
-                                 same weights; a nonzero value means the training forward is not reproducible)"
-                            );
-                        }
-                    }
                     for (k, v) in out.metrics {
                         if ADDITIVE.contains(&k) {
                             *additive.entry(k).or_insert(0.0) += v;
@@ -746,3 +746,22 @@ impl Partition {
 
 /// Salt of the training sampling seeds (evaluation uses another).
 const TRAIN_SEED_SALT: u64 = 0x0074_7261_696e;
+
+/// `trainer.check_on_policy`: the first mini-batch's training forward (weights not yet updated)
+/// must reproduce the separate no-grad old-logprob pass bitwise on every valid token.
+fn check_reproduces(step: usize, logp: &Tensor, old: &Tensor, valid: &Tensor) -> Result<()> {
+    let valid = valid.gt(0.0);
+    let logp = logp.detach().masked_select(&valid);
+    let old = old.masked_select(&valid);
+    let differ = logp.ne_tensor(&old).sum(Kind::Int64).int64_value(&[]);
+    if differ > 0 {
+        let max = (&logp - &old).abs().max().double_value(&[]);
+        bail!(
+            "trainer.check_on_policy: step {step}, first update: the training forward differs from the old-logprob \
+             pass on {differ} of {} tokens (max |diff| {max:e}); expected bitwise equality (same weights, same \
+             micro-batches); see docs/training.md for the settings that guarantee it",
+            logp.numel()
+        );
+    }
+    Ok(())
+}
