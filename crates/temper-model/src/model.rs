@@ -257,19 +257,49 @@ impl CausalLm {
     /// A query attends to keys that are at or before it and real; it also always attends to itself,
     /// so a pad query never has an empty softmax (its output is meaningless but finite, and no real
     /// token attends to it). Hence a padded row gives the same numbers as the row alone.
-    // `h = h + x`, not `h += x`: tch's `+=` is in place, which would clobber tensors autograd saved.
-    #[allow(clippy::assign_op_pattern)]
     pub fn forward_hidden(
         &self,
         input_ids: &Tensor,
         position_ids: &Tensor,
         attention_mask: &Tensor,
-        mut cache: Option<&mut KvCache>,
+        cache: Option<&mut KvCache>,
     ) -> Tensor {
+        let kv = match cache {
+            Some(c) => PastKv::Cache(c),
+            None => PastKv::None,
+        };
+        self.forward_layers(input_ids, position_ids, attention_mask, kv, false)
+            .0
+    }
+
+    /// The layers of [`CausalLm::forward_hidden`], with earlier positions' keys and values from
+    /// `kv`. With `collect`, also returns each layer's keys and values of the new tokens
+    /// ((B, Hkv, T, d) after RoPE, in the compute dtype, with autograd) for a later
+    /// [`PastKv::Given`] (shared-prefix training, [`crate::shared_prefix`]).
+    // `h = h + x`, not `h += x`: tch's `+=` is in place, which would clobber tensors autograd saved.
+    #[allow(clippy::assign_op_pattern)]
+    pub(crate) fn forward_layers(
+        &self,
+        input_ids: &Tensor,
+        position_ids: &Tensor,
+        attention_mask: &Tensor,
+        kv: PastKv<'_>,
+        collect: bool,
+    ) -> (Tensor, Vec<(Tensor, Tensor)>) {
         let kind = self.compute.kind();
         let c = &self.config;
         let (b, t) = input_ids.size2().expect("input_ids must be (B, T)");
-        let past = cache.as_ref().map_or(0, |c| c.len());
+        let (mut cache, given) = match kv {
+            PastKv::None => (None, None),
+            PastKv::Cache(c) => (Some(c), None),
+            PastKv::Given(g) => (None, Some(g)),
+        };
+        let past = match (&cache, given) {
+            (Some(c), _) => c.len(),
+            (None, Some(g)) => g.first().map_or(0, |(k, _)| k.size()[2]),
+            (None, None) => 0,
+        };
+        let mut collected = Vec::new();
         assert_eq!(
             attention_mask.size(),
             [b, past + t],
@@ -320,6 +350,9 @@ impl CausalLm {
             let q = apply_rope(&q.transpose(1, 2), &cos, &sin);
             let k = apply_rope(&k.transpose(1, 2), &cos, &sin);
             let v = v.transpose(1, 2);
+            if collect {
+                collected.push((k.shallow_clone(), v.shallow_clone()));
+            }
             let attn = match cache.as_deref_mut() {
                 Some(cache) if cached_attention => {
                     let (k, v) = cache.append(i, &k.to_kind(Kind::Float), &v.to_kind(Kind::Float));
@@ -329,7 +362,13 @@ impl CausalLm {
                     let (k, v) = cache.append(i, &k, &v);
                     sdpa(&q, &k, &v, &mask)
                 }
-                None => sdpa(&q, &k, &v, &mask),
+                None => match given {
+                    Some(g) => {
+                        let (pk, pv) = &g[i];
+                        sdpa(&q, &Tensor::cat(&[pk, &k], 2), &Tensor::cat(&[pv, &v], 2), &mask)
+                    }
+                    None => sdpa(&q, &k, &v, &mask),
+                },
             };
             let attn = attn.transpose(1, 2).reshape([b, t, n_q * d]);
             let o = match frozen {
@@ -356,7 +395,7 @@ impl CausalLm {
         if let Some(cache) = cache {
             cache.advance(t);
         }
-        rms_norm(&h, &self.norm, c.rms_norm_eps)
+        (rms_norm(&h, &self.norm, c.rms_norm_eps), collected)
     }
 
     /// Run `f` (a sampling call, under `tch::no_grad`) with inference copies of the weights: q/k/v
@@ -543,4 +582,15 @@ pub fn attention_mask_4d(attention_mask: &Tensor, t: i64, past: i64) -> Tensor {
 /// Position ids (B, T) for a 0/1 mask (B, T): `cumsum(mask) - 1`, clamped at 0 on left padding.
 pub fn position_ids_from_mask(attention_mask: &Tensor) -> Tensor {
     (attention_mask.to_kind(Kind::Int64).cumsum(1, Kind::Int64) - 1).clamp_min(0)
+}
+
+/// Where a forward finds the keys and values of positions before its new tokens.
+pub(crate) enum PastKv<'a> {
+    /// None: the new tokens are the whole sequence.
+    None,
+    /// A sampling cache, appended to.
+    Cache(&'a mut KvCache),
+    /// Per layer (B, Hkv, S_past, d) keys and values in the compute dtype, with autograd (a shared
+    /// prefix, gathered to the rows); not appended to.
+    Given(&'a [(Tensor, Tensor)]),
 }

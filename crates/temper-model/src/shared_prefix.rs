@@ -1,0 +1,74 @@
+//! Shared-prefix training forwards. The n samples of a GRPO group share their prompt: the prompt
+//! runs once per group, and each sample's response attends to the group's keys and values, which
+//! are gathered to the sample's row with `index_select`. Its backward is an `index_add`, so the
+//! prompt's activations receive the sum of the responses' gradients: the same parameter gradients
+//! as running every row in full, to float rounding (tested against the unshared forward).
+//!
+//! Cost: the prompt positions of a group's n rows are computed once instead of n times, in the
+//! forward and the backward (and in the no-grad old / reference passes).
+
+use tch::Tensor;
+
+use crate::logprobs::logprobs_and_entropy;
+use crate::model::{CausalLm, PastKv};
+
+/// The prompts and responses of some rows, with each row's prompt given by reference to a shared
+/// one. Prompts are left-padded to one length `P`, responses right-padded to one length `R`.
+pub struct SharedPrefixRows<'a> {
+    /// (G, P) i64 ids, (G, P) 0/1 mask and (G, P) positions of the distinct prompts.
+    pub prompt_ids: &'a Tensor,
+    pub prompt_mask: &'a Tensor,
+    pub prompt_positions: &'a Tensor,
+    /// (B,) i64: row b's prompt is prompt `prompt_of_row[b]`.
+    pub prompt_of_row: &'a Tensor,
+    /// (B, R) i64 ids, (B, R) 0/1 mask and (B, R) positions (continuing the prompt's) of the
+    /// responses.
+    pub response_ids: &'a Tensor,
+    pub response_mask: &'a Tensor,
+    pub response_positions: &'a Tensor,
+}
+
+impl CausalLm {
+    /// `(logp, entropy)`, both (B, R) f32, of every response token under softmax(logits /
+    /// temperature), with autograd unless called under `tch::no_grad`: what
+    /// [`CausalLm::token_logprobs`] gives for these positions on the rows' full sequences
+    /// (prompt then response), with each distinct prompt computed once.
+    pub fn response_logprobs_shared(
+        &self,
+        rows: &SharedPrefixRows<'_>,
+        temperature: f64,
+    ) -> (Tensor, Tensor) {
+        let (prompt_hidden, kv) = self.forward_layers(
+            rows.prompt_ids,
+            rows.prompt_positions,
+            rows.prompt_mask,
+            PastKv::None,
+            true,
+        );
+        let p = rows.prompt_ids.size()[1];
+        let r = rows.response_ids.size()[1];
+        let to_rows = |t: &Tensor| t.index_select(0, rows.prompt_of_row);
+        // The last prompt position predicts the first response token.
+        let last = to_rows(&prompt_hidden.narrow(1, p - 1, 1));
+        let hidden = if r > 1 {
+            let past: Vec<(Tensor, Tensor)> =
+                kv.iter().map(|(k, v)| (to_rows(k), to_rows(v))).collect();
+            let mask = Tensor::cat(
+                &[to_rows(rows.prompt_mask), rows.response_mask.narrow(1, 0, r - 1)],
+                1,
+            );
+            let (response_hidden, _) = self.forward_layers(
+                &rows.response_ids.narrow(1, 0, r - 1),
+                &rows.response_positions.narrow(1, 0, r - 1),
+                &mask,
+                PastKv::Given(&past),
+                false,
+            );
+            Tensor::cat(&[last, response_hidden], 1)
+        } else {
+            last
+        };
+        let t = if temperature > 0.0 { temperature } else { 1.0 };
+        logprobs_and_entropy(&self.logits(&hidden), rows.response_ids, t)
+    }
+}

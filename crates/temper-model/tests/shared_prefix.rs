@@ -1,0 +1,172 @@
+//! Shared-prefix forwards (`response_logprobs_shared`) against the plain forward on every row's
+//! full sequence (`token_logprobs`, itself checked against transformers in model_logprobs and
+//! model_grads): per-token logprobs and entropies, and the gradient of every parameter, for groups
+//! with different prompt lengths, group sizes and response lengths (left-padded prompts,
+//! right-padded responses), in f32. On a tiny Qwen2 (biases, untied head), a tiny Qwen3 (q/k
+//! norms) and the real SmolLM2-135M-Instruct.
+
+mod gguf_util;
+
+use tch::{Device, Kind, Tensor};
+use temper_model::resolve::{resolve_model_with, SMOLLM2_ALIAS};
+use temper_model::{position_ids_from_mask, CausalLm, ComputeKind, ModelConfig, SharedPrefixRows};
+
+/// (prompt, [responses]) per group.
+type Groups = Vec<(Vec<i64>, Vec<Vec<i64>>)>;
+
+fn groups(vocab: i64, seed: u64) -> Groups {
+    // Prompt lengths 5, 2, 7, 1; group sizes 3, 1, 2, 2; responses of 1..6 tokens.
+    let mut x = seed;
+    let mut next = move || {
+        x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        ((x >> 33) as i64) % (vocab - 1) + 1
+    };
+    let shape: [(usize, &[usize]); 4] = [(5, &[3, 6, 1]), (2, &[4]), (7, &[2, 5]), (1, &[6, 6])];
+    shape
+        .iter()
+        .map(|(p, rs)| {
+            let prompt = (0..*p).map(|_| next()).collect();
+            let responses = rs.iter().map(|r| (0..*r).map(|_| next()).collect()).collect();
+            (prompt, responses)
+        })
+        .collect()
+}
+
+fn tensor(v: Vec<i64>, rows: usize) -> Tensor {
+    let n = v.len() as i64;
+    Tensor::from_slice(&v).view([rows as i64, n / rows as i64])
+}
+
+/// Loss = sum(coef * logp) + 0.1 * sum(entropy) over valid response tokens; returns (logp, entropy,
+/// valid) and leaves the gradients in the model.
+fn run(model: &CausalLm, g: &Groups, shared: bool, pad: i64) -> (Tensor, Tensor, Tensor) {
+    let p = g.iter().map(|(q, _)| q.len()).max().unwrap();
+    let r = g.iter().flat_map(|(_, rs)| rs.iter().map(Vec::len)).max().unwrap();
+    let rows: Vec<(usize, &Vec<i64>)> = g
+        .iter()
+        .enumerate()
+        .flat_map(|(gi, (_, rs))| rs.iter().map(move |resp| (gi, resp)))
+        .collect();
+    let left = |q: &Vec<i64>| -> (Vec<i64>, Vec<i64>) {
+        let padn = p - q.len();
+        let ids = std::iter::repeat_n(pad, padn).chain(q.iter().copied()).collect();
+        let mask = std::iter::repeat_n(0, padn).chain(std::iter::repeat_n(1, q.len())).collect();
+        (ids, mask)
+    };
+    let right = |s: &Vec<i64>| -> (Vec<i64>, Vec<i64>) {
+        let ids = s.iter().copied().chain(std::iter::repeat_n(pad, r - s.len())).collect();
+        let mask = std::iter::repeat_n(1, s.len()).chain(std::iter::repeat_n(0, r - s.len())).collect();
+        (ids, mask)
+    };
+    let (mut full_ids, mut full_mask) = (vec![], vec![]);
+    for (gi, resp) in &rows {
+        let (pi, pm) = left(&g[*gi].0);
+        let (ri, rm) = right(resp);
+        full_ids.extend(pi.into_iter().chain(ri));
+        full_mask.extend(pm.into_iter().chain(rm));
+    }
+    let b = rows.len();
+    let ids = tensor(full_ids, b);
+    let mask = tensor(full_mask, b);
+    let pos = position_ids_from_mask(&mask);
+    let response_ids = ids.narrow(1, p as i64, r as i64);
+    let valid = mask.narrow(1, p as i64, r as i64).to_kind(Kind::Float);
+    let temperature = 0.7;
+    let (logp, ent) = if shared {
+        let (mut pids, mut pmask) = (vec![], vec![]);
+        for (q, _) in g {
+            let (i, m) = left(q);
+            pids.extend(i);
+            pmask.extend(m);
+        }
+        let prompt_ids = tensor(pids, g.len());
+        let prompt_mask = tensor(pmask, g.len());
+        let prompt_of_row =
+            Tensor::from_slice(&rows.iter().map(|(gi, _)| *gi as i64).collect::<Vec<_>>());
+        model.response_logprobs_shared(
+            &SharedPrefixRows {
+                prompt_positions: &position_ids_from_mask(&prompt_mask),
+                prompt_ids: &prompt_ids,
+                prompt_mask: &prompt_mask,
+                prompt_of_row: &prompt_of_row,
+                response_ids: &response_ids,
+                response_mask: &mask.narrow(1, p as i64, r as i64),
+                response_positions: &pos.narrow(1, p as i64, r as i64),
+            },
+            temperature,
+        )
+    } else {
+        let targets = ids.roll([-1], [1]);
+        let (lp, en) = model.token_logprobs(&ids, &mask, &pos, &targets, temperature);
+        (
+            lp.narrow(1, p as i64 - 1, r as i64),
+            en.narrow(1, p as i64 - 1, r as i64),
+        )
+    };
+    let coef = Tensor::arange(r as i64, (Kind::Float, Device::Cpu)).sin().unsqueeze(0) + 0.3;
+    let loss = (&coef * &logp * &valid).sum(Kind::Float) + (&ent * &valid).sum(Kind::Float) * 0.1;
+    loss.backward();
+    (logp.detach(), ent.detach(), valid)
+}
+
+fn grads(model: &CausalLm) -> Vec<(String, Tensor)> {
+    let out = model
+        .named_parameters()
+        .into_iter()
+        .map(|(n, p)| (n, p.grad().copy()))
+        .collect();
+    model.var_store().variables().values().for_each(|p| {
+        let _ = p.grad().zero_();
+    });
+    out
+}
+
+fn check(model: &CausalLm, g: &Groups, tol_lp: f64, tol_grad: f64) {
+    let (lp0, en0, valid) = run(model, g, false, 0);
+    let plain = grads(model);
+    let (lp1, en1, _) = run(model, g, true, 0);
+    let shared = grads(model);
+    let diff = |a: &Tensor, b: &Tensor| f64::try_from(((a - b) * &valid).abs().max()).unwrap();
+    let (dl, de) = (diff(&lp0, &lp1), diff(&en0, &en1));
+    assert!(dl <= tol_lp && de <= tol_lp, "logprob diff {dl:e}, entropy diff {de:e}");
+    assert_eq!(plain.len(), shared.len());
+    for ((name, a), (_, b)) in plain.iter().zip(&shared) {
+        let norm = f64::try_from(a.norm()).unwrap();
+        assert!(norm > 0.0, "{name}: zero gradient");
+        let rel = f64::try_from((a - b).norm()).unwrap() / norm;
+        assert!(rel <= tol_grad, "{name}: relative gradient difference {rel:e}");
+    }
+}
+
+#[test]
+fn shared_prefix_equals_full_rows_on_tiny_qwen2_and_qwen3() {
+    let qwen2 = ModelConfig::qwen2_like(97, 32, 48, 2, 4, 2, false);
+    let model = CausalLm::random(qwen2, 1, Device::Cpu, ComputeKind::F32);
+    check(&model, &groups(97, 5), 1e-5, 1e-5);
+
+    let qwen3 = ModelConfig::from_value(serde_json::json!({
+        "architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "vocab_size": 101,
+        "hidden_size": 32, "intermediate_size": 40, "num_hidden_layers": 2, "head_dim": 16,
+        "num_attention_heads": 4, "num_key_value_heads": 1, "hidden_act": "silu",
+        "rms_norm_eps": 1e-6, "rope_theta": 10000.0, "max_position_embeddings": 512,
+        "tie_word_embeddings": true,
+    }))
+    .unwrap();
+    let model = CausalLm::random(qwen3, 2, Device::Cpu, ComputeKind::F32);
+    check(&model, &groups(101, 9), 1e-5, 1e-5);
+}
+
+#[test]
+fn a_one_token_response_and_one_row_groups_work() {
+    let cfg = ModelConfig::qwen2_like(50, 16, 24, 1, 2, 1, true);
+    let model = CausalLm::random(cfg, 4, Device::Cpu, ComputeKind::F32);
+    let g: Groups = vec![(vec![3, 4, 5], vec![vec![7]]), (vec![9], vec![vec![8], vec![2]])];
+    check(&model, &g, 1e-5, 1e-5);
+}
+
+#[test]
+fn shared_prefix_equals_full_rows_on_smollm2() {
+    let dir = resolve_model_with(SMOLLM2_ALIAS, &gguf_util::test_env()).unwrap();
+    let model = CausalLm::load(&dir, Device::Cpu, ComputeKind::F32).unwrap();
+    check(&model, &groups(49152, 3), 5e-5, 1e-4);
+}
