@@ -53,8 +53,8 @@ pub mod resolve;
 pub mod rope;
 pub mod safetensors_io;
 pub mod sampling_weights;
-pub mod shared_prefix;
 pub mod save;
+pub mod shared_prefix;
 pub mod tokenizer;
 
 pub use chat_template::{ChatMessage, ChatTemplate};
@@ -63,6 +63,6 @@ pub use dtype::{bf16_is_native, kernel_report, resolve_compute_kind, ComputeKind
 pub use generation_config::GenerationConfig;
 pub use kv_cache::KvCache;
 pub use logprobs::{logprobs_and_entropy, logprobs_of};
-pub use shared_prefix::SharedPrefixRows;
 pub use model::{attention_mask_4d, position_ids_from_mask, CausalLm};
+pub use shared_prefix::SharedPrefixRows;
 pub use tokenizer::Tokenizer;

@@ -365,7 +365,12 @@ impl CausalLm {
                 None => match given {
                     Some(g) => {
                         let (pk, pv) = &g[i];
-                        sdpa(&q, &Tensor::cat(&[pk, &k], 2), &Tensor::cat(&[pv, &v], 2), &mask)
+                        sdpa(
+                            &q,
+                            &Tensor::cat(&[pk, &k], 2),
+                            &Tensor::cat(&[pv, &v], 2),
+                            &mask,
+                        )
                     }
                     None => sdpa(&q, &k, &v, &mask),
                 },

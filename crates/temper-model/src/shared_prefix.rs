@@ -54,7 +54,10 @@ impl CausalLm {
             let past: Vec<(Tensor, Tensor)> =
                 kv.iter().map(|(k, v)| (to_rows(k), to_rows(v))).collect();
             let mask = Tensor::cat(
-                &[to_rows(rows.prompt_mask), rows.response_mask.narrow(1, 0, r - 1)],
+                &[
+                    to_rows(rows.prompt_mask),
+                    rows.response_mask.narrow(1, 0, r - 1),
+                ],
                 1,
             );
             let (response_hidden, _) = self.forward_layers(

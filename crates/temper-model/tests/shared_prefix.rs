@@ -18,7 +18,9 @@ fn groups(vocab: i64, seed: u64) -> Groups {
     // Prompt lengths 5, 2, 7, 1; group sizes 3, 1, 2, 2; responses of 1..6 tokens.
     let mut x = seed;
     let mut next = move || {
-        x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        x = x
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
         ((x >> 33) as i64) % (vocab - 1) + 1
     };
     let shape: [(usize, &[usize]); 4] = [(5, &[3, 6, 1]), (2, &[4]), (7, &[2, 5]), (1, &[6, 6])];
@@ -26,7 +28,10 @@ fn groups(vocab: i64, seed: u64) -> Groups {
         .iter()
         .map(|(p, rs)| {
             let prompt = (0..*p).map(|_| next()).collect();
-            let responses = rs.iter().map(|r| (0..*r).map(|_| next()).collect()).collect();
+            let responses = rs
+                .iter()
+                .map(|r| (0..*r).map(|_| next()).collect())
+                .collect();
             (prompt, responses)
         })
         .collect()
@@ -41,7 +46,11 @@ fn tensor(v: Vec<i64>, rows: usize) -> Tensor {
 /// valid) and leaves the gradients in the model.
 fn run(model: &CausalLm, g: &Groups, shared: bool, pad: i64) -> (Tensor, Tensor, Tensor) {
     let p = g.iter().map(|(q, _)| q.len()).max().unwrap();
-    let r = g.iter().flat_map(|(_, rs)| rs.iter().map(Vec::len)).max().unwrap();
+    let r = g
+        .iter()
+        .flat_map(|(_, rs)| rs.iter().map(Vec::len))
+        .max()
+        .unwrap();
     let rows: Vec<(usize, &Vec<i64>)> = g
         .iter()
         .enumerate()
@@ -49,13 +58,23 @@ fn run(model: &CausalLm, g: &Groups, shared: bool, pad: i64) -> (Tensor, Tensor,
         .collect();
     let left = |q: &Vec<i64>| -> (Vec<i64>, Vec<i64>) {
         let padn = p - q.len();
-        let ids = std::iter::repeat_n(pad, padn).chain(q.iter().copied()).collect();
-        let mask = std::iter::repeat_n(0, padn).chain(std::iter::repeat_n(1, q.len())).collect();
+        let ids = std::iter::repeat_n(pad, padn)
+            .chain(q.iter().copied())
+            .collect();
+        let mask = std::iter::repeat_n(0, padn)
+            .chain(std::iter::repeat_n(1, q.len()))
+            .collect();
         (ids, mask)
     };
     let right = |s: &Vec<i64>| -> (Vec<i64>, Vec<i64>) {
-        let ids = s.iter().copied().chain(std::iter::repeat_n(pad, r - s.len())).collect();
-        let mask = std::iter::repeat_n(1, s.len()).chain(std::iter::repeat_n(0, r - s.len())).collect();
+        let ids = s
+            .iter()
+            .copied()
+            .chain(std::iter::repeat_n(pad, r - s.len()))
+            .collect();
+        let mask = std::iter::repeat_n(1, s.len())
+            .chain(std::iter::repeat_n(0, r - s.len()))
+            .collect();
         (ids, mask)
     };
     let (mut full_ids, mut full_mask) = (vec![], vec![]);
@@ -103,7 +122,10 @@ fn run(model: &CausalLm, g: &Groups, shared: bool, pad: i64) -> (Tensor, Tensor,
             en.narrow(1, p as i64 - 1, r as i64),
         )
     };
-    let coef = Tensor::arange(r as i64, (Kind::Float, Device::Cpu)).sin().unsqueeze(0) + 0.3;
+    let coef = Tensor::arange(r as i64, (Kind::Float, Device::Cpu))
+        .sin()
+        .unsqueeze(0)
+        + 0.3;
     let loss = (&coef * &logp * &valid).sum(Kind::Float) + (&ent * &valid).sum(Kind::Float) * 0.1;
     loss.backward();
     (logp.detach(), ent.detach(), valid)
@@ -128,13 +150,19 @@ fn check(model: &CausalLm, g: &Groups, tol_lp: f64, tol_grad: f64) {
     let shared = grads(model);
     let diff = |a: &Tensor, b: &Tensor| f64::try_from(((a - b) * &valid).abs().max()).unwrap();
     let (dl, de) = (diff(&lp0, &lp1), diff(&en0, &en1));
-    assert!(dl <= tol_lp && de <= tol_lp, "logprob diff {dl:e}, entropy diff {de:e}");
+    assert!(
+        dl <= tol_lp && de <= tol_lp,
+        "logprob diff {dl:e}, entropy diff {de:e}"
+    );
     assert_eq!(plain.len(), shared.len());
     for ((name, a), (_, b)) in plain.iter().zip(&shared) {
         let norm = f64::try_from(a.norm()).unwrap();
         assert!(norm > 0.0, "{name}: zero gradient");
         let rel = f64::try_from((a - b).norm()).unwrap() / norm;
-        assert!(rel <= tol_grad, "{name}: relative gradient difference {rel:e}");
+        assert!(
+            rel <= tol_grad,
+            "{name}: relative gradient difference {rel:e}"
+        );
     }
 }
 
@@ -160,7 +188,10 @@ fn shared_prefix_equals_full_rows_on_tiny_qwen2_and_qwen3() {
 fn a_one_token_response_and_one_row_groups_work() {
     let cfg = ModelConfig::qwen2_like(50, 16, 24, 1, 2, 1, true);
     let model = CausalLm::random(cfg, 4, Device::Cpu, ComputeKind::F32);
-    let g: Groups = vec![(vec![3, 4, 5], vec![vec![7]]), (vec![9], vec![vec![8], vec![2]])];
+    let g: Groups = vec![
+        (vec![3, 4, 5], vec![vec![7]]),
+        (vec![9], vec![vec![8], vec![2]]),
+    ];
     check(&model, &g, 1e-5, 1e-5);
 }
 

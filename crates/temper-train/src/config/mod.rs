@@ -130,6 +130,10 @@ pub struct ActorConfig {
     pub ppo_epochs: usize,
     /// Shuffle responses between mini-batches on every epoch.
     pub shuffle: bool,
+    /// Run each distinct prompt of a micro-batch once and let its responses attend to its keys and
+    /// values (same numbers and gradients as full rows, to float rounding; much less work when
+    /// `rollout.n` samples share a prompt). Also for the old and reference log-prob passes.
+    pub shared_prefix: bool,
     /// Max global grad norm (clip_grad_norm_); <= 0 disables clipping.
     pub grad_clip: f64,
     pub clip_ratio: f64,
@@ -155,6 +159,7 @@ impl Default for ActorConfig {
             ppo_micro_batch_size_per_gpu: None,
             ppo_epochs: 1,
             shuffle: false,
+            shared_prefix: true,
             grad_clip: 1.0,
             clip_ratio: 0.2,
             clip_ratio_low: None,

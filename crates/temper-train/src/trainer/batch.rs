@@ -19,6 +19,9 @@ pub struct Batch {
     pub prompt_len: i64,
     pub response_len: i64,
     pub rows: usize,
+    /// Per row, the first row with the same prompt tokens (`Some` when prompts are shared: see
+    /// [`Batch::share_prompts`]).
+    prompt_owner: Option<Vec<usize>>,
 }
 
 impl Batch {
@@ -57,7 +60,21 @@ impl Batch {
             prompt_len: p as i64,
             response_len: r as i64,
             rows: n,
+            prompt_owner: None,
         }
+    }
+
+    /// From now on, [`Batch::response_logprobs`] runs each distinct prompt of a micro-batch once
+    /// (`actor.shared_prefix`). Rows share a prompt when their prompt tokens are equal (the samples
+    /// of a group, or equal prompts drawn twice), so it needs no knowledge of groups.
+    pub fn share_prompts(&mut self, prompts: &[&[i64]]) {
+        let mut first: std::collections::HashMap<&[i64], usize> = Default::default();
+        let owner = prompts
+            .iter()
+            .enumerate()
+            .map(|(i, p)| *first.entry(p).or_insert(i))
+            .collect();
+        self.prompt_owner = Some(owner);
     }
 
     /// Rows `idx` of a (N, ...) tensor of this batch.
@@ -78,6 +95,9 @@ impl Batch {
         idx: &[i64],
         temperature: f64,
     ) -> Result<(Tensor, Tensor)> {
+        if let Some(owner) = &self.prompt_owner {
+            return Ok(self.shared_logprobs(model, idx, owner, temperature));
+        }
         let ids = Self::rows_of(&self.input_ids, idx);
         let mask = Self::rows_of(&self.attention_mask, idx);
         let pos = Self::rows_of(&self.position_ids, idx);
@@ -87,6 +107,46 @@ impl Batch {
         let targets = ids.narrow(1, self.prompt_len, self.response_len);
         let t = if temperature > 0.0 { temperature } else { 1.0 };
         Ok(temper_model::logprobs_and_entropy(&logits, &targets, t))
+    }
+
+    /// [`Batch::response_logprobs`] with each distinct prompt of rows `idx` run once
+    /// ([`CausalLm::response_logprobs_shared`]).
+    fn shared_logprobs(
+        &self,
+        model: &CausalLm,
+        idx: &[i64],
+        owner: &[usize],
+        temperature: f64,
+    ) -> (Tensor, Tensor) {
+        let (p, r) = (self.prompt_len, self.response_len);
+        let mut distinct: Vec<i64> = vec![];
+        let prompt_of_row: Vec<i64> = idx
+            .iter()
+            .map(|&row| {
+                let o = owner[row as usize] as i64;
+                let k = distinct.iter().position(|&d| d == o).unwrap_or_else(|| {
+                    distinct.push(o);
+                    distinct.len() - 1
+                });
+                k as i64
+            })
+            .collect();
+        let cols = |t: &Tensor, rows: &[i64], start: i64, len: i64| {
+            Self::rows_of(t, rows).narrow(1, start, len)
+        };
+        let device = self.input_ids.device();
+        model.response_logprobs_shared(
+            &temper_model::SharedPrefixRows {
+                prompt_ids: &cols(&self.input_ids, &distinct, 0, p),
+                prompt_mask: &cols(&self.attention_mask, &distinct, 0, p),
+                prompt_positions: &cols(&self.position_ids, &distinct, 0, p),
+                prompt_of_row: &Tensor::from_slice(&prompt_of_row).to(device),
+                response_ids: &cols(&self.input_ids, idx, p, r),
+                response_mask: &cols(&self.attention_mask, idx, p, r),
+                response_positions: &cols(&self.position_ids, idx, p, r),
+            },
+            temperature,
+        )
     }
 }
 

@@ -312,7 +312,10 @@ impl Trainer {
                 )
             })
             .collect();
-        let batch = Batch::new(&rows, self.pad_id, device);
+        let mut batch = Batch::new(&rows, self.pad_id, device);
+        if self.cfg.actor.shared_prefix {
+            batch.share_prompts(&rows.iter().map(|r| r.0).collect::<Vec<_>>());
+        }
         let nrows = batch.rows;
 
         // Response / prompt statistics.
