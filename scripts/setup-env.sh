@@ -25,6 +25,18 @@ cuda="${TEMPER_CUDA:-}"
 if [[ -z "$cuda" ]] && command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then cuda=1; fi
 want="torch=$TORCH_VERSION cuda=${cuda:-0} ${REFERENCE_PACKAGES[*]}"
 
+# c10d's Gloo process group (data-parallel training, temper-kernels/csrc/comm.cpp) includes the gloo
+# headers, which PyTorch's wheel does not ship: Debian's libgloo-dev provides them (headers only are
+# used; the gloo code that runs is libtorch's own). Without them temper builds without c10d.
+if [[ ! -f /usr/include/gloo/config.h ]] && command -v apt-get >/dev/null 2>&1; then
+  echo "temper: installing the gloo headers (Debian libgloo-dev) for c10d" >&2
+  sudo=(); [[ "$(id -u)" -ne 0 ]] && command -v sudo >/dev/null 2>&1 && sudo=(sudo)
+  apt=("${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get -y -q --no-install-recommends)
+  "${apt[@]}" install libgloo-dev >/dev/null 2>&1 \
+    || { "${sudo[@]}" apt-get -q update >/dev/null 2>&1 && "${apt[@]}" install libgloo-dev >/dev/null; } \
+    || echo "temper: warning: could not install libgloo-dev; building without c10d" >&2
+fi
+
 if [[ -f "$stamp" && "$(cat "$stamp")" == "$want" ]]; then exit 0; fi
 
 py="${PYTHON:-python3}"

@@ -26,7 +26,24 @@ fn main() {
         libtorch
     };
     let include = libtorch.join("include");
-    cc::Build::new()
+    // c10d (csrc/comm.cpp) needs the gloo headers, which PyTorch's wheel does not ship;
+    // scripts/setup-env.sh installs Debian's libgloo-dev. Without them, a stub says so at run time.
+    println!("cargo:rerun-if-changed=csrc/comm.cpp");
+    println!("cargo:rerun-if-changed=csrc/comm_stub.cpp");
+    println!("cargo:rerun-if-env-changed=GLOO_INCLUDE");
+    let gloo = std::env::var_os("GLOO_INCLUDE")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("/usr/include"));
+    println!(
+        "cargo:rerun-if-changed={}",
+        gloo.join("gloo/config.h").display()
+    );
+    let have_c10d = gloo.join("gloo/config.h").exists()
+        && include
+            .join("torch/csrc/distributed/c10d/ProcessGroupGloo.hpp")
+            .exists();
+    let mut build = cc::Build::new();
+    build
         .cpp(true)
         .pic(true)
         .warnings(false)
@@ -37,6 +54,20 @@ fn main() {
         .flag("-DGLOG_USE_GLOG_EXPORT")
         .flag("-Wno-psabi")
         .opt_level(3)
-        .file("csrc/kernels.cpp")
-        .compile("temper_kernels");
+        .file("csrc/kernels.cpp");
+    if have_c10d {
+        if gloo != std::path::Path::new("/usr/include") {
+            // Never `-I/usr/include`: it reorders the system headers libstdc++ expects.
+            build.include(&gloo);
+        }
+        build.define("USE_C10D_GLOO", None).file("csrc/comm.cpp");
+    } else {
+        println!(
+            "cargo:warning=gloo headers not found under {}: temper is built without c10d \
+             (data-parallel training); scripts/setup-env.sh installs them",
+            gloo.display()
+        );
+        build.file("csrc/comm_stub.cpp");
+    }
+    build.compile("temper_kernels");
 }

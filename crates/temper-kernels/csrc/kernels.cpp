@@ -173,6 +173,9 @@ extern "C" {
 
 void temper_kernels_free_error(char* err) { std::free(err); }
 
+// For comm.cpp's errors.
+char* temper_kernels_copy_message(const char* msg) { return copy_message(msg); }
+
 // 1 when oneDNN's linear ops are registered in this libtorch (CPU builds with mkldnn).
 int temper_kernels_have_packed_linear() {
   return find_op("mkldnn::_reorder_linear_weight").has_value() &&

@@ -7,8 +7,10 @@
 //! in f32). It is for inference only: no autograd, and the weight is a copy that must be rebuilt
 //! after the master weight changes.
 
+pub mod comm;
 pub mod cpu;
 
+pub use comm::{comm_available, Comm, Rendezvous};
 pub use cpu::{sampling_linear_kernel, CpuFeatures, LinearKernel};
 
 use std::ffi::{c_char, c_int, c_void, CStr};

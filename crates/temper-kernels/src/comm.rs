@@ -1,0 +1,195 @@
+//! torch.distributed's c10d, from Rust: a TCPStore rendezvous and a Gloo process group (CPU), with
+//! the collectives data-parallel training needs (`csrc/comm.cpp`). The code that runs is
+//! libtorch's own; only the glue is temper's. Built when the gloo headers were present at build
+//! time (`scripts/setup-env.sh` installs them); [`comm_available`] tells.
+
+use std::ffi::{c_char, c_int, c_long, c_void, CString};
+use std::time::Duration;
+
+use anyhow::{bail, Result};
+use tch::Tensor;
+
+extern "C" {
+    fn temper_comm_available() -> c_int;
+    fn temper_comm_new(
+        host: *const c_char,
+        port: c_int,
+        rank: c_int,
+        world: c_int,
+        store_is_external: c_int,
+        timeout_ms: c_long,
+        out: *mut *mut c_void,
+        err: *mut *mut c_char,
+    ) -> c_int;
+    fn temper_comm_free(comm: *mut c_void);
+    fn temper_comm_all_reduce(comm: *mut c_void, t: *mut c_void, err: *mut *mut c_char) -> c_int;
+    fn temper_comm_broadcast(
+        comm: *mut c_void,
+        t: *mut c_void,
+        root: c_int,
+        err: *mut *mut c_char,
+    ) -> c_int;
+    fn temper_comm_all_gather(
+        comm: *mut c_void,
+        t: *mut c_void,
+        out: *mut *mut c_void,
+        err: *mut *mut c_char,
+    ) -> c_int;
+    fn temper_comm_barrier(comm: *mut c_void, err: *mut *mut c_char) -> c_int;
+}
+
+/// Whether this build has c10d's Gloo process group (the gloo headers were found at build time).
+pub fn comm_available() -> bool {
+    // SAFETY: a constant query.
+    unsafe { temper_comm_available() != 0 }
+}
+
+/// Where and how to rendezvous: torchrun's `MASTER_ADDR`/`MASTER_PORT`, `RANK`, `WORLD_SIZE`.
+#[derive(Debug, Clone)]
+pub struct Rendezvous {
+    pub host: String,
+    pub port: u16,
+    pub rank: usize,
+    pub world: usize,
+    /// The store is hosted by someone else (torchrun's agent, `TORCHELASTIC_USE_AGENT_STORE`),
+    /// so rank 0 connects as a client too.
+    pub store_is_external: bool,
+    /// Bounds the rendezvous and every collective: a rank that died makes the others fail with
+    /// an error after this long instead of hanging.
+    pub timeout: Duration,
+}
+
+/// One rank's membership in a Gloo process group.
+pub struct Comm {
+    ptr: *mut c_void,
+    rank: usize,
+    world: usize,
+}
+
+// SAFETY: the process group is used from one thread at a time (`&mut self`/`&self` on one owner);
+// c10d's Gloo group is itself thread-safe for sequential collectives.
+unsafe impl Send for Comm {}
+
+fn message(err: *mut c_char) -> String {
+    if err.is_null() {
+        return "no message".into();
+    }
+    // SAFETY: a NUL-terminated string malloc'ed by the C++ side, freed here once.
+    let s = unsafe { std::ffi::CStr::from_ptr(err) }
+        .to_string_lossy()
+        .into_owned();
+    unsafe { crate::temper_kernels_free_error(err) };
+    s
+}
+
+impl Comm {
+    /// Rendezvous and join the group; fails (does not hang) when the others do not come within
+    /// the timeout.
+    pub fn connect(r: &Rendezvous) -> Result<Comm> {
+        if !comm_available() {
+            bail!(
+                "rank {}: this temper was built without c10d's Gloo (no gloo headers at build time; \
+                 run scripts/setup-env.sh)",
+                r.rank
+            );
+        }
+        if r.world == 0 || r.rank >= r.world {
+            bail!("rank {} is not below world size {}", r.rank, r.world);
+        }
+        let host = CString::new(r.host.as_str())?;
+        let (mut out, mut err) = (std::ptr::null_mut(), std::ptr::null_mut());
+        // SAFETY: host outlives the call; out/err are written by the callee.
+        let status = unsafe {
+            temper_comm_new(
+                host.as_ptr(),
+                r.port as c_int,
+                r.rank as c_int,
+                r.world as c_int,
+                r.store_is_external as c_int,
+                r.timeout.as_millis() as c_long,
+                &mut out,
+                &mut err,
+            )
+        };
+        if status != 0 {
+            bail!(
+                "rank {}: cannot join the process group at {}:{} (world size {}): {}",
+                r.rank,
+                r.host,
+                r.port,
+                r.world,
+                first_line(&message(err))
+            );
+        }
+        Ok(Comm {
+            ptr: out,
+            rank: r.rank,
+            world: r.world,
+        })
+    }
+
+    pub fn rank(&self) -> usize {
+        self.rank
+    }
+
+    pub fn world(&self) -> usize {
+        self.world
+    }
+
+    fn check(&self, status: c_int, err: *mut c_char, what: &str) -> Result<()> {
+        if status != 0 {
+            bail!(
+                "rank {}: {what} failed: {}",
+                self.rank,
+                first_line(&message(err))
+            );
+        }
+        Ok(())
+    }
+
+    /// In place: `t` becomes the sum of every rank's `t` (same shape and dtype on every rank).
+    pub fn all_reduce_sum(&self, t: &Tensor) -> Result<()> {
+        let mut err = std::ptr::null_mut();
+        // SAFETY: t outlives the call; the C++ side reduces into its storage.
+        let status = unsafe { temper_comm_all_reduce(self.ptr, t.as_ptr() as _, &mut err) };
+        self.check(status, err, "all_reduce")
+    }
+
+    /// In place: `t` becomes rank `root`'s `t`.
+    pub fn broadcast(&self, t: &Tensor, root: usize) -> Result<()> {
+        let mut err = std::ptr::null_mut();
+        // SAFETY: as above.
+        let status =
+            unsafe { temper_comm_broadcast(self.ptr, t.as_ptr() as _, root as c_int, &mut err) };
+        self.check(status, err, "broadcast")
+    }
+
+    /// Every rank's `t` (same shape everywhere), stacked along a new first dimension in rank order.
+    pub fn all_gather(&self, t: &Tensor) -> Result<Tensor> {
+        let (mut out, mut err) = (std::ptr::null_mut(), std::ptr::null_mut());
+        // SAFETY: as above; on success out is a heap-allocated at::Tensor that tch then owns.
+        let status =
+            unsafe { temper_comm_all_gather(self.ptr, t.as_ptr() as _, &mut out, &mut err) };
+        self.check(status, err, "all_gather")?;
+        Ok(unsafe { Tensor::from_ptr(out as _) })
+    }
+
+    pub fn barrier(&self) -> Result<()> {
+        let mut err = std::ptr::null_mut();
+        // SAFETY: as above.
+        let status = unsafe { temper_comm_barrier(self.ptr, &mut err) };
+        self.check(status, err, "barrier")
+    }
+}
+
+impl Drop for Comm {
+    fn drop(&mut self) {
+        // SAFETY: ptr came from temper_comm_new and is freed once.
+        unsafe { temper_comm_free(self.ptr) };
+    }
+}
+
+/// c10d's messages carry a C++ backtrace after the first line.
+fn first_line(s: &str) -> &str {
+    s.lines().next().unwrap_or(s)
+}

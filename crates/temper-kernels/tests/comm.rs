@@ -1,0 +1,101 @@
+//! c10d through temper's shim: two ranks (threads of this process, each its own TCPStore client
+//! and Gloo group on 127.0.0.1) run all_reduce, broadcast and all_gather and get what
+//! torch.distributed defines; a rank whose peer never comes fails with an error naming it instead
+//! of hanging.
+use std::time::Duration;
+
+use tch::{Device, Kind, Tensor};
+use temper_kernels::{comm_available, Comm, Rendezvous};
+
+fn free_port() -> u16 {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    l.local_addr().unwrap().port()
+}
+
+fn rendezvous(port: u16, rank: usize, world: usize, secs: u64) -> Rendezvous {
+    Rendezvous {
+        host: "127.0.0.1".into(),
+        port,
+        rank,
+        world,
+        store_is_external: false,
+        timeout: Duration::from_secs(secs),
+    }
+}
+
+#[test]
+fn two_ranks_reduce_broadcast_and_gather() {
+    assert!(
+        comm_available(),
+        "temper-kernels was built without c10d: scripts/setup-env.sh installs the gloo headers"
+    );
+    let port = free_port();
+    let ranks: Vec<_> = (0..2)
+        .map(|rank| {
+            std::thread::spawn(move || {
+                let c = Comm::connect(&rendezvous(port, rank, 2, 60)).unwrap();
+                assert_eq!((c.rank(), c.world()), (rank, 2));
+                let opts = (Kind::Float, Device::Cpu);
+                // all_reduce: sum of [1, 10, 100] * (r + 1) over ranks r = 0, 1.
+                let t = Tensor::from_slice(&[1.0f32, 10.0, 100.0]) * (rank as f64 + 1.0);
+                c.all_reduce_sum(&t).unwrap();
+                let got: Vec<f32> = Vec::try_from(&t).unwrap();
+                assert_eq!(got, vec![3.0, 30.0, 300.0]);
+                // f64 too (metrics are reduced in f64).
+                let d = Tensor::from_slice(&[0.1f64 * (rank as f64 + 1.0)]);
+                c.all_reduce_sum(&d).unwrap();
+                assert!((d.double_value(&[0]) - 0.3).abs() < 1e-15);
+                // broadcast from rank 1.
+                let b = Tensor::full([2, 2], rank as f64 + 5.0, opts);
+                c.broadcast(&b, 1).unwrap();
+                assert_eq!(Vec::<f32>::try_from(b.view([-1])).unwrap(), vec![6.0; 4]);
+                // all_gather in rank order.
+                let g = c
+                    .all_gather(&Tensor::from_slice(&[rank as i64, 7]))
+                    .unwrap();
+                assert_eq!(g.size(), [2, 2]);
+                assert_eq!(
+                    Vec::<i64>::try_from(g.view([-1])).unwrap(),
+                    vec![0, 7, 1, 7]
+                );
+                c.barrier().unwrap();
+            })
+        })
+        .collect();
+    for r in ranks {
+        r.join().unwrap();
+    }
+}
+
+#[test]
+fn a_missing_rank_is_an_error_not_a_hang() {
+    if !comm_available() {
+        return;
+    }
+    let port = free_port();
+    let t = std::time::Instant::now();
+    let e = match Comm::connect(&rendezvous(port, 0, 2, 3)) {
+        Ok(_) => panic!("joined a 2-rank group alone"),
+        Err(e) => e.to_string(),
+    };
+    assert!(
+        e.starts_with("rank 0: cannot join the process group at 127.0.0.1:"),
+        "{e}"
+    );
+    assert!(
+        t.elapsed() < Duration::from_secs(60),
+        "took {:?}",
+        t.elapsed()
+    );
+    assert!(!e.contains('\n'), "one line: {e}");
+    eprintln!("{e}");
+}
+
+#[test]
+fn a_rank_outside_the_world_is_refused() {
+    let e = Comm::connect(&rendezvous(1, 2, 2, 1))
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(e.contains("rank 2") || e.contains("without c10d"), "{e}");
+}
