@@ -3,6 +3,7 @@
 pub mod checkpoint;
 pub mod config;
 pub mod data;
+pub mod dist;
 pub mod eval_metrics;
 pub mod optim;
 pub mod report;

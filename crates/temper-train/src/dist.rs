@@ -1,0 +1,210 @@
+//! Data parallelism over torch.distributed's c10d ([`temper_kernels::Comm`]): who this process is
+//! (torchrun's environment), and the three places a data-parallel step communicates: sharding the
+//! prompts, summing gradients (and the token counts the loss divides by), reducing metrics. World
+//! size 1 is the no-op case and never touches c10d.
+
+use std::time::Duration;
+
+use anyhow::{bail, Context, Result};
+use tch::{Kind, Tensor};
+use temper_kernels::{Comm, Rendezvous};
+
+/// This process's place in the job.
+pub struct Dist {
+    comm: Option<Comm>,
+    pub rank: usize,
+    pub world: usize,
+}
+
+/// How long a rank waits for the others (rendezvous and each collective) before failing with an
+/// error: `TEMPER_DIST_TIMEOUT` seconds, default 300 (a step's generation can be long).
+const DEFAULT_TIMEOUT_S: u64 = 300;
+
+impl Dist {
+    /// One process, no communication.
+    pub fn single() -> Dist {
+        Dist {
+            comm: None,
+            rank: 0,
+            world: 1,
+        }
+    }
+
+    /// From the launch environment (torchrun, `temper train --nproc`, Slurm); a world of one
+    /// when none is set.
+    pub fn from_env() -> Result<Dist> {
+        match rendezvous_from(&|k| std::env::var(k).ok())? {
+            None => Ok(Dist::single()),
+            Some(r) => {
+                let comm = Comm::connect(&r)?;
+                Ok(Dist {
+                    rank: r.rank,
+                    world: r.world,
+                    comm: Some(comm),
+                })
+            }
+        }
+    }
+
+    /// A joined group (tests make one per thread).
+    pub fn from_comm(comm: Comm) -> Dist {
+        Dist {
+            rank: comm.rank(),
+            world: comm.world(),
+            comm: Some(comm),
+        }
+    }
+
+    /// Rank 0 owns the run folder, the checkpoints and the console.
+    pub fn is_root(&self) -> bool {
+        self.rank == 0
+    }
+
+    /// This rank's contiguous share of `items` (`what` names them in the error when the world
+    /// size does not divide their number).
+    pub fn shard<'a, T>(&self, items: &'a [T], what: &str) -> Result<&'a [T]> {
+        if !items.len().is_multiple_of(self.world) {
+            bail!(
+                "rank {}: {what} = {} is not divisible by the world size {}",
+                self.rank,
+                items.len(),
+                self.world
+            );
+        }
+        let k = items.len() / self.world;
+        Ok(&items[self.rank * k..(self.rank + 1) * k])
+    }
+
+    /// Sum every parameter's gradient over the ranks, in place, packing gradients of one dtype
+    /// into flat buckets of at most `bucket_bytes` (one collective per bucket rather than per
+    /// tensor, as DDP does). The loss must already be normalised globally (token counts summed
+    /// over the ranks, [`Dist::sum_f64`]), so that the sum is the full batch's gradient.
+    pub fn all_reduce_grads(&self, params: &[(String, Tensor)], bucket_bytes: usize) -> Result<()> {
+        let Some(comm) = &self.comm else {
+            return Ok(());
+        };
+        // A parameter the loss did not reach has no gradient yet: give it zeros (the backward of
+        // `0 * p` defines it), so every rank sends the same layout.
+        for (_, p) in params {
+            if !p.grad().defined() {
+                (p * 0.0).sum(Kind::Float).backward();
+            }
+        }
+        let grads: Vec<Tensor> = params.iter().map(|(_, p)| p.grad()).collect();
+        let mut start = 0;
+        while start < grads.len() {
+            let kind = grads[start].kind();
+            let (mut end, mut bytes) = (start, 0usize);
+            while end < grads.len()
+                && grads[end].kind() == kind
+                && (end == start || bytes + nbytes(&grads[end]) <= bucket_bytes)
+            {
+                bytes += nbytes(&grads[end]);
+                end += 1;
+            }
+            let flat = Tensor::cat(
+                &grads[start..end]
+                    .iter()
+                    .map(|g| g.reshape([-1]))
+                    .collect::<Vec<_>>(),
+                0,
+            );
+            comm.all_reduce_sum(&flat)
+                .context("summing gradients over the ranks")?;
+            let mut offset = 0;
+            for g in &grads[start..end] {
+                let n = g.numel() as i64;
+                let part = flat.narrow(0, offset, n).view(g.size().as_slice());
+                // `g` shares storage with the parameter's gradient.
+                tch::no_grad(|| g.shallow_clone().copy_(&part));
+                offset += n;
+            }
+            start = end;
+        }
+        Ok(())
+    }
+
+    /// Element-wise sum over the ranks.
+    pub fn sum_f64(&self, values: &mut [f64]) -> Result<()> {
+        let Some(comm) = &self.comm else {
+            return Ok(());
+        };
+        let t = Tensor::from_slice(values);
+        comm.all_reduce_sum(&t)?;
+        values.copy_from_slice(&Vec::<f64>::try_from(&t)?);
+        Ok(())
+    }
+
+    /// Every rank's `values` (the same length everywhere), in rank order.
+    pub fn gather_f64(&self, values: &[f64]) -> Result<Vec<Vec<f64>>> {
+        let Some(comm) = &self.comm else {
+            return Ok(vec![values.to_vec()]);
+        };
+        let g = comm.all_gather(&Tensor::from_slice(values))?;
+        let flat = Vec::<f64>::try_from(g.reshape([-1]))?;
+        Ok(flat
+            .chunks(values.len().max(1))
+            .map(<[f64]>::to_vec)
+            .collect())
+    }
+
+    /// Wait for every rank (bounded by the timeout).
+    pub fn barrier(&self) -> Result<()> {
+        match &self.comm {
+            Some(c) => c.barrier(),
+            None => Ok(()),
+        }
+    }
+}
+
+fn nbytes(t: &Tensor) -> usize {
+    t.numel() * t.kind().elt_size_in_bytes()
+}
+
+/// The rendezvous torchrun (or `temper train --nproc`, or Slurm) describes in the environment;
+/// `None` for a single process. `RANK`/`WORLD_SIZE` (else `SLURM_PROCID`/`SLURM_NTASKS`),
+/// `MASTER_ADDR` (default 127.0.0.1), `MASTER_PORT`, `TORCHELASTIC_USE_AGENT_STORE`.
+pub fn rendezvous_from(var: &dyn Fn(&str) -> Option<String>) -> Result<Option<Rendezvous>> {
+    let num = |key: &str| -> Result<Option<usize>> {
+        match var(key) {
+            None => Ok(None),
+            Some(v) => v
+                .trim()
+                .parse()
+                .map(Some)
+                .with_context(|| format!("environment variable {key} = {v:?} is not a number")),
+        }
+    };
+    let world = match num("WORLD_SIZE")? {
+        Some(w) => w,
+        None => num("SLURM_NTASKS")?.unwrap_or(1),
+    };
+    let rank = match num("RANK")? {
+        Some(r) => r,
+        None => num("SLURM_PROCID")?.unwrap_or(0),
+    };
+    if world == 0 {
+        bail!("WORLD_SIZE is 0");
+    }
+    if rank >= world {
+        bail!("rank {rank}: RANK must be below WORLD_SIZE = {world}");
+    }
+    if world == 1 {
+        return Ok(None);
+    }
+    let port = num("MASTER_PORT")?
+        .with_context(|| format!("rank {rank}: WORLD_SIZE = {world} but MASTER_PORT is not set"))?;
+    if port == 0 || port > u16::MAX as usize {
+        bail!("rank {rank}: MASTER_PORT = {port} is not a TCP port");
+    }
+    let timeout = num("TEMPER_DIST_TIMEOUT")?.unwrap_or(DEFAULT_TIMEOUT_S as usize) as u64;
+    Ok(Some(Rendezvous {
+        host: var("MASTER_ADDR").unwrap_or_else(|| "127.0.0.1".into()),
+        port: port as u16,
+        rank,
+        world,
+        store_is_external: var("TORCHELASTIC_USE_AGENT_STORE")
+            .is_some_and(|v| v.eq_ignore_ascii_case("true") || v == "1"),
+        timeout: Duration::from_secs(timeout.max(1)),
+    }))
+}
