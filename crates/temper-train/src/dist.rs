@@ -135,6 +135,15 @@ impl Dist {
         Ok(())
     }
 
+    /// In place: `t` becomes the sum of every rank's `t` (rows one rank computed and the others
+    /// left at zero add up to the whole).
+    pub fn sum_tensor(&self, t: &Tensor) -> Result<()> {
+        match &self.comm {
+            Some(c) => c.all_reduce_sum(t),
+            None => Ok(()),
+        }
+    }
+
     /// Every rank's `values` (the same length everywhere), in rank order.
     pub fn gather_f64(&self, values: &[f64]) -> Result<Vec<Vec<f64>>> {
         let Some(comm) = &self.comm else {
@@ -146,6 +155,31 @@ impl Dist {
             .chunks(values.len().max(1))
             .map(<[f64]>::to_vec)
             .collect())
+    }
+
+    /// Every rank's `value`, in rank order (serialized as JSON, gathered as bytes: numbers
+    /// round-trip exactly).
+    pub fn all_gather_json<T: serde::Serialize + serde::de::DeserializeOwned>(
+        &self,
+        value: &T,
+    ) -> Result<Vec<T>> {
+        let bytes = serde_json::to_vec(value)?;
+        let Some(comm) = &self.comm else {
+            return Ok(vec![serde_json::from_slice(&bytes)?]);
+        };
+        let lens = self.gather_f64(&[bytes.len() as f64])?;
+        let max = lens.iter().map(|l| l[0] as usize).max().unwrap_or(0);
+        let mut padded = bytes;
+        padded.resize(max, 0);
+        let all = comm.all_gather(&Tensor::from_slice(&padded))?;
+        (0..self.world)
+            .map(|r| {
+                let row = Vec::<u8>::try_from(all.get(r as i64))?;
+                let len = lens[r][0] as usize;
+                serde_json::from_slice(&row[..len])
+                    .with_context(|| format!("rank {}: data gathered from rank {r}", self.rank))
+            })
+            .collect()
     }
 
     /// Wait for every rank (bounded by the timeout).

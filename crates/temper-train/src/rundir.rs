@@ -58,6 +58,21 @@ impl RunDir {
     pub fn new(root: impl Into<PathBuf>) -> Self {
         Self { root: root.into() }
     }
+
+    /// A fresh scratch folder for rank `rank` > 0 of a data-parallel job, which owns no run
+    /// folder (rank 0 does); removed when the rank's `fit` ends.
+    pub fn scratch_for_rank(rank: usize) -> anyhow::Result<Self> {
+        static MADE: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let k = MADE.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let root = std::env::temp_dir().join(format!(
+            "temper-rank{rank}-{}-{k}-{}",
+            std::process::id(),
+            compact_timestamp()
+        ));
+        std::fs::create_dir_all(&root)
+            .map_err(|e| anyhow::anyhow!("rank {rank}: creating {}: {e}", root.display()))?;
+        Ok(Self::new(root))
+    }
     pub fn config(&self) -> PathBuf {
         self.root.join("config.toml")
     }

@@ -478,6 +478,35 @@ fn one_or_many<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<String>, D:
 
 impl Config {
     /// Value checks that serde cannot express. Returns the first problem, naming the key.
+    /// What a data-parallel run over `world` ranks needs of the batch sizes: every rank gets the
+    /// same number of prompts and of responses in each mini-batch.
+    pub fn check_world_size(&self, world: usize) -> anyhow::Result<()> {
+        if world <= 1 {
+            return Ok(());
+        }
+        let d = &self.data;
+        if d.train_batch_size % world != 0 {
+            anyhow::bail!(
+                "data.train_batch_size = {} is not divisible by the world size {world}",
+                d.train_batch_size
+            );
+        }
+        let mini = self.actor.ppo_mini_batch_size * self.rollout.n;
+        let rows = d.train_batch_size * self.rollout.n;
+        if mini % world != 0 || (rows % mini) % world != 0 {
+            anyhow::bail!(
+                "actor.ppo_mini_batch_size x rollout.n = {mini} responses per mini-batch (of {rows}) do not \
+                 split evenly over the world size {world}"
+            );
+        }
+        if self.algorithm.filter_groups.enable {
+            anyhow::bail!(
+                "algorithm.filter_groups (DAPO dynamic sampling) does not run data-parallel yet (world size {world})"
+            );
+        }
+        Ok(())
+    }
+
     pub fn validate(&self) -> anyhow::Result<()> {
         use anyhow::bail;
         let one_of = |key: &str, v: &str, allowed: &[&str]| -> anyhow::Result<()> {

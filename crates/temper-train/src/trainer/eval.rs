@@ -40,6 +40,7 @@ impl Trainer {
             &idx,
             &params,
             mix(self.cfg.trainer.seed, EVAL_SEED_SALT, 0),
+            0,
         )?;
         let n = e.n;
         let ks = ks_for(n);

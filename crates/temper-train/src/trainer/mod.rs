@@ -2,6 +2,7 @@
 //! mini-batches with gradient accumulation -> AdamW; plus evaluation, checkpoints and resume.
 mod batch;
 mod eval;
+mod partition;
 mod stats;
 mod step;
 
@@ -11,6 +12,7 @@ pub use stats::StepMetrics;
 use crate::checkpoint::{self, TrainerState};
 use crate::config::Config;
 use crate::data::{load_dataset, DataOrder, Dataset, PromptTemplate};
+use crate::dist::Dist;
 use crate::optim::{AdamW, LrSchedule};
 use crate::rundir::{run_metadata, write_atomic, write_json, RunDir};
 use anyhow::{bail, Context, Result};
@@ -23,6 +25,8 @@ use temper_reward::Reward;
 /// Everything a run holds between steps.
 pub struct Trainer {
     pub cfg: Config,
+    /// This process's rank in a data-parallel job (world size 1 alone).
+    pub dist: Dist,
     pub run: RunDir,
     pub model: CausalLm,
     /// Frozen reference policy, loaded only when a KL term needs it.
@@ -64,8 +68,25 @@ fn device_of(cfg: &Config) -> Device {
 }
 
 impl Trainer {
-    /// A new run in a fresh folder under `trainer.default_local_dir`.
+    /// A new run in a fresh folder under `trainer.default_local_dir`, as one rank of the job the
+    /// launch environment describes (one process when none: [`Dist::from_env`]).
     pub fn create(cfg: Config, name_hint: &str, command_line: &[String]) -> Result<Self> {
+        Self::create_with(cfg, name_hint, command_line, Dist::from_env()?)
+    }
+
+    /// [`Trainer::create`] as rank `dist.rank` of `dist.world`. Rank 0 owns the run folder; the
+    /// other ranks write their (unused) files to a scratch folder that is removed when they end.
+    pub fn create_with(
+        cfg: Config,
+        name_hint: &str,
+        command_line: &[String],
+        dist: Dist,
+    ) -> Result<Self> {
+        if !dist.is_root() {
+            let run = RunDir::scratch_for_rank(dist.rank)?;
+            let model_dir = resolve_model_dir(&cfg)?;
+            return Self::build(cfg, run, &model_dir, None, dist);
+        }
         let name = if cfg.trainer.experiment_name.is_empty() {
             format!("{name_hint}-{}", crate::rundir::compact_timestamp())
         } else {
@@ -83,7 +104,7 @@ impl Trainer {
         std::fs::create_dir_all(&root).with_context(|| format!("creating {}", root.display()))?;
         let run = RunDir::new(root);
         let model_dir = resolve_model_dir(&cfg)?;
-        let t = Self::build(cfg, run, &model_dir, None)?;
+        let t = Self::build(cfg, run, &model_dir, None, dist)?;
         write_atomic(&t.run.config(), toml::to_string_pretty(&t.cfg)?.as_bytes())?;
         let mut metadata = run_metadata(t.cfg.trainer.seed, command_line);
         // What `model.dtype = "auto"` became on this machine.
@@ -96,28 +117,44 @@ impl Trainer {
     /// Continues the run in `run_root` from its newest complete checkpoint. `overrides` apply on
     /// top of the run's saved config (e.g. `trainer.total_training_steps=20` to extend it).
     pub fn resume(run_root: &Path, overrides: &[String]) -> Result<Self> {
+        Self::resume_with(run_root, overrides, Dist::from_env()?)
+    }
+
+    /// [`Trainer::resume`] as rank `dist.rank` (any world size: the checkpoint does not depend
+    /// on it). Every rank reads the checkpoint; only rank 0 writes to the run folder.
+    pub fn resume_with(run_root: &Path, overrides: &[String], dist: Dist) -> Result<Self> {
         let run = RunDir::new(run_root);
+        let root = dist.is_root();
         let loaded = crate::config::load_config(Some(&run.config()), overrides)
             .with_context(|| format!("resuming {}", run_root.display()))?;
         for w in &loaded.warnings {
             eprintln!("warning: {w}");
         }
-        checkpoint::remove_partial(&run.checkpoints())?;
+        if root {
+            checkpoint::remove_partial(&run.checkpoints())?;
+        }
         let (_, ckpt) = checkpoint::latest(&run.checkpoints())?;
         let state = checkpoint::read_state(&ckpt)?;
         let cfg = loaded.config;
-        if !overrides.is_empty() {
+        if root && !overrides.is_empty() {
             write_atomic(&run.config(), toml::to_string_pretty(&cfg)?.as_bytes())?;
         }
         let reference_dir = original_model_dir(&cfg, &ckpt);
-        let mut t = Self::build(cfg, run, &ckpt.join("model"), Some(&reference_dir))?;
+        let run = if root {
+            run
+        } else {
+            RunDir::scratch_for_rank(dist.rank)?
+        };
+        let mut t = Self::build(cfg, run, &ckpt.join("model"), Some(&reference_dir), dist)?;
         t.optimizer.load(&ckpt.join("optimizer.safetensors"))?;
         if let (Some(c), Some(v)) = (&mut t.kl_ctrl, state.kl_coef) {
             match c {
                 KlController::Fixed { value } | KlController::Adaptive { value, .. } => *value = v,
             }
         }
-        t.run.truncate_metrics(state.step + 1)?;
+        if root {
+            t.run.truncate_metrics(state.step + 1)?;
+        }
         t.state = state;
         Ok(t)
     }
@@ -129,7 +166,10 @@ impl Trainer {
         run: RunDir,
         weights_dir: &Path,
         reference_dir: Option<&Path>,
+        dist: Dist,
     ) -> Result<Self> {
+        cfg.check_world_size(dist.world)
+            .with_context(|| format!("rank {}", dist.rank))?;
         if let Some(n) = cfg.trainer.threads {
             tch::set_num_threads(n as i32);
         }
@@ -220,6 +260,7 @@ impl Trainer {
             o.weight_decay,
         );
         Ok(Trainer {
+            dist,
             cfg,
             run,
             model,
@@ -251,7 +292,13 @@ impl Trainer {
     /// configured. Returns the last step's metrics.
     pub fn fit(&mut self) -> Result<StepMetrics> {
         let start_step = self.state.step;
-        if start_step == 0 && self.cfg.trainer.val_before_train && self.cfg.trainer.test_freq > 0 {
+        // Evaluation runs on rank 0 alone (the others wait at the next step's first collective).
+        let root = self.dist.is_root();
+        if root
+            && start_step == 0
+            && self.cfg.trainer.val_before_train
+            && self.cfg.trainer.test_freq > 0
+        {
             let m = self.evaluate(0)?;
             self.run.append_metrics(0, &m)?;
         }
@@ -265,24 +312,30 @@ impl Trainer {
             let step = self.state.step + 1;
             let mut m = self.train_step(step)?;
             let tf = self.cfg.trainer.test_freq;
-            if tf > 0 && (step.is_multiple_of(tf as usize) || step == self.total_steps) {
+            if root && tf > 0 && (step.is_multiple_of(tf as usize) || step == self.total_steps) {
                 m.extend(self.evaluate(step)?);
             }
             self.state.step = step;
             self.state.kl_coef = self.kl_ctrl.as_ref().map(|c| c.value());
-            self.run.append_metrics(step, &m)?;
-            let sf = self.cfg.trainer.save_freq;
-            if (sf > 0 && step.is_multiple_of(sf as usize)) || step == end {
-                self.save_checkpoint()?;
+            if self.dist.is_root() {
+                self.run.append_metrics(step, &m)?;
+                let sf = self.cfg.trainer.save_freq;
+                if (sf > 0 && step.is_multiple_of(sf as usize)) || step == end {
+                    self.save_checkpoint()?;
+                }
             }
             bar.set_position(step as u64);
             bar.set_message(summary(&m));
-            if bar.is_hidden() && self.cfg.trainer.progress {
+            if root && bar.is_hidden() && self.cfg.trainer.progress {
                 eprintln!("step {step}/{}: {}", self.total_steps, summary(&m));
             }
             last = m;
         }
         bar.finish();
+        if !self.dist.is_root() {
+            // The scratch folder of a rank > 0 (see `create_with`).
+            let _ = std::fs::remove_dir_all(&self.run.root);
+        }
         Ok(last)
     }
 
@@ -298,7 +351,7 @@ impl Trainer {
 
     fn progress_bar(&self, pos: usize) -> indicatif::ProgressBar {
         use std::io::IsTerminal;
-        if !self.cfg.trainer.progress || !std::io::stderr().is_terminal() {
+        if !self.cfg.trainer.progress || !self.dist.is_root() || !std::io::stderr().is_terminal() {
             return indicatif::ProgressBar::hidden();
         }
         let bar = indicatif::ProgressBar::new(self.total_steps as u64);

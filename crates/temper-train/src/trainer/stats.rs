@@ -30,6 +30,33 @@ impl MetricAcc {
         e.1 += weight;
     }
 
+    /// Data-parallel: sums every rank's values and weights, so that [`MetricAcc::finish`] gives
+    /// the weighted mean over all ranks' micro-batches. Keys in `summed` were added once per
+    /// mini-batch as already-summed parts (weight 1 on every rank): their weights are not summed.
+    pub fn all_reduce(&mut self, dist: &crate::dist::Dist, summed: &[&str]) -> anyhow::Result<()> {
+        if dist.world == 1 {
+            return Ok(());
+        }
+        let counts = dist.gather_f64(&[self.sums.len() as f64])?;
+        if counts.iter().any(|c| c[0] != self.sums.len() as f64) {
+            anyhow::bail!(
+                "rank {}: ranks report different metrics (counts {counts:?}): their configs differ",
+                dist.rank
+            );
+        }
+        let mut flat: Vec<f64> = self.sums.values().flat_map(|(s, w)| [*s, *w]).collect();
+        dist.sum_f64(&mut flat)?;
+        for ((k, e), sw) in self.sums.iter_mut().zip(flat.chunks(2)) {
+            let w = if summed.contains(&k.as_str()) {
+                sw[1] / dist.world as f64
+            } else {
+                sw[1]
+            };
+            *e = (sw[0], w);
+        }
+        Ok(())
+    }
+
     pub fn finish(self, out: &mut StepMetrics) {
         for (k, (s, w)) in self.sums {
             if w > 0.0 {

@@ -1,12 +1,12 @@
 //! One training step: generate, score, build the batch, recompute old/ref logprobs, compute
 //! advantages, update the policy.
 use super::batch::{to_rows, Batch};
+use super::partition::{MiniBatch, Partition};
 use super::stats::{put_mmm, MetricAcc, StepMetrics};
 use super::Trainer;
 use crate::data::Example;
+use crate::dist::Dist;
 use anyhow::{bail, Context, Result};
-use rand::seq::SliceRandom;
-use rand::SeedableRng;
 use serde_json::json;
 use std::collections::BTreeMap;
 use std::time::Instant;
@@ -14,6 +14,7 @@ use tch::{Kind, Tensor};
 use temper_rollout::{Engine, EngineConfig, Finish, Request, Sample, SamplingParams};
 
 /// The `n` responses to one prompt and their scores.
+#[derive(serde::Serialize, serde::Deserialize)]
 pub(crate) struct Group {
     pub example: usize,
     pub samples: Vec<Sample>,
@@ -71,21 +72,24 @@ impl Trainer {
         Ok(Some(ids))
     }
 
-    /// Samples `params.n` responses for each example and scores them.
+    /// Samples `params.n` responses for each example and scores them. `idx` starts at position
+    /// `first_position` of the step's whole batch: a request's seed depends on its example and
+    /// its position in the whole batch, so rollouts do not depend on how the batch is sharded.
     pub(crate) fn rollout_groups(
         &self,
         dataset: &crate::data::Dataset,
         idx: &[usize],
         params: &SamplingParams,
         seed: u64,
+        first_position: usize,
     ) -> Result<Vec<Group>> {
         let mut kept = Vec::new();
         let mut requests = Vec::new();
-        for &i in idx {
+        for (pos, &i) in idx.iter().enumerate() {
             let where_ = format!("{} example {i}", dataset.name);
             if let Some(ids) = self.prompt_ids(&dataset.examples[i], &where_)? {
                 let params = SamplingParams {
-                    seed: Some(mix(seed, i as u64, kept.len() as u64)),
+                    seed: Some(mix(seed, i as u64, (first_position + pos) as u64)),
                     ..params.clone()
                 };
                 requests.push(Request {
@@ -250,7 +254,17 @@ impl Trainer {
             );
             self.state.batches_drawn += 1;
             rounds += 1;
-            for g in self.rollout_groups(&self.train, &idx, &params, seed)? {
+            // Data-parallel: each rank samples its share of the prompts, then every rank gets
+            // every group (in batch order), so the rest of the step sees the whole batch.
+            let mine = self.dist.shard(&idx, "data.train_batch_size")?;
+            let local = self.rollout_groups(
+                &self.train,
+                mine,
+                &params,
+                seed,
+                self.dist.rank * mine.len(),
+            )?;
+            for g in self.dist.all_gather_json(&local)?.into_iter().flatten() {
                 drawn += 1;
                 errors += g.reward_errors;
                 if g.zero_variance() {
@@ -353,32 +367,39 @@ impl Trainer {
         // 2. The mini/micro-batch partition of the first epoch; old logprobs use exactly these
         // micro-batches so that the first update sees ratio == 1 bitwise.
         let mini = self.cfg.actor.ppo_mini_batch_size * n;
+        let world = self.dist.world;
         let micro = self
             .cfg
             .actor
             .ppo_micro_batch_size_per_gpu
-            .unwrap_or(mini)
-            .min(mini);
+            .unwrap_or(mini / world)
+            .min(mini / world);
         let partition = Partition {
             rows: nrows,
             mini,
             micro,
             shuffle: self.cfg.actor.shuffle,
             seed: mix(self.cfg.trainer.seed, step as u64, 0x7368_7566),
+            rank: self.dist.rank,
+            world,
         };
         let first = partition.parts(0);
         let temperature = self.cfg.rollout.temperature;
-        let logprobs_of = |model: &temper_model::CausalLm| -> Result<Tensor> {
-            let mut out = Tensor::zeros([nrows as i64, batch.response_len], (Kind::Float, device));
+        // Each rank computes its micro-batches' rows; the sum over ranks fills the others'.
+        let logprobs_of = |model: &temper_model::CausalLm, dist: &Dist| -> Result<Tensor> {
+            let out = Tensor::zeros([nrows as i64, batch.response_len], (Kind::Float, device));
             tch::no_grad(|| -> Result<()> {
-                for mb in &first {
-                    for idx in mb {
-                        let (lp, _) = batch.response_logprobs(model, idx, temperature)?;
-                        let _ = out.index_copy_(0, &Tensor::from_slice(idx).to(device), &lp);
-                    }
+                for idx in first.iter().flat_map(|mb| &mb.mine) {
+                    let (lp, _) = batch.response_logprobs(model, idx, temperature)?;
+                    let _ = out.shallow_clone().index_copy_(
+                        0,
+                        &Tensor::from_slice(idx).to(device),
+                        &lp,
+                    );
                 }
                 Ok(())
             })?;
+            dist.sum_tensor(&out)?;
             Ok(out)
         };
         // With one mini-batch and one epoch the first (only) update sees the weights that sampled:
@@ -400,7 +421,7 @@ impl Trainer {
         } else if reuse_first {
             None
         } else {
-            Some(logprobs_of(&self.model)?)
+            Some(logprobs_of(&self.model, &self.dist)?)
         };
         m.insert(
             "timing_s/old_log_prob".into(),
@@ -408,7 +429,7 @@ impl Trainer {
         );
         let t_ref = Instant::now();
         let reference = match &self.reference {
-            Some(r) => Some(logprobs_of(r)?),
+            Some(r) => Some(logprobs_of(r, &self.dist)?),
             None => None,
         };
         m.insert("timing_s/ref".into(), t_ref.elapsed().as_secs_f64());
@@ -517,7 +538,7 @@ impl Trainer {
         m.insert("timing_s/update".into(), t_upd.elapsed().as_secs_f64());
         let old = match old {
             Some(o) => o,
-            None => logprobs_of(&self.model)?, // update skipped: the weights are unchanged
+            None => logprobs_of(&self.model, &self.dist)?, // update skipped: the weights are unchanged
         };
         if reuse_first {
             let rc = temper_algo::rollout_correction(
@@ -556,7 +577,7 @@ impl Trainer {
         step: usize,
         batch: &Batch,
         partition: &Partition,
-        first: Vec<Vec<Vec<i64>>>,
+        first: Vec<MiniBatch>,
         old: Option<&Tensor>,
         reference: Option<&Tensor>,
         advantages: &Tensor,
@@ -582,13 +603,17 @@ impl Trainer {
                 None => partition.parts(epoch),
             };
             for (mb_i, mb) in parts.iter().enumerate() {
+                // The loss normalises by the whole mini-batch (every rank's rows).
+                let ctx = self
+                    .loss_cfg
+                    .context(&[&Batch::rows_of(response_mask, &mb.all)])?;
                 let masks: Vec<Tensor> = mb
+                    .mine
                     .iter()
                     .map(|idx| Batch::rows_of(response_mask, idx))
                     .collect();
-                let ctx = self.loss_cfg.context(&masks.iter().collect::<Vec<_>>())?;
                 let mut additive: BTreeMap<&str, f64> = BTreeMap::new();
-                for (idx, mask) in mb.iter().zip(&masks) {
+                for (idx, mask) in mb.mine.iter().zip(&masks) {
                     let (logp, ent) = batch.response_logprobs(&self.model, idx, temperature)?;
                     let ent = if self.loss_cfg.entropy_coeff != 0.0 {
                         ent
@@ -640,6 +665,8 @@ impl Trainer {
                 for (k, v) in additive {
                     acc.add(k, v, 1.0);
                 }
+                self.dist
+                    .all_reduce_grads(&self.params, GRAD_BUCKET_BYTES)?;
                 let norm = crate::optim::clip_grad_norm(&self.params, self.cfg.actor.grad_clip);
                 grad_norms.push(norm);
                 if norm.is_finite() {
@@ -661,6 +688,7 @@ impl Trainer {
                 });
             }
         }
+        acc.all_reduce(&self.dist, &ADDITIVE)?;
         acc.finish(m);
         let finite: Vec<f64> = grad_norms
             .iter()
@@ -680,7 +708,12 @@ impl Trainer {
             (grad_norms.len() - skipped) as f64,
         );
         m.insert("actor/nonfinite_grad_steps".into(), skipped as f64);
-        Ok(old.is_none().then_some(recorded))
+        if old.is_some() {
+            return Ok(None);
+        }
+        // Each rank recorded its own rows.
+        self.dist.sum_tensor(&recorded)?;
+        Ok(Some(recorded))
     }
 
     fn write_rollouts(
@@ -725,27 +758,8 @@ impl Trainer {
 
 /// Rows of a batch cut into mini-batches (one optimizer step each) and micro-batches (one
 /// forward/backward each), in a seeded order per epoch when `actor.shuffle`.
-pub(crate) struct Partition {
-    rows: usize,
-    mini: usize,
-    micro: usize,
-    shuffle: bool,
-    seed: u64,
-}
-
-impl Partition {
-    fn parts(&self, epoch: usize) -> Vec<Vec<Vec<i64>>> {
-        let mut order: Vec<i64> = (0..self.rows as i64).collect();
-        if self.shuffle {
-            let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(mix(self.seed, epoch as u64, 0));
-            order.shuffle(&mut rng);
-        }
-        order
-            .chunks(self.mini)
-            .map(|mb| mb.chunks(self.micro).map(|c| c.to_vec()).collect())
-            .collect()
-    }
-}
+/// Gradients are summed over data-parallel ranks in flat buckets of this size (DDP's default).
+const GRAD_BUCKET_BYTES: usize = 25 << 20;
 
 /// Salt of the training sampling seeds (evaluation uses another).
 const TRAIN_SEED_SALT: u64 = 0x0074_7261_696e;
