@@ -485,7 +485,7 @@ impl Config {
             return Ok(());
         }
         let d = &self.data;
-        if d.train_batch_size % world != 0 {
+        if !d.train_batch_size.is_multiple_of(world) {
             anyhow::bail!(
                 "data.train_batch_size = {} is not divisible by the world size {world}",
                 d.train_batch_size
@@ -493,7 +493,7 @@ impl Config {
         }
         let mini = self.actor.ppo_mini_batch_size * self.rollout.n;
         let rows = d.train_batch_size * self.rollout.n;
-        if mini % world != 0 || (rows % mini) % world != 0 {
+        if !mini.is_multiple_of(world) || !(rows % mini).is_multiple_of(world) {
             anyhow::bail!(
                 "actor.ppo_mini_batch_size x rollout.n = {mini} responses per mini-batch (of {rows}) do not \
                  split evenly over the world size {world}"
