@@ -8,6 +8,7 @@ pub mod check_logprobs;
 pub mod check_vectors;
 pub mod convert;
 pub mod grade;
+mod launch;
 mod reference_python;
 pub mod report;
 pub mod sample;

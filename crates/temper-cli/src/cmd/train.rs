@@ -19,10 +19,20 @@ pub struct Args {
     /// Stop (with a checkpoint) after this many steps in this process.
     #[arg(long)]
     stop_after: Option<usize>,
+    /// Data parallel on this machine: start N ranks of this command (torchrun's environment,
+    /// Gloo on CPU). Under torchrun or Slurm leave it out: the ranks read RANK, WORLD_SIZE, ...
+    #[arg(long, default_value_t = 1)]
+    nproc: usize,
 }
 
 pub fn run(args: Args) -> Result<()> {
     let command_line: Vec<String> = std::env::args().collect();
+    if args.nproc > 1 && std::env::var_os("RANK").is_none() {
+        return super::launch::spawn_local_ranks(args.nproc, &command_line);
+    }
+    if args.nproc == 0 {
+        bail!("--nproc must be at least 1");
+    }
     if let Some(run_dir) = &args.resume {
         if args.config.is_some()
             && !args
@@ -38,13 +48,18 @@ pub fn run(args: Args) -> Result<()> {
         }
         let mut t = Trainer::resume(run_dir, &overrides)?;
         t.stop_after = args.stop_after;
-        eprintln!(
-            "temper: resuming {} at step {}",
-            run_dir.display(),
-            t.state.step + 1
-        );
+        let root = t.dist.is_root();
+        if root {
+            eprintln!(
+                "temper: resuming {} at step {}",
+                run_dir.display(),
+                t.state.step + 1
+            );
+        }
         t.fit()?;
-        eprintln!("temper: run folder {}", t.run.root.display());
+        if root {
+            eprintln!("temper: run folder {}", t.run.root.display());
+        }
         return Ok(());
     }
     let Some(config) = &args.config else {
@@ -55,6 +70,9 @@ pub fn run(args: Args) -> Result<()> {
         .map(|s| s.to_string_lossy().to_string())
         .unwrap_or_else(|| "run".into());
     let runs = expand_sweeps(&args.sweeps)?;
+    if runs.len() > 1 && std::env::var_os("RANK").is_some() {
+        bail!("sweeps (-m) run one process each; they do not combine with data parallel yet");
+    }
     for sweep in &runs {
         let mut overrides = args.overrides.clone();
         overrides.extend(sweep.overrides.iter().cloned());
@@ -75,17 +93,23 @@ pub fn run(args: Args) -> Result<()> {
         let mut t = Trainer::create(cfg, &stem, &command_line)
             .with_context(|| format!("config {}", config.display()))?;
         t.stop_after = args.stop_after;
-        eprintln!(
-            "temper: run folder {} ({} steps, {} training examples)",
-            t.run.root.display(),
-            t.total_steps,
-            t.train.len()
-        );
+        let root = t.dist.is_root();
+        if root {
+            eprintln!(
+                "temper: run folder {} ({} steps, {} training examples, {} rank(s))",
+                t.run.root.display(),
+                t.total_steps,
+                t.train.len(),
+                t.dist.world
+            );
+        }
         t.fit()?;
-        eprintln!(
-            "temper: done; `temper report {}` draws the curves",
-            t.run.root.display()
-        );
+        if root {
+            eprintln!(
+                "temper: done; `temper report {}` draws the curves",
+                t.run.root.display()
+            );
+        }
     }
     Ok(())
 }

@@ -1,0 +1,132 @@
+//! `temper train --nproc 2` (two processes, torchrun's environment, Gloo on loopback) against
+//! `temper train` alone with the same config on the tiny model: the same per-step metrics, one
+//! run folder, one checkpoint. Then the 2-process run is resumed by one process.
+#[path = "../../temper-train/tests/common/mod.rs"]
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn train(root: &Path, nproc: usize, extra: &[&str]) -> PathBuf {
+    let model = common::tiny_model_dir();
+    // The overrides describe the whole run; the config file is empty.
+    let config = root.join("blank.toml");
+    std::fs::write(&config, "").unwrap();
+    let mut args: Vec<String> = vec![
+        "train".into(),
+        "--nproc".into(),
+        nproc.to_string(),
+        config.display().to_string(),
+    ];
+    args.extend(
+        [
+            format!("model.path={:?}", model.display().to_string()),
+            "data.task=arith".into(),
+            "data.task_train_size=32".into(),
+            "data.task_val_size=4".into(),
+            "data.prompt_template=raw".into(),
+            "data.max_prompt_length=32".into(),
+            "data.max_response_length=6".into(),
+            "data.train_batch_size=4".into(),
+            "actor.ppo_mini_batch_size=2".into(),
+            "actor.ppo_micro_batch_size_per_gpu=4".into(),
+            "actor.optim.lr=1e-2".into(),
+            "rollout.n=4".into(),
+            "reward.name=arith".into(),
+            "trainer.total_training_steps=2".into(),
+            "trainer.save_freq=2".into(),
+            "trainer.test_freq=-1".into(),
+            "trainer.progress=false".into(),
+            "trainer.threads=1".into(),
+            format!("trainer.default_local_dir={:?}", root.display().to_string()),
+            "trainer.experiment_name=\"run\"".into(),
+        ]
+        .into_iter()
+        .chain(extra.iter().map(|s| s.to_string())),
+    );
+    let out = Command::new(env!("CARGO_BIN_EXE_temper"))
+        .args(&args)
+        .env_remove("RANK")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "temper {args:?}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    root.join("run")
+}
+
+fn metrics(run: &Path) -> Vec<serde_json::Value> {
+    std::fs::read_to_string(run.join("metrics.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+#[test]
+fn two_processes_train_like_one() {
+    let one = train(&common::temp_dir("nproc1"), 1, &[]);
+    let two = train(&common::temp_dir("nproc2"), 2, &[]);
+    let (a, b) = (metrics(&one), metrics(&two));
+    assert_eq!(a.len(), 2);
+    assert_eq!(a.len(), b.len());
+    for (x, y) in a.iter().zip(&b) {
+        for (k, vx) in x.as_object().unwrap() {
+            if k.starts_with("timing_s/") || k.starts_with("perf/") {
+                continue;
+            }
+            let (p, q) = (vx.as_f64().unwrap(), y[k].as_f64().unwrap());
+            assert!((p - q).abs() <= 1e-6 * p.abs().max(1.0), "{k}: {p} vs {q}");
+        }
+    }
+    let ckpts = std::fs::read_dir(two.join("checkpoints")).unwrap().count();
+    assert_eq!(ckpts, 1);
+    // Resume the 2-process run with one process.
+    let out = Command::new(env!("CARGO_BIN_EXE_temper"))
+        .args(["train", "--resume"])
+        .arg(&two)
+        .arg("trainer.total_training_steps=3")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(metrics(&two).len(), 3);
+}
+
+#[test]
+fn a_world_size_that_does_not_divide_the_batch_fails_on_every_rank() {
+    let root = common::temp_dir("nproc3");
+    let config = root.join("blank.toml");
+    std::fs::write(&config, "").unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_temper"))
+        .args(["train", "--nproc", "3"])
+        .arg(&config)
+        .arg(format!(
+            "model.path={:?}",
+            common::tiny_model_dir().display().to_string()
+        ))
+        .args([
+            "data.task=arith",
+            "data.train_batch_size=4",
+            "actor.ppo_mini_batch_size=4",
+        ])
+        .arg(format!(
+            "trainer.default_local_dir={:?}",
+            root.display().to_string()
+        ))
+        .env_remove("RANK")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        err.contains("data.train_batch_size = 4 is not divisible by the world size 3"),
+        "{err}"
+    );
+    assert!(err.contains("failed"), "{err}");
+}
