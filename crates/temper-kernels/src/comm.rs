@@ -189,7 +189,12 @@ impl Drop for Comm {
     }
 }
 
-/// c10d's messages carry a C++ backtrace after the first line.
+/// c10d's messages carry a C++ backtrace after the first line, and gloo's start with its source
+/// location (`[.../pair.cc:553] Connection closed by peer ...`).
 fn first_line(s: &str) -> &str {
-    s.lines().next().unwrap_or(s)
+    let line = s.lines().next().unwrap_or(s);
+    match (line.starts_with('['), line.find("] ")) {
+        (true, Some(i)) => &line[i + 2..],
+        _ => line,
+    }
 }

@@ -182,6 +182,23 @@ impl Dist {
             .collect()
     }
 
+    /// Fails on every rank, naming the first rank that differs, unless every rank passes the same
+    /// `text` (e.g. the resolved config: ranks launched with different overrides must not train).
+    pub fn check_same(&self, text: &str, what: &str) -> Result<()> {
+        if self.world == 1 {
+            return Ok(());
+        }
+        let all = self.all_gather_json(&text.to_string())?;
+        if let Some(r) = all.iter().position(|t| t != &all[0]) {
+            bail!(
+                "rank {}: the ranks' {what}s differ (rank {r}'s is not rank 0's); start every rank with the \
+                 same command",
+                self.rank
+            );
+        }
+        Ok(())
+    }
+
     /// Wait for every rank (bounded by the timeout).
     pub fn barrier(&self) -> Result<()> {
         match &self.comm {

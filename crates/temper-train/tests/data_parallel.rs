@@ -155,11 +155,42 @@ fn a_rank_that_goes_away_stops_the_other_with_a_message() {
     });
     let dist = connect(port, 0, 2);
     gone.join().unwrap();
-    let mut t = Trainer::create_with(tiny_config(&root, &EXTRA), "dp", &[], dist).unwrap();
-    t.reward = Box::new(AsciiFraction);
-    let e = format!("{:#}", t.fit().unwrap_err());
-    assert!(e.contains("rank 0:"), "{e}");
-    eprintln!("{e}");
+    // Found missing at the config check or at the first step's gather, whichever comes first.
+    let e = Trainer::create_with(tiny_config(&root, &EXTRA), "dp", &[], dist)
+        .and_then(|mut t| {
+            t.reward = Box::new(AsciiFraction);
+            t.fit()
+        })
+        .map(|_| ())
+        .unwrap_err();
+    let e = format!("{e:#}");
+    assert!(e.starts_with("rank 0: all_gather failed: "), "{e}");
+    assert!(e.contains("Connection closed by peer"), "{e}");
+}
+
+#[test]
+fn ranks_with_different_configs_are_refused_on_every_rank() {
+    let port = free_port();
+    let handles: Vec<_> = (0..2)
+        .map(|rank| {
+            std::thread::spawn(move || {
+                let root = common::temp_dir("dp-mismatch");
+                let lr = format!("actor.optim.lr={}", if rank == 0 { 1e-2 } else { 1e-3 });
+                let cfg = tiny_config(&root, &[lr.as_str()]);
+                match Trainer::create_with(cfg, "dp", &[], connect(port, rank, 2)) {
+                    Ok(_) => panic!("rank {rank} started with a different config"),
+                    Err(e) => format!("{e:#}"),
+                }
+            })
+        })
+        .collect();
+    for (rank, h) in handles.into_iter().enumerate() {
+        let e = h.join().unwrap();
+        assert!(
+            e.starts_with(&format!("rank {rank}: the ranks' configs differ (rank 1's")),
+            "{e}"
+        );
+    }
 }
 
 #[test]

@@ -170,6 +170,7 @@ impl Trainer {
     ) -> Result<Self> {
         cfg.check_world_size(dist.world)
             .with_context(|| format!("rank {}", dist.rank))?;
+        dist.check_same(&toml::to_string(&cfg)?, "config")?;
         if let Some(n) = cfg.trainer.threads {
             tch::set_num_threads(n as i32);
         }
