@@ -29,6 +29,7 @@ fn main() {
     // c10d (csrc/comm.cpp) needs the gloo headers, which PyTorch's wheel does not ship;
     // scripts/setup-env.sh installs Debian's libgloo-dev. Without them, a stub says so at run time.
     println!("cargo:rerun-if-changed=csrc/comm.cpp");
+    println!("cargo:rerun-if-changed=csrc/guarded.h");
     println!("cargo:rerun-if-changed=csrc/comm_stub.cpp");
     println!("cargo:rerun-if-env-changed=GLOO_INCLUDE");
     let gloo = std::env::var_os("GLOO_INCLUDE")

@@ -8,7 +8,6 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 fn train(root: &Path, nproc: usize, extra: &[&str]) -> PathBuf {
-    let model = common::tiny_model_dir();
     // The overrides describe the whole run; the config file is empty.
     let config = root.join("blank.toml");
     std::fs::write(&config, "").unwrap();
@@ -18,31 +17,16 @@ fn train(root: &Path, nproc: usize, extra: &[&str]) -> PathBuf {
         nproc.to_string(),
         config.display().to_string(),
     ];
+    args.extend(common::tiny_overrides(root));
     args.extend(
         [
-            format!("model.path={:?}", model.display().to_string()),
-            "data.task=arith".into(),
-            "data.task_train_size=32".into(),
-            "data.task_val_size=4".into(),
-            "data.prompt_template=raw".into(),
-            "data.max_prompt_length=32".into(),
-            "data.max_response_length=6".into(),
-            "data.train_batch_size=4".into(),
-            "actor.ppo_mini_batch_size=2".into(),
-            "actor.ppo_micro_batch_size_per_gpu=4".into(),
-            "actor.optim.lr=1e-2".into(),
-            "rollout.n=4".into(),
-            "reward.name=arith".into(),
-            "trainer.total_training_steps=2".into(),
-            "trainer.save_freq=2".into(),
-            "trainer.test_freq=-1".into(),
-            "trainer.progress=false".into(),
-            "trainer.threads=1".into(),
-            format!("trainer.default_local_dir={:?}", root.display().to_string()),
-            "trainer.experiment_name=\"run\"".into(),
+            "trainer.total_training_steps=2",
+            "trainer.save_freq=2",
+            "trainer.test_freq=-1",
         ]
-        .into_iter()
-        .chain(extra.iter().map(|s| s.to_string())),
+        .iter()
+        .chain(extra)
+        .map(|s| s.to_string()),
     );
     let out = Command::new(env!("CARGO_BIN_EXE_temper"))
         .args(&args)

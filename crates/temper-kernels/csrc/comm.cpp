@@ -14,28 +14,17 @@
 #include <string>
 #include <vector>
 
-extern "C" char* temper_kernels_copy_message(const char* msg);
+#include "guarded.h"
 
 namespace {
+
+using temper::guarded;
 
 struct Comm {
   c10::intrusive_ptr<c10d::Store> store;
   c10::intrusive_ptr<c10d::ProcessGroupGloo> pg;
   std::chrono::milliseconds timeout;
 };
-
-template <typename F>
-int guarded(char** err, F&& f) {
-  try {
-    f();
-    return 0;
-  } catch (const std::exception& e) {
-    *err = temper_kernels_copy_message(e.what());
-  } catch (...) {
-    *err = temper_kernels_copy_message("unknown C++ exception");
-  }
-  return 1;
-}
 
 void wait(Comm* c, const c10::intrusive_ptr<c10d::Work>& work) { work->wait(c->timeout); }
 

@@ -19,30 +19,14 @@
 #include <optional>
 #include <string>
 
+#include "guarded.h"
+
 namespace {
 
-char* copy_message(const char* msg) {
-  size_t n = std::strlen(msg);
-  char* out = static_cast<char*>(std::malloc(n + 1));
-  if (out != nullptr) std::memcpy(out, msg, n + 1);
-  return out;
-}
+using temper::guarded;
 
 std::optional<c10::OperatorHandle> find_op(const char* name) {
   return c10::Dispatcher::singleton().findSchema({name, ""});
-}
-
-template <typename F>
-int guarded(char** err, F&& f) {
-  try {
-    f();
-    return 0;
-  } catch (const std::exception& e) {
-    *err = copy_message(e.what());
-  } catch (...) {
-    *err = copy_message("unknown C++ exception");
-  }
-  return 1;
 }
 
 // 16 floats: one AVX-512 register, two AVX2 ones, four SSE ones (GCC vector extensions, so each
@@ -173,8 +157,6 @@ extern "C" {
 
 void temper_kernels_free_error(char* err) { std::free(err); }
 
-// For comm.cpp's errors.
-char* temper_kernels_copy_message(const char* msg) { return copy_message(msg); }
 
 // 1 when oneDNN's linear ops are registered in this libtorch (CPU builds with mkldnn).
 int temper_kernels_have_packed_linear() {

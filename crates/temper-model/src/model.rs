@@ -11,6 +11,7 @@ use crate::config::ModelConfig;
 use crate::dtype::ComputeKind;
 use crate::kv_cache::KvCache;
 use crate::logprobs::logprobs_and_entropy;
+use crate::lora::{LoraAdapter, LoraConfig};
 use crate::rope::{apply_rope, Rope};
 use crate::sampling_weights::{FrozenLayer, FrozenLinear, SamplingWeights};
 
@@ -18,28 +19,75 @@ use crate::sampling_weights::{FrozenLayer, FrozenLinear, SamplingWeights};
 struct Linear {
     weight: Tensor,
     bias: Option<Tensor>,
+    lora: Option<LoraAdapter>,
 }
 
 impl Linear {
     fn new(p: nn::Path, in_dim: i64, out_dim: i64, bias: bool, init: nn::Init) -> Self {
         let weight = p.var("weight", &[out_dim, in_dim], init);
         let bias = bias.then(|| p.var("bias", &[out_dim], init));
-        Linear { weight, bias }
-    }
-
-    /// `x @ W^T + b` with W (and b) cast to `kind`, the dtype of `x`.
-    fn forward(&self, x: &Tensor, kind: Kind) -> Tensor {
-        if kind == Kind::Float {
-            return x.linear(&self.weight, self.bias.as_ref());
+        Linear {
+            weight,
+            bias,
+            lora: None,
         }
-        x.linear(
-            &self.weight.to_kind(kind),
-            self.bias.as_ref().map(|b| b.to_kind(kind)),
-        )
     }
 
-    fn part(&self) -> (&Tensor, Option<&Tensor>) {
-        (&self.weight, self.bias.as_ref())
+    /// `x @ W^T + b` (plus the LoRA term) with W (and b) cast to `kind`, the dtype of `x`.
+    fn forward(&self, x: &Tensor, kind: Kind) -> Tensor {
+        let y = if kind == Kind::Float {
+            x.linear(&self.weight, self.bias.as_ref())
+        } else {
+            x.linear(
+                &self.weight.to_kind(kind),
+                self.bias.as_ref().map(|b| b.to_kind(kind)),
+            )
+        };
+        match &self.lora {
+            Some(l) => y + l.forward(x, kind),
+            None => y,
+        }
+    }
+
+    /// The weight the layer computes with (LoRA merged in), detached, and the bias.
+    fn part(&self) -> (Tensor, Option<&Tensor>) {
+        let w = match &self.lora {
+            Some(l) => l.merged(&self.weight),
+            None => self.weight.shallow_clone(),
+        };
+        (w, self.bias.as_ref())
+    }
+
+    fn in_out(&self) -> (i64, i64) {
+        let s = self.weight.size();
+        (s[1], s[0])
+    }
+}
+
+impl Layer {
+    /// The LoRA-targetable linears by module name, with their HF path under the layer.
+    fn linears_mut(&mut self) -> [(&'static str, &'static str, &mut Linear); 7] {
+        [
+            ("q_proj", "self_attn", &mut self.q_proj),
+            ("k_proj", "self_attn", &mut self.k_proj),
+            ("v_proj", "self_attn", &mut self.v_proj),
+            ("o_proj", "self_attn", &mut self.o_proj),
+            ("gate_proj", "mlp", &mut self.gate_proj),
+            ("up_proj", "mlp", &mut self.up_proj),
+            ("down_proj", "mlp", &mut self.down_proj),
+        ]
+    }
+
+    fn linears(&self) -> [(&'static str, &'static str, &Linear); 7] {
+        [
+            ("q_proj", "self_attn", &self.q_proj),
+            ("k_proj", "self_attn", &self.k_proj),
+            ("v_proj", "self_attn", &self.v_proj),
+            ("o_proj", "self_attn", &self.o_proj),
+            ("gate_proj", "mlp", &self.gate_proj),
+            ("up_proj", "mlp", &self.up_proj),
+            ("down_proj", "mlp", &self.down_proj),
+        ]
     }
 }
 
@@ -81,6 +129,8 @@ pub struct CausalLm {
     rope: Rope,
     compute: ComputeKind,
     source_dir: Option<PathBuf>,
+    /// LoRA adapters: their config and their own variables (the base `vs` stays the HF weights).
+    lora: Option<(LoraConfig, nn::VarStore)>,
 }
 
 impl CausalLm {
@@ -161,7 +211,54 @@ impl CausalLm {
             rope,
             compute,
             source_dir: None,
+            lora: None,
         }
+    }
+
+    pub fn lora_config(&self) -> Option<&LoraConfig> {
+        self.lora.as_ref().map(|(c, _)| c)
+    }
+
+    pub(crate) fn lora_store(&self) -> Option<&nn::VarStore> {
+        self.lora.as_ref().map(|(_, vs)| vs)
+    }
+
+    /// Adapters on `targets` of every layer, in a VarStore of their own named like PEFT's
+    /// (`model.layers.0.self_attn.q_proj.lora_A.weight`).
+    pub(crate) fn attach_lora(&mut self, cfg: &LoraConfig, targets: &[&str]) {
+        let vs = nn::VarStore::new(self.device());
+        let root = vs.root();
+        for (i, layer) in self.layers.iter_mut().enumerate() {
+            for (name, group, lin) in layer.linears_mut() {
+                if targets.contains(&name) {
+                    let p = &root / "model" / "layers" / i / group / name;
+                    let (in_dim, out_dim) = lin.in_out();
+                    lin.lora = Some(LoraAdapter::new(&p, in_dim, out_dim, cfg));
+                }
+            }
+        }
+        self.lora = Some((cfg.clone(), vs));
+    }
+
+    /// [`CausalLm::named_parameters`] with LoRA merged into the adapted weights (what a plain HF
+    /// folder of this model holds).
+    pub fn merged_parameters(&self) -> Vec<(String, Tensor)> {
+        let mut merged = std::collections::HashMap::new();
+        for (i, layer) in self.layers.iter().enumerate() {
+            for (name, group, lin) in layer.linears() {
+                if lin.lora.is_some() {
+                    let key = format!("model.layers.{i}.{group}.{name}.weight");
+                    merged.insert(key, lin.part().0);
+                }
+            }
+        }
+        self.named_parameters()
+            .into_iter()
+            .map(|(n, t)| match merged.remove(&n) {
+                Some(m) => (n, m),
+                None => (n, t),
+            })
+            .collect()
     }
 
     /// A model with random weights (normal, std 0.02; norms at one), reproducible from `seed`.
@@ -456,7 +553,7 @@ impl CausalLm {
         let head = self.lm_head.as_ref().unwrap_or(&self.embed_tokens);
         SamplingWeights {
             layers,
-            head: FrozenLinear::fuse(&[(head, None)], kind),
+            head: FrozenLinear::fuse(&[(head.shallow_clone(), None)], kind),
         }
     }
 

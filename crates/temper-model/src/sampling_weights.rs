@@ -35,9 +35,9 @@ pub(crate) enum FrozenLinear {
 impl FrozenLinear {
     /// Stack the `(weight, bias)` parts along the output dimension and cast them to `kind`.
     /// Either every part has a bias or none does.
-    pub(crate) fn fuse(parts: &[(&Tensor, Option<&Tensor>)], compute: ComputeKind) -> Self {
+    pub(crate) fn fuse(parts: &[(Tensor, Option<&Tensor>)], compute: ComputeKind) -> Self {
         let kind = compute.kind();
-        let weight = cat_detached(parts.iter().map(|p| p.0), kind);
+        let weight = cat_detached(parts.iter().map(|p| &p.0), kind);
         let bias = parts
             .iter()
             .all(|p| p.1.is_some())

@@ -73,7 +73,7 @@ impl CausalLm {
         files_from: Option<&Path>,
     ) -> Result<()> {
         let tensors: Vec<(String, tch::Tensor)> = self
-            .named_parameters()
+            .merged_parameters()
             .into_iter()
             .map(|(n, t)| (n, t.detach().to_kind(dtype)))
             .collect();

@@ -131,7 +131,14 @@ impl temper_reward::Reward for AsciiFraction {
 
 /// A config for a few fast steps of GRPO on the tiny model (arith prompts, raw template).
 pub fn tiny_config(root: &std::path::Path, extra: &[&str]) -> temper_train::config::Config {
-    let mut ov: Vec<String> = vec![
+    let mut ov = tiny_overrides(root);
+    ov.extend(extra.iter().map(|s| s.to_string()));
+    temper_train::config::load_config(None, &ov).unwrap().config
+}
+
+/// [`tiny_config`] as `key=value` overrides (for `temper train` on the command line).
+pub fn tiny_overrides(root: &std::path::Path) -> Vec<String> {
+    vec![
         format!("model.path={:?}", tiny_model_dir().display().to_string()),
         "data.task=arith".into(),
         "data.task_train_size=32".into(),
@@ -151,7 +158,5 @@ pub fn tiny_config(root: &std::path::Path, extra: &[&str]) -> temper_train::conf
         "trainer.threads=1".into(),
         format!("trainer.default_local_dir={:?}", root.display().to_string()),
         "trainer.experiment_name=run".into(),
-    ];
-    ov.extend(extra.iter().map(|s| s.to_string()));
-    temper_train::config::load_config(None, &ov).unwrap().config
+    ]
 }

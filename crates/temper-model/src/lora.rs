@@ -1,0 +1,175 @@
+//! LoRA adapters in the model's own forward: a targeted linear computes
+//! `x W^T + b + (alpha / r) * (x A^T) B^T` with `A` (r, in) and `B` (out, r). Initialised as PEFT
+//! does (`A` Kaiming-uniform with a = sqrt(5), i.e. U(-1/sqrt(in), 1/sqrt(in)); `B` zero), so a
+//! fresh adapter leaves the model exactly as it was. With adapters on, the base weights are frozen
+//! and [`CausalLm::trainable_parameters`] are the adapters alone. The sampler sees the adapted
+//! weights merged (`W + (alpha / r) B A`) once per sampling call, not per token.
+//!
+//! Saved in PEFT's format (`adapter_config.json` + `adapter_model.safetensors`, names
+//! `base_model.model.<HF name without .weight>.lora_A.weight`), which `peft` loads unchanged, or
+//! merged into a plain HF folder.
+
+use std::path::Path;
+
+use anyhow::{bail, Context, Result};
+use serde_json::json;
+use tch::{nn, Kind, Tensor};
+
+use crate::model::CausalLm;
+
+/// Which linears get adapters, and their rank and scale.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LoraConfig {
+    pub rank: i64,
+    pub alpha: f64,
+    /// Module names as PEFT and verl write them: `q_proj`, `k_proj`, `v_proj`, `o_proj`,
+    /// `gate_proj`, `up_proj`, `down_proj`; `all-linear` for all seven.
+    pub target_modules: Vec<String>,
+}
+
+/// The seven decoder linears LoRA can target.
+pub const LORA_TARGETS: [&str; 7] = [
+    "q_proj",
+    "k_proj",
+    "v_proj",
+    "o_proj",
+    "gate_proj",
+    "up_proj",
+    "down_proj",
+];
+
+impl LoraConfig {
+    /// The targeted module names, checked (`all-linear` expanded).
+    pub fn targets(&self) -> Result<Vec<&'static str>> {
+        if self.rank <= 0 {
+            bail!("lora rank must be positive, got {}", self.rank);
+        }
+        if !(self.alpha.is_finite() && self.alpha > 0.0) {
+            bail!("lora alpha must be positive, got {}", self.alpha);
+        }
+        if self.target_modules.iter().any(|m| m == "all-linear") {
+            return Ok(LORA_TARGETS.to_vec());
+        }
+        let mut out = vec![];
+        for m in &self.target_modules {
+            match LORA_TARGETS.iter().find(|t| **t == m.as_str()) {
+                Some(t) => out.push(*t),
+                None => bail!(
+                    "lora target module `{m}`: not one of {} (or all-linear)",
+                    LORA_TARGETS.join(", ")
+                ),
+            }
+        }
+        if out.is_empty() {
+            bail!("lora target_modules is empty");
+        }
+        Ok(out)
+    }
+
+    pub fn scale(&self) -> f64 {
+        self.alpha / self.rank as f64
+    }
+}
+
+/// One linear's adapter.
+#[derive(Debug)]
+pub(crate) struct LoraAdapter {
+    /// (r, in)
+    pub a: Tensor,
+    /// (out, r)
+    pub b: Tensor,
+    pub scale: f64,
+}
+
+impl LoraAdapter {
+    /// New variables `<path>.lora_A.weight` and `<path>.lora_B.weight` in `p`, initialised as PEFT
+    /// does.
+    pub(crate) fn new(p: &nn::Path, in_dim: i64, out_dim: i64, cfg: &LoraConfig) -> Self {
+        let bound = 1.0 / (in_dim as f64).sqrt();
+        let a = (p / "lora_A").var(
+            "weight",
+            &[cfg.rank, in_dim],
+            nn::Init::Uniform {
+                lo: -bound,
+                up: bound,
+            },
+        );
+        let b = (p / "lora_B").var("weight", &[out_dim, cfg.rank], nn::Init::Const(0.0));
+        LoraAdapter {
+            a,
+            b,
+            scale: cfg.scale(),
+        }
+    }
+
+    /// The adapter's contribution for input `x` in compute dtype `kind`.
+    pub(crate) fn forward(&self, x: &Tensor, kind: Kind) -> Tensor {
+        let (a, b) = (self.a.to_kind(kind), self.b.to_kind(kind));
+        x.linear(&a, None::<&Tensor>).linear(&b, None::<&Tensor>) * self.scale
+    }
+
+    /// `W + scale * B A` (detached), the merged weight.
+    pub(crate) fn merged(&self, weight: &Tensor) -> Tensor {
+        tch::no_grad(|| weight.detach() + self.b.detach().matmul(&self.a.detach()) * self.scale)
+    }
+}
+
+impl CausalLm {
+    /// Add LoRA adapters to the targeted linears of every layer and freeze the base weights.
+    pub fn add_lora(&mut self, cfg: &LoraConfig) -> Result<()> {
+        if self.lora_config().is_some() {
+            bail!("this model already has LoRA adapters");
+        }
+        let targets = cfg.targets()?;
+        self.attach_lora(cfg, &targets);
+        self.var_store_mut().freeze();
+        Ok(())
+    }
+
+    /// The `(name, tensor)` the optimizer updates: the adapters with LoRA, else every parameter.
+    pub fn trainable_parameters(&self) -> Vec<(String, Tensor)> {
+        match self.lora_store() {
+            Some(vs) => {
+                let mut v: Vec<_> = vs.variables().into_iter().collect();
+                v.sort_by(|a, b| a.0.cmp(&b.0));
+                v
+            }
+            None => self.named_parameters(),
+        }
+    }
+
+    /// Write the adapters in PEFT's format to `dir` (created; files replaced atomically).
+    pub fn save_lora_adapter(&self, dir: &Path) -> Result<()> {
+        let (Some(cfg), Some(vs)) = (self.lora_config(), self.lora_store()) else {
+            bail!("the model has no LoRA adapters to save");
+        };
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+        let tensors: Vec<(String, Tensor)> = vs
+            .variables()
+            .into_iter()
+            .map(|(name, t)| (format!("base_model.model.{name}"), t.detach().contiguous()))
+            .collect();
+        let tmp = dir.join(".adapter_model.safetensors.tmp");
+        Tensor::write_safetensors(&tensors, &tmp)
+            .with_context(|| format!("writing {}", tmp.display()))?;
+        std::fs::rename(&tmp, dir.join("adapter_model.safetensors"))?;
+        let config = json!({
+            "peft_type": "LORA",
+            "task_type": "CAUSAL_LM",
+            "r": cfg.rank,
+            "lora_alpha": cfg.alpha,
+            "target_modules": cfg.targets()?,
+            "lora_dropout": 0.0,
+            "bias": "none",
+            "fan_in_fan_out": false,
+            "use_rslora": false,
+            "init_lora_weights": true,
+            "base_model_name_or_path": self.source_dir().map(|d| d.display().to_string()),
+        });
+        let path = dir.join("adapter_config.json");
+        let tmp = dir.join(".adapter_config.json.tmp");
+        std::fs::write(&tmp, serde_json::to_string_pretty(&config)? + "\n")
+            .with_context(|| format!("writing {}", tmp.display()))?;
+        std::fs::rename(&tmp, &path).with_context(|| format!("writing {}", path.display()))
+    }
+}

@@ -1,0 +1,155 @@
+//! LoRA adapters against PEFT (tools/peft_reference.py: transformers + peft 0.21 load the adapter
+//! temper saved onto the base folder, and transformers loads the merged folder), on a tiny Qwen2
+//! with every linear adapted: a fresh adapter (B = 0) scores exactly as the base model; only
+//! adapter weights get gradients; with B != 0 temper's logprobs equal PEFT's and the merged
+//! folder's, and the sampler's merged weights give the training forward's numbers.
+mod common;
+
+use common::{run_tool, scratch};
+use tch::{Device, Kind, Tensor};
+use temper_model::{position_ids_from_mask, CausalLm, ComputeKind, LoraConfig, ModelConfig};
+
+const ROWS: [&[i64]; 2] = [&[5, 17, 3, 44, 9, 2, 31], &[60, 1, 8, 8]];
+
+/// Per row, log p(ids[t+1] | ids[..=t]) under `model` (training forward, or the sampler's
+/// merged weights).
+fn logprobs(model: &CausalLm, sampler: bool) -> Vec<Vec<f64>> {
+    ROWS.iter()
+        .map(|ids| {
+            let x = Tensor::from_slice(ids).unsqueeze(0);
+            let mask = x.ones_like();
+            let pos = position_ids_from_mask(&mask);
+            let targets = x.roll([-1], [1]);
+            let run = || model.token_logprobs(&x, &mask, &pos, &targets, 1.0).0;
+            let lp = if sampler {
+                tch::no_grad(|| model.with_sampling_weights(run))
+            } else {
+                run()
+            };
+            let n = ids.len() as i64 - 1;
+            Vec::<f64>::try_from(lp.narrow(1, 0, n).reshape([-1]).to_kind(Kind::Double)).unwrap()
+        })
+        .collect()
+}
+
+fn max_diff(a: &[Vec<f64>], b: &[Vec<f64>]) -> f64 {
+    a.iter()
+        .zip(b)
+        .flat_map(|(x, y)| {
+            assert_eq!(x.len(), y.len());
+            x.iter().zip(y).map(|(p, q)| (p - q).abs())
+        })
+        .fold(0.0, f64::max)
+}
+
+#[test]
+fn lora_matches_peft_and_the_merged_folder() {
+    let dir = scratch("lora");
+    let base_dir = dir.join("base");
+    let cfg = ModelConfig::qwen2_like(97, 32, 48, 2, 4, 2, false);
+    CausalLm::random(cfg, 7, Device::Cpu, ComputeKind::F32)
+        .save(&base_dir)
+        .unwrap();
+    let base = CausalLm::load(&base_dir, Device::Cpu, ComputeKind::F32).unwrap();
+    let before = logprobs(&base, false);
+
+    let mut model = CausalLm::load(&base_dir, Device::Cpu, ComputeKind::F32).unwrap();
+    let lora = LoraConfig {
+        rank: 4,
+        alpha: 8.0,
+        target_modules: vec!["all-linear".into()],
+    };
+    model.add_lora(&lora).unwrap();
+    // B = 0: exactly the base model.
+    assert_eq!(logprobs(&model, false), before);
+
+    // Only the adapters are trainable, and only they get gradients.
+    let trainable = model.trainable_parameters();
+    assert_eq!(trainable.len(), 2 * 7 * 2);
+    assert!(trainable
+        .iter()
+        .all(|(n, _)| n.contains(".lora_A.") || n.contains(".lora_B.")));
+    let lp = logprobs_tensor(&model);
+    lp.sum(Kind::Float).backward();
+    for (name, p) in model.named_parameters() {
+        assert!(!p.grad().defined(), "base weight {name} got a gradient");
+    }
+    let b_grads = trainable
+        .iter()
+        .filter(|(n, _)| n.contains("lora_B"))
+        .filter(|(_, p)| f64::try_from(p.grad().abs().sum(Kind::Float)).unwrap() > 0.0)
+        .count();
+    assert_eq!(b_grads, 14, "every B gets a gradient at B = 0");
+
+    // B != 0: compare with PEFT and with transformers on the merged folder.
+    tch::no_grad(|| {
+        for (i, (name, p)) in trainable.iter().enumerate() {
+            if name.contains("lora_B") {
+                let r = Tensor::randn(p.size(), (Kind::Float, Device::Cpu))
+                    * 0.05
+                    * (1.0 + i as f64 / 10.0);
+                p.shallow_clone().copy_(&r);
+            }
+        }
+    });
+    let ours = logprobs(&model, false);
+    assert!(
+        max_diff(&ours, &before) > 1e-3,
+        "the adapter changed nothing"
+    );
+    let adapter_dir = dir.join("adapter");
+    let merged_dir = dir.join("merged");
+    model.save_lora_adapter(&adapter_dir).unwrap();
+    model.save(&merged_dir).unwrap();
+    let ids = serde_json::to_string(&ROWS).unwrap();
+    let out = run_tool(
+        "peft_reference.py",
+        &[
+            base_dir.to_str().unwrap(),
+            adapter_dir.to_str().unwrap(),
+            merged_dir.to_str().unwrap(),
+            &ids,
+        ],
+    );
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let read = |k: &str| -> Vec<Vec<f64>> { serde_json::from_value(v[k].clone()).unwrap() };
+    let (peft, merged) = (read("peft"), read("merged"));
+    let (dp, dm) = (max_diff(&ours, &peft), max_diff(&ours, &merged));
+    assert!(dp < 1e-5, "temper vs peft: max |logprob diff| {dp:e}");
+    assert!(dm < 1e-5, "temper vs merged folder in transformers: {dm:e}");
+    // The sampler runs the merged weights.
+    let ds = max_diff(&ours, &logprobs(&model, true));
+    assert!(ds < 1e-5, "sampler vs training forward: {ds:e}");
+    // The merged folder loads back into temper as a plain model with the same numbers.
+    let reloaded = CausalLm::load(&merged_dir, Device::Cpu, ComputeKind::F32).unwrap();
+    assert!(max_diff(&ours, &logprobs(&reloaded, false)) < 1e-5);
+}
+
+fn logprobs_tensor(model: &CausalLm) -> Tensor {
+    let ids = ROWS[0];
+    let x = Tensor::from_slice(ids).unsqueeze(0);
+    let mask = x.ones_like();
+    let pos = position_ids_from_mask(&mask);
+    model
+        .token_logprobs(&x, &mask, &pos, &x.roll([-1], [1]), 1.0)
+        .0
+}
+
+#[test]
+fn bad_lora_configs_are_errors() {
+    let cfg = ModelConfig::qwen2_like(50, 16, 24, 1, 2, 1, true);
+    let mut m = CausalLm::random(cfg, 1, Device::Cpu, ComputeKind::F32);
+    let bad = |rank: i64, targets: &[&str]| LoraConfig {
+        rank,
+        alpha: 16.0,
+        target_modules: targets.iter().map(|s| s.to_string()).collect(),
+    };
+    let e = m.add_lora(&bad(0, &["q_proj"])).unwrap_err().to_string();
+    assert!(e.contains("rank must be positive"), "{e}");
+    let e = m.add_lora(&bad(4, &["qproj"])).unwrap_err().to_string();
+    assert!(e.contains("`qproj`") && e.contains("q_proj"), "{e}");
+    m.add_lora(&bad(4, &["q_proj", "v_proj"])).unwrap();
+    assert_eq!(m.trainable_parameters().len(), 4);
+    let e = m.add_lora(&bad(4, &["q_proj"])).unwrap_err().to_string();
+    assert!(e.contains("already"), "{e}");
+}
