@@ -138,6 +138,43 @@ impl CausalLm {
         }
     }
 
+    /// Load adapter weights saved by [`CausalLm::save_lora_adapter`] (or by PEFT for the same
+    /// targets) into this model's adapters.
+    pub fn load_lora_adapter(&self, dir: &Path) -> Result<()> {
+        let Some(vs) = self.lora_store() else {
+            bail!(
+                "the model has no LoRA adapters to load {} into",
+                dir.display()
+            );
+        };
+        let file = dir.join("adapter_model.safetensors");
+        let loaded = Tensor::read_safetensors(&file)
+            .with_context(|| format!("reading {}", file.display()))?;
+        let mut vars = vs.variables();
+        for (name, t) in loaded {
+            let key = name.strip_prefix("base_model.model.").unwrap_or(&name);
+            let Some(v) = vars.remove(key) else {
+                bail!(
+                    "{}: tensor `{name}` matches no adapter of this model",
+                    file.display()
+                );
+            };
+            if v.size() != t.size() {
+                bail!(
+                    "{}: tensor `{name}` has shape {:?}, the adapter {:?} (another lora rank?)",
+                    file.display(),
+                    t.size(),
+                    v.size()
+                );
+            }
+            tch::no_grad(|| v.shallow_clone().copy_(&t));
+        }
+        if let Some(missing) = vars.keys().next() {
+            bail!("{}: no tensor for adapter `{missing}`", file.display());
+        }
+        Ok(())
+    }
+
     /// Write the adapters in PEFT's format to `dir` (created; files replaced atomically).
     pub fn save_lora_adapter(&self, dir: &Path) -> Result<()> {
         let (Some(cfg), Some(vs)) = (self.lora_config(), self.lora_store()) else {

@@ -39,6 +39,12 @@ pub struct ModelConfig {
     pub dtype: String,
     /// Seed of the random initialisation for `random:` models.
     pub init_seed: u64,
+    /// LoRA rank (verl's `actor_rollout_ref.model.lora_rank`); 0 trains every weight.
+    pub lora_rank: usize,
+    /// LoRA alpha: the adapter's output is scaled by `lora_alpha / lora_rank`.
+    pub lora_alpha: f64,
+    /// Linears that get adapters: `q_proj`, ..., `down_proj`, or `all-linear` (verl's default).
+    pub target_modules: Vec<String>,
 }
 
 impl Default for ModelConfig {
@@ -48,6 +54,9 @@ impl Default for ModelConfig {
             tokenizer_path: None,
             dtype: "float32".into(),
             init_seed: 0,
+            lora_rank: 0,
+            lora_alpha: 16.0,
+            target_modules: vec!["all-linear".into()],
         }
     }
 }

@@ -84,8 +84,10 @@ impl Trainer {
     ) -> Result<Self> {
         if !dist.is_root() {
             let run = RunDir::scratch_for_rank(dist.rank)?;
+            let scratch = run.root.clone();
             let model_dir = resolve_model_dir(&cfg)?;
-            return Self::build(cfg, run, &model_dir, None, dist);
+            return Self::build(cfg, run, &model_dir, None, dist, None)
+                .inspect_err(|_| drop(std::fs::remove_dir_all(&scratch)));
         }
         let name = if cfg.trainer.experiment_name.is_empty() {
             format!("{name_hint}-{}", crate::rundir::compact_timestamp())
@@ -104,7 +106,7 @@ impl Trainer {
         std::fs::create_dir_all(&root).with_context(|| format!("creating {}", root.display()))?;
         let run = RunDir::new(root);
         let model_dir = resolve_model_dir(&cfg)?;
-        let t = Self::build(cfg, run, &model_dir, None, dist)?;
+        let t = Self::build(cfg, run, &model_dir, None, dist, None)?;
         write_atomic(&t.run.config(), toml::to_string_pretty(&t.cfg)?.as_bytes())?;
         let mut metadata = run_metadata(t.cfg.trainer.seed, command_line);
         // What `model.dtype = "auto"` became on this machine.
@@ -145,7 +147,30 @@ impl Trainer {
         } else {
             RunDir::scratch_for_rank(dist.rank)?
         };
-        let mut t = Self::build(cfg, run, &ckpt.join("model"), Some(&reference_dir), dist)?;
+        let scratch = (!root).then(|| run.root.clone());
+        // With LoRA the checkpoint holds merged weights and the adapters: start from the base
+        // model again and load the adapters, so training continues on the same parameters.
+        let (weights, adapter) = if cfg.model.lora_rank > 0 {
+            (
+                reference_dir.clone(),
+                Some(ckpt.join("model").join("adapter")),
+            )
+        } else {
+            (ckpt.join("model"), None)
+        };
+        let mut t = Self::build(
+            cfg,
+            run,
+            &weights,
+            Some(&reference_dir),
+            dist,
+            adapter.as_deref(),
+        )
+        .inspect_err(|_| {
+            if let Some(s) = &scratch {
+                let _ = std::fs::remove_dir_all(s);
+            }
+        })?;
         t.optimizer.load(&ckpt.join("optimizer.safetensors"))?;
         if let (Some(c), Some(v)) = (&mut t.kl_ctrl, state.kl_coef) {
             match c {
@@ -167,6 +192,7 @@ impl Trainer {
         weights_dir: &Path,
         reference_dir: Option<&Path>,
         dist: Dist,
+        lora_adapter: Option<&Path>,
     ) -> Result<Self> {
         cfg.check_world_size(dist.world)
             .with_context(|| format!("rank {}", dist.rank))?;
@@ -179,8 +205,23 @@ impl Trainer {
         if let Some(w) = warning {
             eprintln!("warning: {w}");
         }
-        let model = CausalLm::load(weights_dir, device, compute)
+        let mut model = CausalLm::load(weights_dir, device, compute)
             .with_context(|| format!("loading model {}", weights_dir.display()))?;
+        if cfg.model.lora_rank > 0 {
+            let lora = temper_model::LoraConfig {
+                rank: cfg.model.lora_rank as i64,
+                alpha: cfg.model.lora_alpha,
+                target_modules: cfg.model.target_modules.clone(),
+            };
+            // The adapters' initial A comes from libtorch's generator: seed it with the run.
+            tch::manual_seed(cfg.trainer.seed as i64);
+            model
+                .add_lora(&lora)
+                .context("model.lora_rank / lora_alpha / target_modules")?;
+            if let Some(dir) = lora_adapter {
+                model.load_lora_adapter(dir)?;
+            }
+        }
         let tok_dir = cfg
             .model
             .tokenizer_path
@@ -251,7 +292,7 @@ impl Trainer {
         }
         let total_steps = cfg.total_steps(train.len());
         let schedule = LrSchedule::from_optim(&cfg.actor.optim, total_steps)?;
-        let params: Vec<(String, tch::Tensor)> = model.named_parameters();
+        let params: Vec<(String, tch::Tensor)> = model.trainable_parameters();
         let o = &cfg.actor.optim;
         let optimizer = AdamW::new(
             &params,
@@ -333,10 +374,6 @@ impl Trainer {
             last = m;
         }
         bar.finish();
-        if !self.dist.is_root() {
-            // The scratch folder of a rank > 0 (see `create_with`).
-            let _ = std::fs::remove_dir_all(&self.run.root);
-        }
         Ok(last)
     }
 
@@ -344,8 +381,16 @@ impl Trainer {
         let dir = self.run.checkpoints();
         let model = &self.model;
         let opt = &self.optimizer;
-        let p =
-            checkpoint::save_checkpoint(&dir, &self.state, &|d| model.save(d), &|f| opt.save(f))?;
+        // With LoRA the model folder holds the merged weights (what vLLM or transformers load)
+        // and, in `adapter/`, the adapters in PEFT's format (what a resume continues from).
+        let save_model = |d: &Path| -> Result<()> {
+            model.save(d)?;
+            if model.lora_config().is_some() {
+                model.save_lora_adapter(&d.join("adapter"))?;
+            }
+            Ok(())
+        };
+        let p = checkpoint::save_checkpoint(&dir, &self.state, &save_model, &|f| opt.save(f))?;
         checkpoint::prune(&dir, self.cfg.trainer.max_ckpt_to_keep)?;
         Ok(p)
     }
@@ -487,4 +532,13 @@ fn algo_configs(
         bypass_mode: rc.bypass_mode,
     };
     Ok((loss_cfg, adv_cfg, corr))
+}
+
+impl Drop for Trainer {
+    /// A rank > 0 removes its scratch folder (see [`Trainer::create_with`]), also on an error.
+    fn drop(&mut self) {
+        if !self.dist.is_root() {
+            let _ = std::fs::remove_dir_all(&self.run.root);
+        }
+    }
 }
