@@ -26,6 +26,7 @@ pub mod masked;
 pub mod names;
 pub mod policy_loss;
 pub mod rollout_correction;
+pub mod tinker_loss;
 pub mod vectors;
 
 pub use actor::{actor_loss, ActorLossConfig, ActorLossInput, ActorLossOutput};
@@ -44,6 +45,7 @@ pub use policy_loss::{
 pub use rollout_correction::{
     rollout_correction, CorrectionLevel, RolloutCorrection, RolloutCorrectionOutput,
 };
+pub use tinker_loss::TinkerLoss;
 pub use vectors::{run_vectors, CaseResult, Report};
 
 /// Metrics as returned by this crate: full verl names -> value.

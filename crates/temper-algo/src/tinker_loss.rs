@@ -1,0 +1,122 @@
+//! Tinker's five built-in losses (`forward_backward(data, loss_fn, loss_fn_config)`), exactly as
+//! Tinker documents them. Per datum and target position t: `lp_t` = the training model's logprob
+//! of `target_tokens[t]` (with gradient), `q_t` = `loss_fn_inputs["logprobs"][t]` (the sampler's),
+//! `A_t` = `advantages[t]`, `w_t` = `weights[t]`, `r_t = exp(lp_t - q_t)`:
+//!
+//! | `loss_fn` | loss |
+//! | --- | --- |
+//! | `cross_entropy` | `-sum w_t lp_t` (any real weights, negative included) |
+//! | `importance_sampling` | `-sum r_t A_t` |
+//! | `ppo` | `-sum min(r_t A_t, clamp(r_t, lo, hi) A_t)` |
+//! | `cispo` | `-sum sg(clamp(r_t, lo, hi)) lp_t A_t` |
+//! | `dro` | `-sum (lp_t A_t - beta/2 (lp_t - q_t)^2)` |
+//!
+//! `lo`/`hi` are `loss_fn_config`'s `clip_low_threshold`/`clip_high_threshold`, absolute ratio
+//! bounds (default 0.8 / 1.2). Every loss is a plain SUM over tokens (and, by the caller, over
+//! datums): no mean, no normalisation. No ratio is clamped before `exp` (Tinker's snippets do not).
+//! `dro`'s `beta` has no documented default: temper uses 0.05, the docs' example value.
+
+use std::collections::BTreeMap;
+
+use anyhow::{bail, Result};
+use tch::Tensor;
+
+/// `dro`'s `beta` when `loss_fn_config` does not give one (the Tinker docs' example value).
+pub const DRO_DEFAULT_BETA: f64 = 0.05;
+
+/// A Tinker loss with its `loss_fn_config` resolved.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum TinkerLoss {
+    CrossEntropy,
+    ImportanceSampling,
+    Ppo { lo: f64, hi: f64 },
+    Cispo { lo: f64, hi: f64 },
+    Dro { beta: f64 },
+}
+
+/// Loss names the Tinker SDK knows that temper does not implement yet.
+const NOT_YET: [&str; 3] = ["stable_reinforce", "gspo", "custom"];
+
+impl TinkerLoss {
+    /// `loss_fn` and `loss_fn_config` of a request. Unknown config keys are errors (a typo would
+    /// otherwise silently train with the default).
+    pub fn from_request(name: &str, config: &BTreeMap<String, f64>) -> Result<TinkerLoss> {
+        let allowed: &[&str] = match name {
+            "ppo" | "cispo" => &["clip_low_threshold", "clip_high_threshold"],
+            "dro" => &["beta"],
+            "cross_entropy" | "importance_sampling" => &[],
+            n if NOT_YET.contains(&n) => {
+                bail!("loss_fn `{n}` is not implemented in temper yet (cross_entropy, importance_sampling, ppo, cispo and dro are)")
+            }
+            n => bail!(
+                "unknown loss_fn `{n}` (cross_entropy, importance_sampling, ppo, cispo or dro)"
+            ),
+        };
+        if let Some(k) = config.keys().find(|k| !allowed.contains(&k.as_str())) {
+            bail!(
+                "loss_fn_config key `{k}` does not apply to loss_fn `{name}` (it takes {})",
+                if allowed.is_empty() {
+                    "no config".to_string()
+                } else {
+                    allowed.join(", ")
+                }
+            );
+        }
+        let get = |k: &str, d: f64| config.get(k).copied().unwrap_or(d);
+        let (lo, hi) = (
+            get("clip_low_threshold", 0.8),
+            get("clip_high_threshold", 1.2),
+        );
+        if matches!(name, "ppo" | "cispo") && !(lo.is_finite() && hi.is_finite() && lo <= hi) {
+            bail!(
+                "loss_fn_config: clip_low_threshold {lo} must not exceed clip_high_threshold {hi}"
+            );
+        }
+        Ok(match name {
+            "cross_entropy" => TinkerLoss::CrossEntropy,
+            "importance_sampling" => TinkerLoss::ImportanceSampling,
+            "ppo" => TinkerLoss::Ppo { lo, hi },
+            "cispo" => TinkerLoss::Cispo { lo, hi },
+            _ => TinkerLoss::Dro {
+                beta: get("beta", DRO_DEFAULT_BETA),
+            },
+        })
+    }
+
+    /// The `loss_fn_inputs` fields this loss reads besides `target_tokens`.
+    pub fn inputs(self) -> &'static [&'static str] {
+        match self {
+            TinkerLoss::CrossEntropy => &["weights"],
+            _ => &["logprobs", "advantages"],
+        }
+    }
+
+    /// The loss of one datum: a scalar, the sum over its positions. `lp` (N,) has gradient;
+    /// `input(name)` gives the (N,) `loss_fn_inputs` tensors named by [`TinkerLoss::inputs`].
+    pub fn datum_loss(self, lp: &Tensor, input: &dyn Fn(&str) -> Tensor) -> Tensor {
+        let sum = |t: Tensor| t.sum(t.kind());
+        match self {
+            TinkerLoss::CrossEntropy => sum(-(lp * input("weights"))),
+            TinkerLoss::ImportanceSampling => {
+                let (q, a) = (input("logprobs"), input("advantages"));
+                sum(-((lp - q).exp() * a))
+            }
+            TinkerLoss::Ppo { lo, hi } => {
+                let (q, a) = (input("logprobs"), input("advantages"));
+                let r = (lp - q).exp();
+                let clipped = r.clamp(lo, hi);
+                sum(-(&r * &a).minimum(&(clipped * &a)))
+            }
+            TinkerLoss::Cispo { lo, hi } => {
+                let (q, a) = (input("logprobs"), input("advantages"));
+                let clipped = (lp - q).exp().clamp(lo, hi).detach();
+                sum(-(clipped * lp * a))
+            }
+            TinkerLoss::Dro { beta } => {
+                let (q, a) = (input("logprobs"), input("advantages"));
+                let d = lp - q;
+                sum(-(lp * a - d.square() * (0.5 * beta)))
+            }
+        }
+    }
+}
