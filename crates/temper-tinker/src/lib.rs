@@ -1,0 +1,16 @@
+//! temper-tinker: the Tinker training API with Tinker's semantics, over temper's model core, so
+//! that `temper serve`'s Tinker endpoints (and Rust callers) are thin layers on it.
+//!
+//! - [`Datum`]: a `model_input` token list and its `loss_fn_inputs` (`target_tokens`, `weights`,
+//!   `logprobs`, `advantages`), validated with errors naming the datum index and the field.
+//! - [`TrainingModel::forward`] / [`TrainingModel::forward_backward`]: per-datum logprobs of the
+//!   targets and the loss (`loss:sum`), a SUM over tokens and datums
+//!   ([`temper_algo::TinkerLoss`]); `forward_backward` accumulates gradients across calls.
+//! - [`TrainingModel::optim_step`]: AdamW with Tinker's [`AdamParams`] (defaults betas 0.9/0.95,
+//!   eps 1e-12, weight decay 0, no clipping) on the accumulated gradients, then zeroes them.
+
+mod datum;
+mod training;
+
+pub use datum::{Datum, TensorData};
+pub use training::{AdamParams, ForwardOutput, TrainingModel};
