@@ -161,12 +161,12 @@ def policy_loss_ref(mode, logp, old, A, M, agg_mode, lo=0.2, hi=0.2, c=3.0, tau_
     elif mode in ("cispo", "trl_cispo", "tinker_cispo"):
         d, r = ratio_terms(logp, old)
         met["ppo_kl"] = metric_mean(-d, M)
-        if mode == "cispo":
-            rc = torch.clamp(r, 1 - lo, 1 + hi)
-        elif mode == "trl_cispo":
+        if mode == "trl_cispo":
             rc = torch.clamp(r, max=5.0 if cap is None else cap)
         else:
-            rc = torch.clamp(r, 0.0, 4.0 if cap is None else cap)
+            # cispo and Tinker's cispo: clamp(r, clip_low_threshold, clip_high_threshold), the
+            # thresholds being 1 - lo and 1 + hi (Tinker's defaults 0.8 / 1.2).
+            rc = torch.clamp(r, 1 - lo, 1 + hi)
         met["pg_clipfrac"] = metric_mean((rc != r).double(), M)
         met["pg_clipfrac_lower"] = torch.tensor(0.0)
         L = -rc.detach() * A * logp

@@ -14,7 +14,8 @@
 //! - `sapo`: `L = -A (4/tau) sigmoid(tau (r - 1))`, tau = `tau_pos` if A > 0 else `tau_neg`;
 //!   aggregated `seq-mean-token-mean`.
 //! - Tinker (`tinker_importance_sampling`, `tinker_ppo`, `tinker_cispo`): `-r A`,
-//!   `-min(r A, clip(r, 1-lo, 1+hi) A)`, `-sg(clip(r, 0, cap)) A logp` (cap default 4), SUMMED.
+//!   `-min(r A, clip(r, 1-lo, 1+hi) A)`, `-sg(clip(r, 1-lo, 1+hi)) A logp`, SUMMED (Tinker's
+//!   `clip_low_threshold` / `clip_high_threshold` are `1 - lo` / `1 + hi`, default 0.8 / 1.2).
 //!
 //! Metrics (full verl names): `actor/pg_clipfrac`, `actor/pg_clipfrac_lower`, `actor/ppo_kl`
 //! (verl's masked means `sum / (count + 1e-8)` over the micro-batch's valid tokens: 0 when it has
@@ -110,7 +111,7 @@ pub struct PolicyLossParams {
     pub tau_pos: f64,
     #[serde(default = "default_tau_neg")]
     pub tau_neg: f64,
-    /// Absolute ratio cap of `trl_cispo` (default 5) and `tinker_cispo` (default 4).
+    /// Absolute ratio cap of `trl_cispo` (default 5).
     #[serde(default)]
     pub cispo_max_ratio: Option<f64>,
 }
@@ -277,9 +278,10 @@ pub fn policy_loss(
             let (d, r) = ratio_clamped(old.as_ref().expect("checked"));
             metrics.insert("actor/ppo_kl", scalar(&masked_mean(&-&d, mask, None)));
             let clipped = match mode {
-                PolicyLossMode::Cispo => r.clamp(1.0 - lo, 1.0 + hi),
                 PolicyLossMode::TrlCispo => r.clamp_max(params.cispo_max_ratio.unwrap_or(5.0)),
-                _ => r.clamp(0.0, params.cispo_max_ratio.unwrap_or(4.0)),
+                // Tinker's cispo clamps to clip_low_threshold / clip_high_threshold = 1 - lo /
+                // 1 + hi (default 0.8 / 1.2), as cispo does; it only sums instead of averaging.
+                _ => r.clamp(1.0 - lo, 1.0 + hi),
             };
             let clipfrac = masked_mean(&as_float(&r.ne_tensor(&clipped), logp), mask, None);
             metrics.insert("actor/pg_clipfrac", scalar(&clipfrac));
