@@ -8,9 +8,17 @@
 //!   ([`temper_algo::TinkerLoss`]); `forward_backward` accumulates gradients across calls.
 //! - [`TrainingModel::optim_step`]: AdamW with Tinker's [`AdamParams`] (defaults betas 0.9/0.95,
 //!   eps 1e-12, weight decay 0, no clipping) on the accumulated gradients, then zeroes them.
+//! - [`TrainingModel::save_weights_for_sampler`] -> [`SamplingModel`]: a snapshot (an HF folder,
+//!   LoRA merged) that keeps sampling the weights it was made from; `sample` and
+//!   `compute_logprobs`.
+//! - [`TrainingModel::save_state`] / [`TrainingModel::load_state`]: weights (or adapters) with or
+//!   without the optimizer state.
 
 mod datum;
+mod sampling;
+mod state;
 mod training;
 
 pub use datum::{Datum, TensorData};
+pub use sampling::{SampledSequence, SamplingModel, TinkerSamplingParams};
 pub use training::{AdamParams, ForwardOutput, TrainingModel};

@@ -1,0 +1,163 @@
+//! Tinker's sampling side: a snapshot of the weights (`save_weights_for_sampler`) that keeps
+//! sampling what it was made from while training goes on, `sample` (tokens with the stop token
+//! included, per-token logprobs, stop reason) and `compute_logprobs` (prompt logprobs).
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{bail, Context, Result};
+use tch::{Device, Tensor};
+use temper_model::{position_ids_from_mask, CausalLm, GenerationConfig, Tokenizer};
+use temper_rollout::{Engine, EngineConfig, Finish, Request, SamplingParams};
+
+/// Tinker's `SamplingParams`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TinkerSamplingParams {
+    pub max_tokens: usize,
+    pub temperature: f64,
+    pub top_p: f64,
+    /// -1 (or 0) = off.
+    pub top_k: i64,
+    /// Stop when one of these token ids is sampled (kept as the last token).
+    pub stop_tokens: Vec<i64>,
+    /// Stop when the decoded completion contains one of these.
+    pub stop_strings: Vec<String>,
+    pub seed: Option<u64>,
+}
+
+impl Default for TinkerSamplingParams {
+    fn default() -> Self {
+        TinkerSamplingParams {
+            max_tokens: 16,
+            temperature: 1.0,
+            top_p: 1.0,
+            top_k: -1,
+            stop_tokens: vec![],
+            stop_strings: vec![],
+            seed: None,
+        }
+    }
+}
+
+/// One sampled sequence, as Tinker returns it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SampledSequence {
+    /// The completion's tokens, the stop token included.
+    pub tokens: Vec<i64>,
+    pub logprobs: Vec<f32>,
+    /// `"stop"` or `"length"`.
+    pub stop_reason: &'static str,
+}
+
+/// A frozen copy of a model's weights on disk and in memory, for sampling.
+pub struct SamplingModel {
+    model: CausalLm,
+    tokenizer: Option<Tokenizer>,
+    eos: Vec<i64>,
+    pub path: PathBuf,
+}
+
+impl SamplingModel {
+    /// An HF folder (what `save_weights_for_sampler` writes).
+    pub fn load(dir: &Path, device: Device) -> Result<SamplingModel> {
+        let model = CausalLm::load(dir, device, temper_model::ComputeKind::F32)
+            .with_context(|| format!("loading sampler weights {}", dir.display()))?;
+        let tokenizer = Tokenizer::from_dir(dir).ok();
+        let gen = GenerationConfig::from_dir(dir, Some(model.config()), tokenizer.as_ref())?;
+        Ok(SamplingModel {
+            model,
+            tokenizer,
+            eos: gen.eos_token_ids,
+            path: dir.to_path_buf(),
+        })
+    }
+
+    /// `num_samples` completions of `prompt`. With a seed, the same request gives the same tokens.
+    pub fn sample(
+        &self,
+        prompt: &[i64],
+        num_samples: usize,
+        p: &TinkerSamplingParams,
+    ) -> Result<Vec<SampledSequence>> {
+        let vocab = self.model.config().vocab_size;
+        if prompt.is_empty() {
+            bail!("prompt is empty");
+        }
+        if let Some((i, t)) = prompt
+            .iter()
+            .enumerate()
+            .find(|(_, t)| **t < 0 || **t >= vocab)
+        {
+            bail!("prompt[{i}] = {t} is outside the vocabulary (0..{vocab})");
+        }
+        if !p.stop_strings.is_empty() && self.tokenizer.is_none() {
+            bail!(
+                "stop strings need a tokenizer, and {} has none",
+                self.path.display()
+            );
+        }
+        let params = SamplingParams {
+            n: num_samples,
+            temperature: p.temperature,
+            top_p: p.top_p,
+            top_k: if p.top_k <= 0 { -1 } else { p.top_k },
+            max_tokens: p.max_tokens,
+            stop: p.stop_strings.clone(),
+            stop_token_ids: p.stop_tokens.clone(),
+            seed: p.seed,
+            ..SamplingParams::default()
+        };
+        let request = Request {
+            prompt_ids: prompt.to_vec(),
+            params,
+        };
+        let mut engine = Engine::new(&self.model, self.eos.clone()).with_config(EngineConfig {
+            seed: p.seed.unwrap_or(0),
+            ..EngineConfig::default()
+        });
+        if let Some(t) = &self.tokenizer {
+            engine = engine.with_decoder(t);
+        }
+        let mut samples = engine.generate(&[request], &mut |_| {})?;
+        samples.sort_by_key(|s| s.sample_index);
+        Ok(samples
+            .into_iter()
+            .map(|s| SampledSequence {
+                tokens: s.completion_ids,
+                logprobs: s.completion_logprobs,
+                stop_reason: match s.finish {
+                    Finish::Stop => "stop",
+                    Finish::Length => "length",
+                },
+            })
+            .collect())
+    }
+
+    /// Tinker's `compute_logprobs`: per position, log p(token | the tokens before it); `None` for
+    /// the first.
+    pub fn compute_logprobs(&self, tokens: &[i64]) -> Result<Vec<Option<f32>>> {
+        let vocab = self.model.config().vocab_size;
+        if let Some((i, t)) = tokens
+            .iter()
+            .enumerate()
+            .find(|(_, t)| **t < 0 || **t >= vocab)
+        {
+            bail!("prompt[{i}] = {t} is outside the vocabulary (0..{vocab})");
+        }
+        if tokens.len() < 2 {
+            return Ok(tokens.iter().map(|_| None).collect());
+        }
+        let device = self.model.device();
+        let x = Tensor::from_slice(tokens).unsqueeze(0).to(device);
+        let mask = x.ones_like();
+        let pos = position_ids_from_mask(&mask);
+        let (lp, _) = tch::no_grad(|| {
+            self.model
+                .token_logprobs(&x, &mask, &pos, &x.roll([-1], [1]), 1.0)
+        });
+        let n = tokens.len() as i64 - 1;
+        let v = Vec::<f32>::try_from(lp.get(0).narrow(0, 0, n).to(Device::Cpu))?;
+        Ok(std::iter::once(None)
+            .chain(v.into_iter().map(Some))
+            .collect())
+    }
+}
