@@ -34,6 +34,8 @@ enum Command {
     Report(cmd::report::Args),
     /// Benchmarks (not tests): `temper bench train`.
     Bench(cmd::bench::Args),
+    /// Serve a model over HTTP (OpenAI-compatible /v1/completions with token ids and logprobs).
+    Serve(cmd::serve::Args),
 }
 
 fn main() {
@@ -48,6 +50,7 @@ fn main() {
         Command::Train(a) => cmd::train::run(a),
         Command::Report(a) => cmd::report::run(a),
         Command::Bench(a) => cmd::bench::run(a),
+        Command::Serve(a) => cmd::serve::run(a),
     };
     if let Err(e) = result {
         // One line: the chain of contexts, outermost first.

@@ -13,4 +13,5 @@ mod reference_python;
 pub mod report;
 pub mod sample;
 pub mod score;
+pub mod serve;
 pub mod train;

@@ -1,0 +1,218 @@
+//! `temper serve` as a real process on 127.0.0.1 (a free port), driven over HTTP like a vLLM
+//! server: `/health`, `/v1/models`, `/v1/completions` with token-id and text prompts. Completions
+//! come back as token ids with one logprob per token; seeded requests give the tokens the
+//! in-process engine gives for the same seed, alone or while other requests are served; bad
+//! requests get a 400 naming the field. The server is stopped at the end, whatever happens.
+#[path = "../../temper-train/tests/common/mod.rs"]
+mod common;
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+
+use serde_json::{json, Value};
+use temper_model::{CausalLm, ComputeKind, GenerationConfig, Tokenizer};
+use temper_rollout::{Engine, Request, SamplingParams};
+
+struct Server {
+    child: Child,
+    url: String,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn start(extra: &[&str]) -> Server {
+    let dir = common::tiny_model_dir();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_temper"))
+        .args(["serve", "--model"])
+        .arg(&dir)
+        .args(["--port", "0", "--served-model-name", "tiny"])
+        .args(extra)
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+    let url = loop {
+        let line = lines
+            .next()
+            .expect("the server exited before listening")
+            .unwrap();
+        if let Some(addr) = line.split(" on ").nth(1) {
+            break addr.trim().to_string();
+        }
+    };
+    // Keep draining stderr so the server never blocks on a full pipe.
+    std::thread::spawn(move || for _ in lines {});
+    Server { child, url }
+}
+
+fn post(s: &Server, body: &Value) -> (u16, Value) {
+    let r = reqwest::blocking::Client::new()
+        .post(format!("{}/v1/completions", s.url))
+        .json(body)
+        .send()
+        .unwrap();
+    (r.status().as_u16(), r.json().unwrap())
+}
+
+const PROMPT: [i64; 4] = [72, 105, 33, 10];
+
+fn request(seed: u64) -> Value {
+    json!({"model": "tiny", "prompt": PROMPT, "n": 2, "max_tokens": 8, "seed": seed, "logprobs": 0,
+           "return_token_ids": true, "skip_special_tokens": false, "temperature": 1.0})
+}
+
+/// The in-process engine's tokens for the same request.
+fn engine_tokens(seed: u64) -> Vec<Vec<i64>> {
+    let dir = common::tiny_model_dir();
+    let model = CausalLm::load(&dir, tch::Device::Cpu, ComputeKind::F32).unwrap();
+    let tok = Tokenizer::from_dir(&dir).unwrap();
+    let eos = GenerationConfig::from_dir(&dir, Some(model.config()), Some(&tok))
+        .unwrap()
+        .eos_token_ids;
+    let params = SamplingParams {
+        n: 2,
+        max_tokens: 8,
+        seed: Some(seed),
+        ..SamplingParams::default()
+    };
+    let mut samples = Engine::new(&model, eos)
+        .with_decoder(&tok)
+        .generate(
+            &[Request {
+                prompt_ids: PROMPT.to_vec(),
+                params,
+            }],
+            &mut |_| {},
+        )
+        .unwrap();
+    samples.sort_by_key(|s| s.sample_index);
+    samples.into_iter().map(|s| s.completion_ids).collect()
+}
+
+fn tokens(v: &Value) -> Vec<Vec<i64>> {
+    v["choices"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| serde_json::from_value(c["token_ids"].clone()).unwrap())
+        .collect()
+}
+
+#[test]
+fn completions_like_vllm() {
+    let s = start(&[]);
+    let health = reqwest::blocking::get(format!("{}/health", s.url)).unwrap();
+    assert_eq!(health.status().as_u16(), 200);
+    let models: Value = reqwest::blocking::get(format!("{}/v1/models", s.url))
+        .unwrap()
+        .json()
+        .unwrap();
+    assert_eq!(models["data"][0]["id"], "tiny");
+
+    let (status, v) = post(&s, &request(7));
+    assert_eq!(status, 200, "{v}");
+    let choices = v["choices"].as_array().unwrap();
+    assert_eq!(choices.len(), 2);
+    for c in choices {
+        let ids = c["token_ids"].as_array().unwrap();
+        let lps = c["logprobs"]["token_logprobs"].as_array().unwrap();
+        assert!(!ids.is_empty() && ids.len() <= 8);
+        assert_eq!(ids.len(), lps.len());
+        assert!(lps.iter().all(|l| l.as_f64().unwrap() <= 0.0));
+        assert!(["stop", "length"].contains(&c["finish_reason"].as_str().unwrap()));
+        assert_eq!(c["prompt_token_ids"], json!(PROMPT));
+    }
+    assert_eq!(
+        tokens(&v),
+        engine_tokens(7),
+        "served tokens differ from the engine's"
+    );
+
+    // Concurrent requests are batched together and keep their own tokens.
+    let handles: Vec<_> = [7u64, 8, 9]
+        .iter()
+        .map(|&seed| {
+            let url = s.url.clone();
+            std::thread::spawn(move || {
+                let r: Value = reqwest::blocking::Client::new()
+                    .post(format!("{url}/v1/completions"))
+                    .json(&request(seed))
+                    .send()
+                    .unwrap()
+                    .json()
+                    .unwrap();
+                (seed, tokens(&r))
+            })
+        })
+        .collect();
+    for h in handles {
+        let (seed, t) = h.join().unwrap();
+        assert_eq!(
+            t,
+            engine_tokens(seed),
+            "seed {seed} changed under concurrency"
+        );
+    }
+
+    // A text prompt and several prompts at once.
+    let (status, v) = post(
+        &s,
+        &json!({"prompt": ["Hi!\n", "2+2="], "max_tokens": 4, "seed": 1}),
+    );
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(v["choices"].as_array().unwrap().len(), 2);
+    assert_eq!(v["choices"][0]["prompt_token_ids"], json!(PROMPT));
+
+    // Bad requests name the field.
+    let (status, v) = post(&s, &json!({"prompt": [1, 999], "max_tokens": 4}));
+    assert_eq!(status, 400);
+    assert!(
+        v["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("prompt[0][1] = 999"),
+        "{v}"
+    );
+    let (status, v) = post(&s, &json!({"prompt": [1, 2], "logprobs": 5}));
+    assert_eq!(status, 400);
+    assert!(
+        v["message"].as_str().unwrap().starts_with("logprobs:"),
+        "{v}"
+    );
+    let (status, v) = post(&s, &json!({"prompt": [1, 2], "model": "other"}));
+    assert_eq!(status, 404, "{v}");
+    let (status, v) = post(&s, &json!({"prompt": [1, 2], "temperature": -1.0}));
+    assert_eq!(status, 400);
+    assert!(
+        v["message"].as_str().unwrap().contains("temperature"),
+        "{v}"
+    );
+    let r = reqwest::blocking::Client::new()
+        .post(format!("{}/v1/completions", s.url))
+        .body("{not json")
+        .header("content-type", "application/json")
+        .send()
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 400);
+    // Still serving.
+    assert_eq!(post(&s, &request(7)).0, 200);
+}
+
+#[test]
+fn an_api_key_is_required_when_set() {
+    let s = start(&["--api-key", "sesame"]);
+    let (status, v) = post(&s, &request(1));
+    assert_eq!(status, 401, "{v}");
+    let ok = reqwest::blocking::Client::new()
+        .post(format!("{}/v1/completions", s.url))
+        .bearer_auth("sesame")
+        .json(&request(1))
+        .send()
+        .unwrap();
+    assert_eq!(ok.status().as_u16(), 200);
+}

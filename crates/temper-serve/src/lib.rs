@@ -1,0 +1,58 @@
+//! `temper serve`: one HTTP server with one module per API surface over a shared model worker.
+//!
+//! - [`worker`]: the model, owned by one thread; requests queue and every wave of pending requests
+//!   is sampled together in one batched engine call (concurrent requests are batched).
+//! - [`openai`]: the OpenAI-compatible surface vLLM serves (`/v1/models`, `/v1/completions` with
+//!   token-id or text prompts, returning token ids and per-token logprobs) and `/health`.
+//!
+//! Tinker's `/api/v1/*`, `/v1/chat/completions`, SGLang's `/generate` and the weight-reload routes
+//! are to come as modules of their own on the same worker.
+
+pub mod openai;
+pub mod worker;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use anyhow::{Context, Result};
+
+/// What every handler shares.
+pub struct AppState {
+    pub worker: worker::Worker,
+    /// The served model's name (`/v1/models`, the `model` field of requests).
+    pub model_name: String,
+    /// When set, requests must send `Authorization: Bearer <key>`.
+    pub api_key: Option<String>,
+    /// For text prompts and completion text.
+    pub tokenizer: Option<temper_model::Tokenizer>,
+}
+
+/// The router with every API module.
+pub fn router(state: Arc<AppState>) -> axum::Router {
+    openai::routes().with_state(state)
+}
+
+/// Serve until the process is stopped (Ctrl-C ends it cleanly). Binds `addr` (127.0.0.1 unless
+/// told otherwise) and prints the bound address, so `--port 0` works.
+pub fn serve_blocking(addr: SocketAddr, state: AppState) -> Result<()> {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
+    rt.block_on(async move {
+        let listener = tokio::net::TcpListener::bind(addr)
+            .await
+            .with_context(|| format!("binding {addr}"))?;
+        eprintln!(
+            "temper serve: {} on http://{}",
+            state.model_name,
+            listener.local_addr()?
+        );
+        axum::serve(listener, router(Arc::new(state)))
+            .with_graceful_shutdown(async {
+                let _ = tokio::signal::ctrl_c().await;
+            })
+            .await
+            .context("serving")
+    })
+}

@@ -1,0 +1,260 @@
+//! The OpenAI-compatible surface, as vLLM serves it for RL rollouts: `/v1/models`,
+//! `/v1/completions` (prompts as token ids or text; completions returned as token ids with one
+//! logprob per sampled token and a finish reason, never as re-tokenized text only) and `/health`.
+//! Errors are vLLM's `{"object": "error", "message", "type", "code"}` naming the request field.
+
+use std::sync::Arc;
+
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use serde::Deserialize;
+use serde_json::{json, Value};
+use temper_rollout::{Finish, Request, SamplingParams};
+
+use crate::AppState;
+
+pub fn routes() -> Router<Arc<AppState>> {
+    Router::new()
+        .route("/health", get(|| async { "ok" }))
+        .route("/v1/models", get(models))
+        .route("/v1/completions", post(completions))
+}
+
+fn error(code: StatusCode, message: impl Into<String>) -> Response {
+    let kind = if code == StatusCode::UNAUTHORIZED {
+        "AuthenticationError"
+    } else if code.is_client_error() {
+        "BadRequestError"
+    } else {
+        "InternalServerError"
+    };
+    let body = json!({"object": "error", "message": message.into(), "type": kind, "param": null,
+                      "code": code.as_u16()});
+    (code, Json(body)).into_response()
+}
+
+fn authorized(state: &AppState, headers: &HeaderMap) -> bool {
+    match &state.api_key {
+        None => true,
+        Some(key) => headers
+            .get("authorization")
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| v.strip_prefix("Bearer ") == Some(key.as_str())),
+    }
+}
+
+async fn models(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Response {
+    if !authorized(&state, &headers) {
+        return error(StatusCode::UNAUTHORIZED, "missing or wrong API key");
+    }
+    Json(json!({"object": "list", "data": [{
+        "id": state.model_name, "object": "model", "owned_by": "temper", "root": state.worker.dir,
+        "max_model_len": state.worker.max_model_len,
+    }]}))
+    .into_response()
+}
+
+/// One of OpenAI's prompt shapes.
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum Prompt {
+    Text(String),
+    Ids(Vec<i64>),
+    ManyIds(Vec<Vec<i64>>),
+    ManyTexts(Vec<String>),
+}
+
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum Stop {
+    One(String),
+    Many(Vec<String>),
+}
+
+/// The request fields temper reads; others are ignored as vLLM's extensions of no meaning here.
+#[derive(Deserialize)]
+struct CompletionRequest {
+    model: Option<String>,
+    prompt: Prompt,
+    #[serde(default = "sixteen")]
+    max_tokens: usize,
+    #[serde(default)]
+    min_tokens: usize,
+    #[serde(default = "one")]
+    n: usize,
+    temperature: Option<f64>,
+    top_p: Option<f64>,
+    top_k: Option<i64>,
+    repetition_penalty: Option<f64>,
+    seed: Option<u64>,
+    stop: Option<Stop>,
+    #[serde(default)]
+    stop_token_ids: Vec<i64>,
+    #[serde(default)]
+    ignore_eos: bool,
+    logprobs: Option<usize>,
+    #[serde(default)]
+    echo: bool,
+    #[serde(default)]
+    skip_special_tokens: Option<bool>,
+}
+
+fn sixteen() -> usize {
+    16
+}
+fn one() -> usize {
+    1
+}
+
+async fn completions(
+    State(state): State<Arc<AppState>>,
+    headers: HeaderMap,
+    body: axum::body::Bytes,
+) -> Response {
+    if !authorized(&state, &headers) {
+        return error(StatusCode::UNAUTHORIZED, "missing or wrong API key");
+    }
+    let req: CompletionRequest = match serde_json::from_slice(&body) {
+        Ok(r) => r,
+        Err(e) => return error(StatusCode::BAD_REQUEST, format!("request body: {e}")),
+    };
+    match complete(&state, req).await {
+        Ok(v) => Json(v).into_response(),
+        Err((code, msg)) => error(code, msg),
+    }
+}
+
+type Failure = (StatusCode, String);
+
+fn bad(msg: impl Into<String>) -> Failure {
+    (StatusCode::BAD_REQUEST, msg.into())
+}
+
+async fn complete(state: &AppState, req: CompletionRequest) -> Result<Value, Failure> {
+    if let Some(m) = &req.model {
+        if m != &state.model_name {
+            return Err((
+                StatusCode::NOT_FOUND,
+                format!(
+                    "model `{m}` is not served here (this server serves `{}`)",
+                    state.model_name
+                ),
+            ));
+        }
+    }
+    if req.echo {
+        return Err(bad("echo: not supported (prompt logprobs come from prompt_logprobs in vLLM; temper does not echo)"));
+    }
+    if req.logprobs.is_some_and(|k| k > 0) {
+        return Err(bad(
+            "logprobs: only 0 (the sampled token's logprob) is supported, not top alternatives",
+        ));
+    }
+    let tok = state.tokenizer.as_ref();
+    let encode = |text: &str| -> Result<Vec<i64>, Failure> {
+        let t = tok.ok_or_else(|| bad("prompt: a text prompt needs the model's tokenizer, and it has none; send token ids"))?;
+        t.encode(text, false)
+            .map_err(|e| bad(format!("prompt: {e}")))
+    };
+    let prompts: Vec<Vec<i64>> = match &req.prompt {
+        Prompt::Ids(ids) => vec![ids.clone()],
+        Prompt::ManyIds(rows) => rows.clone(),
+        Prompt::Text(t) => vec![encode(t)?],
+        Prompt::ManyTexts(ts) => ts.iter().map(|t| encode(t)).collect::<Result<_, _>>()?,
+    };
+    if prompts.is_empty() {
+        return Err(bad("prompt: empty"));
+    }
+    let vocab = state.worker.vocab_size;
+    for (i, p) in prompts.iter().enumerate() {
+        if p.is_empty() {
+            return Err(bad(format!("prompt[{i}]: no tokens")));
+        }
+        if let Some((j, t)) = p.iter().enumerate().find(|(_, t)| **t < 0 || **t >= vocab) {
+            return Err(bad(format!(
+                "prompt[{i}][{j}] = {t}: outside the vocabulary (0..{vocab})"
+            )));
+        }
+    }
+    let stop = match &req.stop {
+        None => vec![],
+        Some(Stop::One(s)) => vec![s.clone()],
+        Some(Stop::Many(v)) => v.clone(),
+    };
+    let params = SamplingParams {
+        n: req.n,
+        temperature: req.temperature.unwrap_or(1.0),
+        top_p: req.top_p.unwrap_or(1.0),
+        top_k: req.top_k.unwrap_or(-1),
+        min_tokens: req.min_tokens,
+        max_tokens: req.max_tokens,
+        repetition_penalty: req.repetition_penalty.unwrap_or(1.0),
+        stop,
+        stop_token_ids: req.stop_token_ids.clone(),
+        ignore_eos: req.ignore_eos,
+        seed: req.seed,
+        ..SamplingParams::default()
+    };
+    params
+        .validate(Some(vocab as usize))
+        .map_err(|e| bad(format!("{e:#}")))?;
+    let skip_special = req.skip_special_tokens.unwrap_or(true);
+    // Each prompt is its own engine request; with one seed, prompt i uses seed + i (as vLLM
+    // gives every prompt of a batch the request's seed, they would otherwise repeat each other).
+    let mut choices = vec![];
+    let (mut prompt_tokens, mut completion_tokens) = (0, 0);
+    let jobs = prompts.iter().enumerate().map(|(i, p)| {
+        let params = SamplingParams {
+            seed: req.seed.map(|s| s.wrapping_add(i as u64)),
+            ..params.clone()
+        };
+        state.worker.submit(Request {
+            prompt_ids: p.clone(),
+            params,
+        })
+    });
+    // Every prompt is queued before the first is awaited, so they share the worker's batches.
+    let pending: Vec<_> = jobs.collect();
+    let mut results = Vec::with_capacity(pending.len());
+    for p in pending {
+        results.push(p.await);
+    }
+    for (i, (prompt, result)) in prompts.iter().zip(results).enumerate() {
+        let samples = result.map_err(|e| (StatusCode::INTERNAL_SERVER_ERROR, e))?;
+        prompt_tokens += prompt.len();
+        for s in samples {
+            completion_tokens += s.completion_ids.len();
+            let text = match tok {
+                Some(t) => t
+                    .decode(&s.completion_ids, skip_special)
+                    .unwrap_or_default(),
+                None => String::new(),
+            };
+            let finish = match s.finish {
+                Finish::Stop => "stop",
+                Finish::Length => "length",
+            };
+            let logprobs = req.logprobs.map(|_| {
+                let tokens: Vec<String> = s.completion_ids.iter().map(|t| format!("token_id:{t}")).collect();
+                json!({"token_logprobs": s.completion_logprobs, "tokens": tokens, "top_logprobs": null, "text_offset": null})
+            });
+            choices.push(json!({
+                "index": choices.len(), "text": text, "logprobs": logprobs, "finish_reason": finish,
+                "stop_reason": null, "token_ids": s.completion_ids, "prompt_token_ids": prompt,
+                "prompt_index": i,
+            }));
+        }
+    }
+    let created = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    Ok(json!({
+        "id": format!("cmpl-{created}-{}", choices.len()), "object": "text_completion", "created": created,
+        "model": state.model_name, "choices": choices,
+        "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
+                  "total_tokens": prompt_tokens + completion_tokens},
+    }))
+}

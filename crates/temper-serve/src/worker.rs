@@ -1,0 +1,127 @@
+//! The model worker: one thread owns the model; handlers queue jobs, and each wave of pending
+//! jobs is sampled together in one batched engine call, so concurrent requests share decode steps.
+//! Every request carries its own seed (or the engine gives it one), and the engine's draws depend
+//! only on a row's seed, so a request's tokens do not depend on what else is being served.
+
+use std::path::{Path, PathBuf};
+use std::sync::mpsc;
+
+use anyhow::{Context, Result};
+use temper_model::{CausalLm, ComputeKind, GenerationConfig, Tokenizer};
+use temper_rollout::{Engine, EngineConfig, Request, Sample};
+
+/// One queued request and where its samples go.
+struct Job {
+    request: Request,
+    reply: tokio::sync::oneshot::Sender<Result<Vec<Sample>, String>>,
+}
+
+/// A handle on the worker thread.
+pub struct Worker {
+    tx: mpsc::Sender<Job>,
+    pub vocab_size: i64,
+    pub max_model_len: Option<i64>,
+    pub eos_ids: Vec<i64>,
+    pub dir: PathBuf,
+}
+
+impl Worker {
+    /// Load the model folder `dir` on a new thread and wait until it is ready.
+    pub fn start(dir: &Path, compute: ComputeKind, max_batch_rows: usize) -> Result<Worker> {
+        let (tx, rx) = mpsc::channel::<Job>();
+        let (ready_tx, ready_rx) = mpsc::channel::<Result<(i64, Option<i64>, Vec<i64>)>>();
+        let d = dir.to_path_buf();
+        std::thread::Builder::new()
+            .name("temper-model-worker".into())
+            .spawn(move || {
+                let loaded = (|| -> Result<_> {
+                    let model = CausalLm::load(&d, tch::Device::Cpu, compute)
+                        .with_context(|| format!("loading {}", d.display()))?;
+                    let tok = Tokenizer::from_dir(&d).ok();
+                    let gen = GenerationConfig::from_dir(&d, Some(model.config()), tok.as_ref())?;
+                    Ok((model, tok, gen.eos_token_ids))
+                })();
+                let (model, tok, eos) = match loaded {
+                    Ok(x) => x,
+                    Err(e) => {
+                        let _ = ready_tx.send(Err(e));
+                        return;
+                    }
+                };
+                let c = model.config();
+                let _ = ready_tx.send(Ok((c.vocab_size, c.max_position_embeddings, eos.clone())));
+                run(&model, tok.as_ref(), &eos, max_batch_rows, rx);
+            })?;
+        let (vocab_size, max_model_len, eos_ids) = ready_rx
+            .recv()
+            .context("the model worker stopped while loading")??;
+        Ok(Worker {
+            tx,
+            vocab_size,
+            max_model_len,
+            eos_ids,
+            dir: dir.to_path_buf(),
+        })
+    }
+
+    /// Queue a (validated) request now; the returned future gives its samples, ordered by
+    /// sample index. Requests queued together are sampled in the same batches.
+    pub fn submit(
+        &self,
+        request: Request,
+    ) -> impl std::future::Future<Output = Result<Vec<Sample>, String>> {
+        let (reply, rx) = tokio::sync::oneshot::channel();
+        let sent = self.tx.send(Job { request, reply });
+        async move {
+            sent.map_err(|_| "the model worker has stopped".to_string())?;
+            rx.await
+                .map_err(|_| "the model worker dropped the request".to_string())?
+        }
+    }
+}
+
+fn run(
+    model: &CausalLm,
+    tok: Option<&Tokenizer>,
+    eos: &[i64],
+    max_batch_rows: usize,
+    rx: mpsc::Receiver<Job>,
+) {
+    while let Ok(first) = rx.recv() {
+        let mut jobs = vec![first];
+        while let Ok(j) = rx.try_recv() {
+            jobs.push(j);
+        }
+        // A client that went away no longer needs its samples.
+        jobs.retain(|j| !j.reply.is_closed());
+        if jobs.is_empty() {
+            continue;
+        }
+        let requests: Vec<Request> = jobs.iter().map(|j| j.request.clone()).collect();
+        let mut engine = Engine::new(model, eos.to_vec()).with_config(EngineConfig {
+            max_batch_rows,
+            ..EngineConfig::default()
+        });
+        if let Some(t) = tok {
+            engine = engine.with_decoder(t);
+        }
+        match engine.generate(&requests, &mut |_| {}) {
+            Ok(samples) => {
+                let mut per_job: Vec<Vec<Sample>> = jobs.iter().map(|_| vec![]).collect();
+                for s in samples {
+                    per_job[s.request_index].push(s);
+                }
+                for (job, mut samples) in jobs.into_iter().zip(per_job) {
+                    samples.sort_by_key(|s| s.sample_index);
+                    let _ = job.reply.send(Ok(samples));
+                }
+            }
+            Err(e) => {
+                let msg = format!("{e:#}");
+                for job in jobs {
+                    let _ = job.reply.send(Err(msg.clone()));
+                }
+            }
+        }
+    }
+}
