@@ -68,8 +68,12 @@ fn request(seed: u64) -> Value {
 
 /// The in-process engine's tokens for the same request.
 fn engine_tokens(seed: u64) -> Vec<Vec<i64>> {
+    engine_tokens_of(&common::tiny_model_dir(), seed)
+}
+
+fn engine_tokens_of(weights: &std::path::Path, seed: u64) -> Vec<Vec<i64>> {
     let dir = common::tiny_model_dir();
-    let model = CausalLm::load(&dir, tch::Device::Cpu, ComputeKind::F32).unwrap();
+    let model = CausalLm::load(weights, tch::Device::Cpu, ComputeKind::F32).unwrap();
     let tok = Tokenizer::from_dir(&dir).unwrap();
     let eos = GenerationConfig::from_dir(&dir, Some(model.config()), Some(&tok))
         .unwrap()
@@ -215,4 +219,71 @@ fn an_api_key_is_required_when_set() {
         .send()
         .unwrap();
     assert_eq!(ok.status().as_u16(), 200);
+}
+
+fn post_to(s: &Server, route: &str, body: &Value) -> (u16, Value) {
+    let r = reqwest::blocking::Client::new()
+        .post(format!("{}{route}", s.url))
+        .json(body)
+        .send()
+        .unwrap();
+    let status = r.status().as_u16();
+    (status, r.json().unwrap_or(Value::Null))
+}
+
+/// Both reload styles swap the served weights between requests; a bad folder is refused and the
+/// old weights keep serving.
+#[test]
+fn weights_reload_from_disk_in_both_styles() {
+    let s = start(&[]);
+    let before = tokens(&post(&s, &request(7)).1);
+    let other = common::temp_dir("serve-reload");
+    let cfg = temper_model::ModelConfig::qwen2_like(260, 32, 64, 2, 4, 2, true);
+    CausalLm::random(cfg, 99, tch::Device::Cpu, ComputeKind::F32)
+        .save(&other)
+        .unwrap();
+    let want = engine_tokens_of(&other, 7);
+    assert_ne!(want, before, "the other weights sample the same tokens");
+
+    let (status, v) = post_to(
+        &s,
+        "/update_weights_from_disk",
+        &json!({"model_path": other}),
+    );
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(tokens(&post(&s, &request(7)).1), want);
+
+    let rpc =
+        json!({"method": "reload_weights", "kwargs": {"weights_path": common::tiny_model_dir()}});
+    let (status, v) = post_to(&s, "/collective_rpc", &rpc);
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(post_to(&s, "/reset_prefix_cache", &json!({})).0, 200);
+    assert_eq!(tokens(&post(&s, &request(7)).1), before);
+
+    // Another shape, or a folder without weights: refused, nothing changes.
+    let wrong = common::temp_dir("serve-wrong");
+    let cfg = temper_model::ModelConfig::qwen2_like(260, 16, 64, 2, 4, 2, true);
+    CausalLm::random(cfg, 1, tch::Device::Cpu, ComputeKind::F32)
+        .save(&wrong)
+        .unwrap();
+    let (status, v) = post_to(
+        &s,
+        "/update_weights_from_disk",
+        &json!({"model_path": wrong}),
+    );
+    assert_eq!(status, 400, "{v}");
+    assert!(
+        v["message"].as_str().unwrap().starts_with("model_path: "),
+        "{v}"
+    );
+    let empty = common::temp_dir("serve-empty");
+    let (status, _) = post_to(
+        &s,
+        "/collective_rpc",
+        &json!({"method": "reload_weights", "kwargs": {"weights_path": empty}}),
+    );
+    assert_eq!(status, 400);
+    let (status, _) = post_to(&s, "/collective_rpc", &json!({"method": "other"}));
+    assert_eq!(status, 400);
+    assert_eq!(tokens(&post(&s, &request(7)).1), before);
 }

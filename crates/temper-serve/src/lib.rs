@@ -5,10 +5,13 @@
 //! - [`openai`]: the OpenAI-compatible surface vLLM serves (`/v1/models`, `/v1/completions` with
 //!   token-id or text prompts, returning token ids and per-token logprobs) and `/health`.
 //!
-//! Tinker's `/api/v1/*`, `/v1/chat/completions`, SGLang's `/generate` and the weight-reload routes
-//! are to come as modules of their own on the same worker.
+//! - [`reload`]: weight reload from a folder, SGLang's and vLLM's routes.
+//!
+//! Tinker's `/api/v1/*`, `/v1/chat/completions` and SGLang's `/generate` are to come as modules
+//! of their own on the same worker.
 
 pub mod openai;
+pub mod reload;
 pub mod worker;
 
 use std::net::SocketAddr;
@@ -29,7 +32,7 @@ pub struct AppState {
 
 /// The router with every API module.
 pub fn router(state: Arc<AppState>) -> axum::Router {
-    openai::routes().with_state(state)
+    openai::routes().merge(reload::routes()).with_state(state)
 }
 
 /// Serve until the process is stopped (Ctrl-C ends it cleanly). Binds `addr` (127.0.0.1 unless

@@ -23,7 +23,7 @@ pub fn routes() -> Router<Arc<AppState>> {
         .route("/v1/completions", post(completions))
 }
 
-fn error(code: StatusCode, message: impl Into<String>) -> Response {
+pub(crate) fn error(code: StatusCode, message: impl Into<String>) -> Response {
     let kind = if code == StatusCode::UNAUTHORIZED {
         "AuthenticationError"
     } else if code.is_client_error() {
@@ -36,7 +36,7 @@ fn error(code: StatusCode, message: impl Into<String>) -> Response {
     (code, Json(body)).into_response()
 }
 
-fn authorized(state: &AppState, headers: &HeaderMap) -> bool {
+pub(crate) fn authorized(state: &AppState, headers: &HeaderMap) -> bool {
     match &state.api_key {
         None => true,
         Some(key) => headers

@@ -10,10 +10,17 @@ use anyhow::{Context, Result};
 use temper_model::{CausalLm, ComputeKind, GenerationConfig, Tokenizer};
 use temper_rollout::{Engine, EngineConfig, Request, Sample};
 
-/// One queued request and where its samples go.
-struct Job {
-    request: Request,
-    reply: tokio::sync::oneshot::Sender<Result<Vec<Sample>, String>>,
+/// One queued request and where its samples go, or a weight reload.
+enum Job {
+    Sample {
+        request: Request,
+        reply: tokio::sync::oneshot::Sender<Result<Vec<Sample>, String>>,
+    },
+    /// Load the weights of the HF folder `dir` (same architecture) in place of the current ones.
+    Reload {
+        dir: PathBuf,
+        reply: tokio::sync::oneshot::Sender<Result<(), String>>,
+    },
 }
 
 /// A handle on the worker thread.
@@ -50,7 +57,7 @@ impl Worker {
                 };
                 let c = model.config();
                 let _ = ready_tx.send(Ok((c.vocab_size, c.max_position_embeddings, eos.clone())));
-                run(&model, tok.as_ref(), &eos, max_batch_rows, rx);
+                run(model, tok.as_ref(), &eos, max_batch_rows, rx);
             })?;
         let (vocab_size, max_model_len, eos_ids) = ready_rx
             .recv()
@@ -71,7 +78,7 @@ impl Worker {
         request: Request,
     ) -> impl std::future::Future<Output = Result<Vec<Sample>, String>> {
         let (reply, rx) = tokio::sync::oneshot::channel();
-        let sent = self.tx.send(Job { request, reply });
+        let sent = self.tx.send(Job::Sample { request, reply });
         async move {
             sent.map_err(|_| "the model worker has stopped".to_string())?;
             rx.await
@@ -80,25 +87,71 @@ impl Worker {
     }
 }
 
+impl Worker {
+    /// Replace the weights by those of the HF folder `dir`, between two waves of sampling (every
+    /// request queued before is served with the old weights, every one after with the new).
+    /// The folder is read whole before anything changes: a missing or half-written file, or
+    /// weights of another shape, leave the served weights as they were.
+    pub async fn reload(&self, dir: PathBuf) -> Result<(), String> {
+        let (reply, rx) = tokio::sync::oneshot::channel();
+        self.tx
+            .send(Job::Reload { dir, reply })
+            .map_err(|_| "the model worker has stopped".to_string())?;
+        rx.await
+            .map_err(|_| "the model worker dropped the request".to_string())?
+    }
+}
+
+fn reload(model: &mut CausalLm, dir: &Path) -> Result<()> {
+    let new = CausalLm::load(dir, model.device(), model.compute())
+        .with_context(|| format!("loading {}", dir.display()))?;
+    model
+        .var_store_mut()
+        .copy(new.var_store())
+        .with_context(|| format!("{}: weights of another shape", dir.display()))
+}
+
 fn run(
-    model: &CausalLm,
+    mut model: CausalLm,
     tok: Option<&Tokenizer>,
     eos: &[i64],
     max_batch_rows: usize,
     rx: mpsc::Receiver<Job>,
 ) {
-    while let Ok(first) = rx.recv() {
-        let mut jobs = vec![first];
-        while let Ok(j) = rx.try_recv() {
-            jobs.push(j);
+    let mut queued: std::collections::VecDeque<Job> = Default::default();
+    loop {
+        if queued.is_empty() {
+            match rx.recv() {
+                Ok(j) => queued.push_back(j),
+                Err(_) => return,
+            }
         }
-        // A client that went away no longer needs its samples.
-        jobs.retain(|j| !j.reply.is_closed());
+        while let Ok(j) = rx.try_recv() {
+            queued.push_back(j);
+        }
+        // A reload at the front runs now; the sampling jobs before the next reload form a wave.
+        if let Some(Job::Reload { .. }) = queued.front() {
+            let Some(Job::Reload { dir, reply }) = queued.pop_front() else {
+                unreachable!()
+            };
+            let _ = reply.send(reload(&mut model, &dir).map_err(|e| format!("{e:#}")));
+            continue;
+        }
+        let mut jobs = vec![];
+        while let Some(Job::Sample { .. }) = queued.front() {
+            let Some(Job::Sample { request, reply }) = queued.pop_front() else {
+                unreachable!()
+            };
+            // A client that went away no longer needs its samples.
+            if !reply.is_closed() {
+                jobs.push((request, reply));
+            }
+        }
         if jobs.is_empty() {
             continue;
         }
-        let requests: Vec<Request> = jobs.iter().map(|j| j.request.clone()).collect();
-        let mut engine = Engine::new(model, eos.to_vec()).with_config(EngineConfig {
+        let requests: Vec<Request> = jobs.iter().map(|j| j.0.clone()).collect();
+        let mut engine = Engine::new(&model, eos.to_vec()).with_config(EngineConfig {
             max_batch_rows,
             ..EngineConfig::default()
         });
@@ -111,15 +164,15 @@ fn run(
                 for s in samples {
                     per_job[s.request_index].push(s);
                 }
-                for (job, mut samples) in jobs.into_iter().zip(per_job) {
+                for ((_, reply), mut samples) in jobs.into_iter().zip(per_job) {
                     samples.sort_by_key(|s| s.sample_index);
-                    let _ = job.reply.send(Ok(samples));
+                    let _ = reply.send(Ok(samples));
                 }
             }
             Err(e) => {
                 let msg = format!("{e:#}");
-                for job in jobs {
-                    let _ = job.reply.send(Err(msg.clone()));
+                for (_, reply) in jobs {
+                    let _ = reply.send(Err(msg.clone()));
                 }
             }
         }
