@@ -20,6 +20,7 @@ pub mod draw;
 pub mod engine;
 pub mod params;
 pub mod processors;
+pub mod remote;
 pub mod scheduler;
 pub mod step;
 pub mod stop;

@@ -260,6 +260,17 @@ pub struct RolloutConfig {
     pub min_tokens: usize,
     /// Sequences decoded together by the engine.
     pub max_num_seqs: usize,
+    /// Where rollouts are sampled: `local` (the in-process engine) or `vllm` (one or more
+    /// servers speaking vLLM's `/v1/completions`: vLLM, `temper serve`).
+    pub backend: String,
+    /// The servers of a remote backend, e.g. `["http://127.0.0.1:30000"]`.
+    pub base_urls: Vec<String>,
+    /// `disk`: after each optimizer step the weights are written to `<run>/rollout_weights` and
+    /// every server reloads them; `none`: the servers keep their own weights (off-policy, corrected
+    /// by `algorithm.rollout_correction`).
+    pub weight_sync: String,
+    /// Seconds a remote rollout request may take before it is retried on another server.
+    pub request_timeout_s: u64,
 }
 
 impl Default for RolloutConfig {
@@ -272,6 +283,10 @@ impl Default for RolloutConfig {
             stop: vec![],
             min_tokens: 0,
             max_num_seqs: 256,
+            backend: "local".into(),
+            base_urls: vec![],
+            weight_sync: "disk".into(),
+            request_timeout_s: 600,
         }
     }
 }
@@ -513,6 +528,12 @@ impl Config {
                 "algorithm.filter_groups (DAPO dynamic sampling) does not run data-parallel yet (world size {world})"
             );
         }
+        if self.rollout.backend != "local" {
+            anyhow::bail!(
+                "rollout.backend = {:?} does not run data-parallel yet (world size {world})",
+                self.rollout.backend
+            );
+        }
         Ok(())
     }
 
@@ -532,6 +553,18 @@ impl Config {
             &self.model.dtype,
             &["float32", "bfloat16", "auto"],
         )?;
+        one_of("rollout.backend", &self.rollout.backend, &["local", "vllm"])?;
+        one_of(
+            "rollout.weight_sync",
+            &self.rollout.weight_sync,
+            &["disk", "none"],
+        )?;
+        if self.rollout.backend != "local" && self.rollout.base_urls.is_empty() {
+            bail!(
+                "rollout.backend = {:?} needs rollout.base_urls (e.g. [\"http://127.0.0.1:30000\"])",
+                self.rollout.backend
+            );
+        }
         let d = &self.data;
         if d.task.is_none() && d.train_files.is_empty() {
             bail!("data.train_files is empty and data.task is not set: nothing to train on");

@@ -52,6 +52,8 @@ pub struct Trainer {
     pub stop_after: Option<usize>,
     /// Warnings already shown once (e.g. no response ever ended).
     warned: std::collections::BTreeSet<&'static str>,
+    /// The rollout servers when `rollout.backend` is remote.
+    pub(crate) remote: Option<temper_rollout::remote::RemoteSampler>,
     /// A test seam: called with the parameters between a step's old-logprob pass and its update
     /// (to show that `trainer.check_on_policy` fires when the two passes see different weights).
     #[doc(hidden)]
@@ -112,6 +114,15 @@ impl Trainer {
         // What `model.dtype = "auto"` became on this machine.
         metadata["compute_dtype"] = t.model.compute().to_string().into();
         metadata["kernels"] = t.model.kernel_report().into();
+        if let Some(r) = &t.remote {
+            // Which distribution the rollout logprobs come from: a vLLM server must run with
+            // `--logprobs-mode processed_logprobs` (after temperature) to match temper's.
+            metadata["rollout_backend"] = serde_json::json!({
+                "backend": t.cfg.rollout.backend, "base_urls": t.cfg.rollout.base_urls,
+                "served_model": r.model_name(), "weight_sync": t.cfg.rollout.weight_sync,
+                "logprobs": "processed (after temperature), as vLLM's --logprobs-mode processed_logprobs",
+            });
+        }
         write_json(&t.run.metadata(), &metadata)?;
         Ok(t)
     }
@@ -291,6 +302,16 @@ impl Trainer {
             );
         }
         let total_steps = cfg.total_steps(train.len());
+        let remote = match cfg.rollout.backend.as_str() {
+            "local" => None,
+            _ => Some(
+                temper_rollout::remote::RemoteSampler::connect(
+                    &cfg.rollout.base_urls,
+                    std::time::Duration::from_secs(cfg.rollout.request_timeout_s.max(1)),
+                )
+                .context("rollout.base_urls")?,
+            ),
+        };
         let schedule = LrSchedule::from_optim(&cfg.actor.optim, total_steps)?;
         let params: Vec<(String, tch::Tensor)> = model.trainable_parameters();
         let o = &cfg.actor.optim;
@@ -327,6 +348,7 @@ impl Trainer {
             stop_after: None,
             warned: Default::default(),
             before_update: None,
+            remote,
         })
     }
 
@@ -344,6 +366,8 @@ impl Trainer {
             let m = self.evaluate(0)?;
             self.run.append_metrics(0, &m)?;
         }
+        // The servers start from the trainer's weights (a resumed run's, too).
+        self.sync_rollout_weights()?;
         let bar = self.progress_bar(start_step);
         let mut last = StepMetrics::new();
         let end = match self.stop_after {
@@ -375,6 +399,22 @@ impl Trainer {
         }
         bar.finish();
         Ok(last)
+    }
+
+    /// With a remote rollout backend and `rollout.weight_sync = "disk"`: write the current weights
+    /// (atomically, LoRA merged) to `<run>/rollout_weights` and have every server reload them.
+    pub fn sync_rollout_weights(&self) -> Result<()> {
+        let Some(remote) = &self.remote else {
+            return Ok(());
+        };
+        if self.cfg.rollout.weight_sync != "disk" {
+            return Ok(());
+        }
+        let dir = self.run.root.join("rollout_weights");
+        self.model.save(&dir)?;
+        remote
+            .reload(&dir)
+            .context("rollout.weight_sync = \"disk\"")
     }
 
     pub fn save_checkpoint(&self) -> Result<PathBuf> {

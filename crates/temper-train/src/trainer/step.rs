@@ -102,14 +102,18 @@ impl Trainer {
         if requests.is_empty() {
             return Ok(vec![]);
         }
-        let engine = Engine::new(&self.model, self.eos_ids.clone())
-            .with_decoder(&self.tokenizer)
-            .with_config(EngineConfig {
-                max_batch_rows: self.cfg.rollout.max_num_seqs,
-                seed,
-                ..EngineConfig::default()
-            });
-        let samples = engine.generate(&requests, &mut |_| {})?;
+        // Every request carries its own seed, so a server's engine draws what this one would.
+        let samples = match &self.remote {
+            Some(remote) => remote.generate(&requests)?,
+            None => Engine::new(&self.model, self.eos_ids.clone())
+                .with_decoder(&self.tokenizer)
+                .with_config(EngineConfig {
+                    max_batch_rows: self.cfg.rollout.max_num_seqs,
+                    seed,
+                    ..EngineConfig::default()
+                })
+                .generate(&requests, &mut |_| {})?,
+        };
         let mut groups: Vec<Group> = kept
             .iter()
             .map(|&e| Group {
@@ -536,6 +540,14 @@ impl Trainer {
             }
         }
         m.insert("timing_s/update".into(), t_upd.elapsed().as_secs_f64());
+        if m.get("batch/skipped_update") == Some(&0.0) {
+            let t_sync = Instant::now();
+            self.sync_rollout_weights()?;
+            m.insert(
+                "timing_s/weight_sync".into(),
+                t_sync.elapsed().as_secs_f64(),
+            );
+        }
         let old = match old {
             Some(o) => o,
             None => logprobs_of(&self.model, &self.dist)?, // update skipped: the weights are unchanged
