@@ -287,3 +287,41 @@ fn weights_reload_from_disk_in_both_styles() {
     assert_eq!(status, 400);
     assert_eq!(tokens(&post(&s, &request(7)).1), before);
 }
+
+/// SGLang's `/generate`: the same tokens as the engine for the same seed, logprobs as
+/// `[logprob, id, null]`, a list for n > 1 or several prompts and an object otherwise.
+#[test]
+fn sglang_generate() {
+    let s = start(&[]);
+    let body = json!({"input_ids": PROMPT, "return_logprob": true,
+                      "sampling_params": {"max_new_tokens": 8, "n": 2, "sampling_seed": 7, "temperature": 1.0}});
+    let (status, v) = post_to(&s, "/generate", &body);
+    assert_eq!(status, 200, "{v}");
+    let outs = v.as_array().unwrap();
+    let ids: Vec<Vec<i64>> = outs
+        .iter()
+        .map(|o| serde_json::from_value(o["output_ids"].clone()).unwrap())
+        .collect();
+    assert_eq!(ids, engine_tokens(7));
+    for o in outs {
+        let lps = o["meta_info"]["output_token_logprobs"].as_array().unwrap();
+        assert_eq!(lps.len(), o["output_ids"].as_array().unwrap().len());
+        assert_eq!(lps[0][1], o["output_ids"][0]);
+        assert!(
+            ["stop", "length"].contains(&o["meta_info"]["finish_reason"]["type"].as_str().unwrap())
+        );
+    }
+    let one = json!({"input_ids": PROMPT, "sampling_params": {"max_new_tokens": 3}});
+    let (status, v) = post_to(&s, "/generate", &one);
+    assert_eq!(status, 200, "{v}");
+    assert!(v["output_ids"].is_array(), "{v}");
+    let (status, v) = post_to(&s, "/generate", &json!({"input_ids": [[1, 2], [3, 400]]}));
+    assert_eq!(status, 400);
+    assert!(
+        v["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("input_ids[1][1] = 400"),
+        "{v}"
+    );
+}

@@ -6,12 +6,14 @@
 //!   token-id or text prompts, returning token ids and per-token logprobs) and `/health`.
 //!
 //! - [`reload`]: weight reload from a folder, SGLang's and vLLM's routes.
+//! - [`sglang`]: SGLang's native `/generate`.
 //!
-//! Tinker's `/api/v1/*`, `/v1/chat/completions` and SGLang's `/generate` are to come as modules
-//! of their own on the same worker.
+//! Tinker's `/api/v1/*` and `/v1/chat/completions` are to come as modules of their own on the same
+//! worker.
 
 pub mod openai;
 pub mod reload;
+pub mod sglang;
 pub mod worker;
 
 use std::net::SocketAddr;
@@ -32,7 +34,10 @@ pub struct AppState {
 
 /// The router with every API module.
 pub fn router(state: Arc<AppState>) -> axum::Router {
-    openai::routes().merge(reload::routes()).with_state(state)
+    openai::routes()
+        .merge(reload::routes())
+        .merge(sglang::routes())
+        .with_state(state)
 }
 
 /// Serve until the process is stopped (Ctrl-C ends it cleanly). Binds `addr` (127.0.0.1 unless

@@ -1,0 +1,151 @@
+//! SGLang's native `POST /generate`, as slime and grail call it: `input_ids` (one prompt or a
+//! list), `sampling_params` (`max_new_tokens`, `temperature`, `top_p`, `top_k`, `min_new_tokens`,
+//! `repetition_penalty`, `stop`, `stop_token_ids`, `n`, `sampling_seed`, `ignore_eos`), and
+//! `return_logprob`. Each sample answers `{"text", "output_ids", "meta_info": {"finish_reason":
+//! {"type": "stop" | "length"}, "output_token_logprobs": [[logprob, token_id, null], ...],
+//! "prompt_tokens", "completion_tokens"}}`; a list when several prompts or `n > 1`.
+
+use std::sync::Arc;
+
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::post;
+use axum::{Json, Router};
+use serde_json::{json, Value};
+use temper_rollout::{Finish, Request, SamplingParams};
+
+use crate::openai::{authorized, error};
+use crate::AppState;
+
+pub fn routes() -> Router<Arc<AppState>> {
+    Router::new().route("/generate", post(generate))
+}
+
+async fn generate(
+    State(state): State<Arc<AppState>>,
+    headers: HeaderMap,
+    body: axum::body::Bytes,
+) -> Response {
+    if !authorized(&state, &headers) {
+        return error(StatusCode::UNAUTHORIZED, "missing or wrong API key");
+    }
+    let v: Value = match serde_json::from_slice(&body) {
+        Ok(v) => v,
+        Err(e) => return error(StatusCode::BAD_REQUEST, format!("request body: {e}")),
+    };
+    match run(&state, &v).await {
+        Ok(v) => Json(v).into_response(),
+        Err((code, msg)) => error(code, msg),
+    }
+}
+
+type Failure = (StatusCode, String);
+
+fn bad(msg: impl Into<String>) -> Failure {
+    (StatusCode::BAD_REQUEST, msg.into())
+}
+
+async fn run(state: &AppState, v: &Value) -> Result<Value, Failure> {
+    let (prompts, batched): (Vec<Vec<i64>>, bool) =
+        if let Ok(one) = serde_json::from_value::<Vec<i64>>(v["input_ids"].clone()) {
+            (vec![one], false)
+        } else if let Ok(many) = serde_json::from_value::<Vec<Vec<i64>>>(v["input_ids"].clone()) {
+            (many, true)
+        } else {
+            return Err(bad(
+                "input_ids: expected token ids or a list of token id lists",
+            ));
+        };
+    let vocab = state.worker.vocab_size;
+    for (i, p) in prompts.iter().enumerate() {
+        if p.is_empty() {
+            return Err(bad(format!("input_ids[{i}]: no tokens")));
+        }
+        if let Some((j, t)) = p.iter().enumerate().find(|(_, t)| **t < 0 || **t >= vocab) {
+            return Err(bad(format!(
+                "input_ids[{i}][{j}] = {t}: outside the vocabulary (0..{vocab})"
+            )));
+        }
+    }
+    let sp = &v["sampling_params"];
+    let num = |k: &str, d: f64| -> Result<f64, Failure> {
+        match &sp[k] {
+            Value::Null => Ok(d),
+            x => x
+                .as_f64()
+                .ok_or_else(|| bad(format!("sampling_params.{k}: not a number"))),
+        }
+    };
+    let stop: Vec<String> = match &sp["stop"] {
+        Value::Null => vec![],
+        Value::String(s) => vec![s.clone()],
+        x => serde_json::from_value(x.clone())
+            .map_err(|_| bad("sampling_params.stop: strings expected"))?,
+    };
+    let params = SamplingParams {
+        n: num("n", 1.0)? as usize,
+        temperature: num("temperature", 1.0)?,
+        top_p: num("top_p", 1.0)?,
+        top_k: num("top_k", -1.0)? as i64,
+        min_tokens: num("min_new_tokens", 0.0)? as usize,
+        max_tokens: num("max_new_tokens", 128.0)? as usize,
+        repetition_penalty: num("repetition_penalty", 1.0)?,
+        stop,
+        stop_token_ids: serde_json::from_value(sp["stop_token_ids"].clone()).unwrap_or_default(),
+        ignore_eos: sp["ignore_eos"].as_bool().unwrap_or(false),
+        seed: sp["sampling_seed"].as_u64(),
+        ..SamplingParams::default()
+    };
+    params
+        .validate(Some(vocab as usize))
+        .map_err(|e| bad(format!("sampling_params: {e:#}")))?;
+    let pending: Vec<_> = prompts
+        .iter()
+        .enumerate()
+        .map(|(i, p)| {
+            let params = SamplingParams {
+                seed: params.seed.map(|s| s.wrapping_add(i as u64)),
+                ..params.clone()
+            };
+            state.worker.submit(Request {
+                prompt_ids: p.clone(),
+                params,
+            })
+        })
+        .collect();
+    let with_logprobs = v["return_logprob"].as_bool().unwrap_or(false);
+    let mut out = vec![];
+    for (p, fut) in prompts.iter().zip(pending) {
+        let samples = fut
+            .await
+            .map_err(|e| (StatusCode::INTERNAL_SERVER_ERROR, e))?;
+        for s in samples {
+            let text = state
+                .tokenizer
+                .as_ref()
+                .and_then(|t| t.decode(&s.completion_ids, false).ok())
+                .unwrap_or_default();
+            let kind = match s.finish {
+                Finish::Stop => "stop",
+                Finish::Length => "length",
+            };
+            let mut meta = json!({"finish_reason": {"type": kind, "matched": null},
+                                  "prompt_tokens": p.len(), "completion_tokens": s.completion_ids.len()});
+            if with_logprobs {
+                meta["output_token_logprobs"] = s
+                    .completion_logprobs
+                    .iter()
+                    .zip(&s.completion_ids)
+                    .map(|(lp, id)| json!([lp, id, null]))
+                    .collect();
+            }
+            out.push(json!({"text": text, "output_ids": s.completion_ids, "meta_info": meta}));
+        }
+    }
+    Ok(if batched || params.n > 1 {
+        Value::Array(out)
+    } else {
+        out.remove(0)
+    })
+}
