@@ -4,44 +4,12 @@
 //! server among the base URLs is left out; none answering is an error naming them.
 #[path = "../../temper-train/tests/common/mod.rs"]
 mod common;
+mod serve_util;
 
-use std::io::{BufRead, BufReader};
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
 
 use common::{tiny_config, AsciiFraction};
 use temper_train::trainer::Trainer;
-
-struct Server(Child);
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn serve() -> (Server, String) {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_temper"))
-        .args(["serve", "--model"])
-        .arg(common::tiny_model_dir())
-        .args(["--port", "0"])
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
-    let url = loop {
-        let line = lines
-            .next()
-            .expect("the server exited before listening")
-            .unwrap();
-        if let Some(addr) = line.split(" on ").nth(1) {
-            break addr.trim().to_string();
-        }
-    };
-    std::thread::spawn(move || for _ in lines {});
-    (Server(child), url)
-}
 
 fn rollouts(run: &Path, step: usize) -> Vec<serde_json::Value> {
     std::fs::read_to_string(run.join(format!("rollouts/step_{step}.jsonl")))
@@ -69,7 +37,8 @@ fn train(tag: &str, extra: &[&str]) -> (std::path::PathBuf, Vec<(String, tch::Te
 
 #[test]
 fn served_rollouts_equal_local_ones() {
-    let (_server, url) = serve();
+    let server = serve_util::start(&common::tiny_model_dir(), &[]);
+    let url = server.url.clone();
     // A dead server first: it is left out at connect time.
     let dead = {
         let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();

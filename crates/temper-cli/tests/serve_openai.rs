@@ -5,49 +5,17 @@
 //! requests get a 400 naming the field. The server is stopped at the end, whatever happens.
 #[path = "../../temper-train/tests/common/mod.rs"]
 mod common;
-
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
+mod serve_util;
 
 use serde_json::{json, Value};
+use serve_util::Server;
 use temper_model::{CausalLm, ComputeKind, GenerationConfig, Tokenizer};
 use temper_rollout::{Engine, Request, SamplingParams};
 
-struct Server {
-    child: Child,
-    url: String,
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 fn start(extra: &[&str]) -> Server {
-    let dir = common::tiny_model_dir();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_temper"))
-        .args(["serve", "--model"])
-        .arg(&dir)
-        .args(["--port", "0", "--served-model-name", "tiny"])
-        .args(extra)
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
-    let url = loop {
-        let line = lines
-            .next()
-            .expect("the server exited before listening")
-            .unwrap();
-        if let Some(addr) = line.split(" on ").nth(1) {
-            break addr.trim().to_string();
-        }
-    };
-    // Keep draining stderr so the server never blocks on a full pipe.
-    std::thread::spawn(move || for _ in lines {});
-    Server { child, url }
+    let mut args = vec!["--served-model-name", "tiny"];
+    args.extend(extra);
+    serve_util::start(&common::tiny_model_dir(), &args)
 }
 
 fn post(s: &Server, body: &Value) -> (u16, Value) {

@@ -13,6 +13,7 @@
 
 pub mod openai;
 pub mod reload;
+pub mod reply;
 pub mod sglang;
 pub mod worker;
 

@@ -14,6 +14,7 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 use temper_rollout::{Finish, Request, SamplingParams};
 
+use crate::reply::{authorized, bad, check_prompts, error, handle, Failure};
 use crate::AppState;
 
 pub fn routes() -> Router<Arc<AppState>> {
@@ -23,30 +24,7 @@ pub fn routes() -> Router<Arc<AppState>> {
         .route("/v1/completions", post(completions))
 }
 
-pub(crate) fn error(code: StatusCode, message: impl Into<String>) -> Response {
-    let kind = if code == StatusCode::UNAUTHORIZED {
-        "AuthenticationError"
-    } else if code.is_client_error() {
-        "BadRequestError"
-    } else {
-        "InternalServerError"
-    };
-    let body = json!({"object": "error", "message": message.into(), "type": kind, "param": null,
-                      "code": code.as_u16()});
-    (code, Json(body)).into_response()
-}
-
-pub(crate) fn authorized(state: &AppState, headers: &HeaderMap) -> bool {
-    match &state.api_key {
-        None => true,
-        Some(key) => headers
-            .get("authorization")
-            .and_then(|v| v.to_str().ok())
-            .is_some_and(|v| v.strip_prefix("Bearer ") == Some(key.as_str())),
-    }
-}
-
-async fn models(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Response {
+pub(crate) async fn models(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Response {
     if !authorized(&state, &headers) {
         return error(StatusCode::UNAUTHORIZED, "missing or wrong API key");
     }
@@ -114,23 +92,7 @@ async fn completions(
     headers: HeaderMap,
     body: axum::body::Bytes,
 ) -> Response {
-    if !authorized(&state, &headers) {
-        return error(StatusCode::UNAUTHORIZED, "missing or wrong API key");
-    }
-    let req: CompletionRequest = match serde_json::from_slice(&body) {
-        Ok(r) => r,
-        Err(e) => return error(StatusCode::BAD_REQUEST, format!("request body: {e}")),
-    };
-    match complete(&state, req).await {
-        Ok(v) => Json(v).into_response(),
-        Err((code, msg)) => error(code, msg),
-    }
-}
-
-type Failure = (StatusCode, String);
-
-fn bad(msg: impl Into<String>) -> Failure {
-    (StatusCode::BAD_REQUEST, msg.into())
+    handle(&state, &headers, &body, |req| complete(&state, req)).await
 }
 
 async fn complete(state: &AppState, req: CompletionRequest) -> Result<Value, Failure> {
@@ -165,20 +127,8 @@ async fn complete(state: &AppState, req: CompletionRequest) -> Result<Value, Fai
         Prompt::Text(t) => vec![encode(t)?],
         Prompt::ManyTexts(ts) => ts.iter().map(|t| encode(t)).collect::<Result<_, _>>()?,
     };
-    if prompts.is_empty() {
-        return Err(bad("prompt: empty"));
-    }
+    check_prompts(&prompts, state.worker.vocab_size, "prompt")?;
     let vocab = state.worker.vocab_size;
-    for (i, p) in prompts.iter().enumerate() {
-        if p.is_empty() {
-            return Err(bad(format!("prompt[{i}]: no tokens")));
-        }
-        if let Some((j, t)) = p.iter().enumerate().find(|(_, t)| **t < 0 || **t >= vocab) {
-            return Err(bad(format!(
-                "prompt[{i}][{j}] = {t}: outside the vocabulary (0..{vocab})"
-            )));
-        }
-    }
     let stop = match &req.stop {
         None => vec![],
         Some(Stop::One(s)) => vec![s.clone()],

@@ -13,7 +13,7 @@ use axum::routing::post;
 use axum::{Json, Router};
 use serde_json::{json, Value};
 
-use crate::openai::{authorized, error};
+use crate::reply::{authorized, error};
 use crate::AppState;
 
 pub fn routes() -> Router<Arc<AppState>> {

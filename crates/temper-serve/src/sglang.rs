@@ -9,13 +9,13 @@ use std::sync::Arc;
 
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
-use axum::response::{IntoResponse, Response};
+use axum::response::Response;
 use axum::routing::post;
-use axum::{Json, Router};
+use axum::Router;
 use serde_json::{json, Value};
 use temper_rollout::{Finish, Request, SamplingParams};
 
-use crate::openai::{authorized, error};
+use crate::reply::{bad, check_prompts, handle, Failure};
 use crate::AppState;
 
 pub fn routes() -> Router<Arc<AppState>> {
@@ -27,23 +27,11 @@ async fn generate(
     headers: HeaderMap,
     body: axum::body::Bytes,
 ) -> Response {
-    if !authorized(&state, &headers) {
-        return error(StatusCode::UNAUTHORIZED, "missing or wrong API key");
-    }
-    let v: Value = match serde_json::from_slice(&body) {
-        Ok(v) => v,
-        Err(e) => return error(StatusCode::BAD_REQUEST, format!("request body: {e}")),
-    };
-    match run(&state, &v).await {
-        Ok(v) => Json(v).into_response(),
-        Err((code, msg)) => error(code, msg),
-    }
-}
-
-type Failure = (StatusCode, String);
-
-fn bad(msg: impl Into<String>) -> Failure {
-    (StatusCode::BAD_REQUEST, msg.into())
+    let state = &state;
+    handle(state, &headers, &body, |v: Value| async move {
+        run(state, &v).await
+    })
+    .await
 }
 
 async fn run(state: &AppState, v: &Value) -> Result<Value, Failure> {
@@ -58,16 +46,7 @@ async fn run(state: &AppState, v: &Value) -> Result<Value, Failure> {
             ));
         };
     let vocab = state.worker.vocab_size;
-    for (i, p) in prompts.iter().enumerate() {
-        if p.is_empty() {
-            return Err(bad(format!("input_ids[{i}]: no tokens")));
-        }
-        if let Some((j, t)) = p.iter().enumerate().find(|(_, t)| **t < 0 || **t >= vocab) {
-            return Err(bad(format!(
-                "input_ids[{i}][{j}] = {t}: outside the vocabulary (0..{vocab})"
-            )));
-        }
-    }
+    check_prompts(&prompts, vocab, "input_ids")?;
     let sp = &v["sampling_params"];
     let num = |k: &str, d: f64| -> Result<f64, Failure> {
         match &sp[k] {

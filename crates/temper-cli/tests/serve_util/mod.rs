@@ -1,0 +1,42 @@
+//! Starting `temper serve` for a test: a real process on 127.0.0.1 and a free port, stopped when
+//! the handle is dropped (also when the test fails).
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+
+pub struct Server {
+    child: Child,
+    pub url: String,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// `temper serve --model MODEL --port 0 EXTRA...`, once it listens.
+pub fn start(model: &Path, extra: &[&str]) -> Server {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_temper"))
+        .args(["serve", "--model"])
+        .arg(model)
+        .args(["--port", "0"])
+        .args(extra)
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+    let url = loop {
+        let line = lines
+            .next()
+            .expect("the server exited before listening")
+            .unwrap();
+        if let Some(addr) = line.split(" on ").nth(1) {
+            break addr.trim().to_string();
+        }
+    };
+    // Keep draining stderr so the server never blocks on a full pipe.
+    std::thread::spawn(move || for _ in lines {});
+    Server { child, url }
+}

@@ -1,0 +1,82 @@
+//! What every API module shares: the API-key check, vLLM-style error replies, and the
+//! handler shape "authorize, parse the JSON body, run, answer JSON or an error naming the field".
+
+use std::future::Future;
+
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use serde::de::DeserializeOwned;
+use serde_json::{json, Value};
+
+use crate::AppState;
+
+/// A refused request: the status and a message naming the field.
+pub type Failure = (StatusCode, String);
+
+pub fn bad(msg: impl Into<String>) -> Failure {
+    (StatusCode::BAD_REQUEST, msg.into())
+}
+
+/// vLLM's error body: `{"object": "error", "message", "type", "param", "code"}`.
+pub fn error(code: StatusCode, message: impl Into<String>) -> Response {
+    let kind = if code == StatusCode::UNAUTHORIZED {
+        "AuthenticationError"
+    } else if code.is_client_error() {
+        "BadRequestError"
+    } else {
+        "InternalServerError"
+    };
+    let body = json!({"object": "error", "message": message.into(), "type": kind, "param": null,
+                      "code": code.as_u16()});
+    (code, Json(body)).into_response()
+}
+
+pub fn authorized(state: &AppState, headers: &HeaderMap) -> bool {
+    match &state.api_key {
+        None => true,
+        Some(key) => headers
+            .get("authorization")
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| v.strip_prefix("Bearer ") == Some(key.as_str())),
+    }
+}
+
+/// Authorize, parse `body` as `T`, run `f`, and answer its JSON or its failure.
+pub async fn handle<T, F, Fut>(state: &AppState, headers: &HeaderMap, body: &[u8], f: F) -> Response
+where
+    T: DeserializeOwned,
+    F: FnOnce(T) -> Fut,
+    Fut: Future<Output = Result<Value, Failure>>,
+{
+    if !authorized(state, headers) {
+        return error(StatusCode::UNAUTHORIZED, "missing or wrong API key");
+    }
+    let req: T = match serde_json::from_slice(body) {
+        Ok(r) => r,
+        Err(e) => return error(StatusCode::BAD_REQUEST, format!("request body: {e}")),
+    };
+    match f(req).await {
+        Ok(v) => Json(v).into_response(),
+        Err((code, msg)) => error(code, msg),
+    }
+}
+
+/// Every prompt non-empty and every token id in the vocabulary; `field` names them
+/// (`prompt`, `input_ids`).
+pub fn check_prompts(prompts: &[Vec<i64>], vocab: i64, field: &str) -> Result<(), Failure> {
+    if prompts.is_empty() {
+        return Err(bad(format!("{field}: empty")));
+    }
+    for (i, p) in prompts.iter().enumerate() {
+        if p.is_empty() {
+            return Err(bad(format!("{field}[{i}]: no tokens")));
+        }
+        if let Some((j, t)) = p.iter().enumerate().find(|(_, t)| **t < 0 || **t >= vocab) {
+            return Err(bad(format!(
+                "{field}[{i}][{j}] = {t}: outside the vocabulary (0..{vocab})"
+            )));
+        }
+    }
+    Ok(())
+}
