@@ -5,6 +5,7 @@ mod eval;
 mod partition;
 mod stats;
 mod step;
+mod update;
 
 pub use batch::Batch;
 pub use stats::StepMetrics;

@@ -1,7 +1,7 @@
 //! One training step: generate, score, build the batch, recompute old/ref logprobs, compute
 //! advantages, update the policy.
 use super::batch::{to_rows, Batch};
-use super::partition::{MiniBatch, Partition};
+use super::partition::Partition;
 use super::stats::{put_mmm, MetricAcc, StepMetrics};
 use super::Trainer;
 use crate::data::Example;
@@ -583,151 +583,6 @@ impl Trainer {
         Ok(m)
     }
 
-    #[allow(clippy::too_many_arguments)]
-    fn update(
-        &mut self,
-        step: usize,
-        batch: &Batch,
-        partition: &Partition,
-        first: Vec<MiniBatch>,
-        old: Option<&Tensor>,
-        reference: Option<&Tensor>,
-        advantages: &Tensor,
-        response_mask: &Tensor,
-        is_weights: Option<&Tensor>,
-        lr: f64,
-        m: &mut StepMetrics,
-    ) -> Result<Option<Tensor>> {
-        const ADDITIVE: [&str; 3] = ["actor/pg_loss", "actor/entropy", "actor/kl_loss"];
-        let temperature = self.cfg.rollout.temperature;
-        // Without precomputed old log-probs, the first update's own (detached) ones are recorded.
-        let mut recorded = Tensor::zeros(
-            [batch.rows as i64, batch.response_len],
-            (Kind::Float, self.model.device()),
-        );
-        let mut acc = MetricAcc::default();
-        let mut grad_norms = Vec::new();
-        let mut skipped = 0;
-        let mut first = Some(first);
-        for epoch in 0..self.cfg.actor.ppo_epochs {
-            let parts = match first.take() {
-                Some(p) => p,
-                None => partition.parts(epoch),
-            };
-            for (mb_i, mb) in parts.iter().enumerate() {
-                // The loss normalises by the whole mini-batch (every rank's rows).
-                let ctx = self
-                    .loss_cfg
-                    .context(&[&Batch::rows_of(response_mask, &mb.all)])?;
-                let masks: Vec<Tensor> = mb
-                    .mine
-                    .iter()
-                    .map(|idx| Batch::rows_of(response_mask, idx))
-                    .collect();
-                let mut additive: BTreeMap<&str, f64> = BTreeMap::new();
-                for (idx, mask) in mb.mine.iter().zip(&masks) {
-                    let (logp, ent) = batch.response_logprobs(&self.model, idx, temperature)?;
-                    let ent = if self.loss_cfg.entropy_coeff != 0.0 {
-                        ent
-                    } else {
-                        ent.detach()
-                    };
-                    let old_mb = match old {
-                        Some(o) => Batch::rows_of(o, idx),
-                        None => {
-                            let d = logp.detach();
-                            let _ = recorded.index_copy_(
-                                0,
-                                &Tensor::from_slice(idx).to(d.device()),
-                                &d,
-                            );
-                            d
-                        }
-                    };
-                    let adv_mb = Batch::rows_of(advantages, idx);
-                    let ref_mb = reference.map(|r| Batch::rows_of(r, idx));
-                    let w_mb = is_weights.map(|w| Batch::rows_of(w, idx));
-                    let out = temper_algo::actor_loss(
-                        &self.loss_cfg,
-                        &temper_algo::ActorLossInput {
-                            log_prob: &logp,
-                            old_log_prob: Some(&old_mb),
-                            ref_log_prob: ref_mb.as_ref(),
-                            advantages: &adv_mb,
-                            response_mask: mask,
-                            entropy: Some(&ent),
-                            rollout_is_weights: w_mb.as_ref(),
-                        },
-                        &ctx,
-                    )?;
-                    if self.cfg.trainer.check_on_policy && epoch == 0 && mb_i == 0 {
-                        let valid = Batch::rows_of(&batch.response_mask, idx);
-                        check_reproduces(step, &logp, &old_mb, &valid)?;
-                    }
-                    out.loss.backward();
-                    let tokens = mask.sum(Kind::Double).double_value(&[]);
-                    for (k, v) in out.metrics {
-                        if ADDITIVE.contains(&k) {
-                            *additive.entry(k).or_insert(0.0) += v;
-                        } else {
-                            acc.add(k, v, tokens);
-                        }
-                    }
-                }
-                for (k, v) in additive {
-                    acc.add(k, v, 1.0);
-                }
-                self.dist
-                    .all_reduce_grads(&self.params, GRAD_BUCKET_BYTES)?;
-                let norm = crate::optim::clip_grad_norm(&self.params, self.cfg.actor.grad_clip);
-                grad_norms.push(norm);
-                if norm.is_finite() {
-                    self.optimizer.lr = lr;
-                    self.optimizer.step(&self.params)?;
-                } else {
-                    eprintln!(
-                        "warning: step {step}: grad norm is {norm}; skipping this optimizer step"
-                    );
-                    skipped += 1;
-                }
-                tch::no_grad(|| {
-                    for (_, p) in &self.params {
-                        let mut g = p.grad();
-                        if g.defined() {
-                            let _ = g.zero_();
-                        }
-                    }
-                });
-            }
-        }
-        acc.all_reduce(&self.dist, &ADDITIVE)?;
-        acc.finish(m);
-        let finite: Vec<f64> = grad_norms
-            .iter()
-            .copied()
-            .filter(|g| g.is_finite())
-            .collect();
-        m.insert(
-            "actor/grad_norm".into(),
-            if finite.is_empty() {
-                f64::NAN
-            } else {
-                finite.iter().sum::<f64>() / finite.len() as f64
-            },
-        );
-        m.insert(
-            "actor/optimizer_steps".into(),
-            (grad_norms.len() - skipped) as f64,
-        );
-        m.insert("actor/nonfinite_grad_steps".into(), skipped as f64);
-        if old.is_some() {
-            return Ok(None);
-        }
-        // Each rank recorded its own rows.
-        self.dist.sum_tensor(&recorded)?;
-        Ok(Some(recorded))
-    }
-
     fn write_rollouts(
         &self,
         step: usize,
@@ -768,29 +623,5 @@ impl Trainer {
     }
 }
 
-/// Rows of a batch cut into mini-batches (one optimizer step each) and micro-batches (one
-/// forward/backward each), in a seeded order per epoch when `actor.shuffle`.
-/// Gradients are summed over data-parallel ranks in flat buckets of this size (DDP's default).
-const GRAD_BUCKET_BYTES: usize = 25 << 20;
-
 /// Salt of the training sampling seeds (evaluation uses another).
 const TRAIN_SEED_SALT: u64 = 0x0074_7261_696e;
-
-/// `trainer.check_on_policy`: the first mini-batch's training forward (weights not yet updated)
-/// must reproduce the separate no-grad old-logprob pass bitwise on every valid token.
-fn check_reproduces(step: usize, logp: &Tensor, old: &Tensor, valid: &Tensor) -> Result<()> {
-    let valid = valid.gt(0.0);
-    let logp = logp.detach().masked_select(&valid);
-    let old = old.masked_select(&valid);
-    let differ = logp.ne_tensor(&old).sum(Kind::Int64).int64_value(&[]);
-    if differ > 0 {
-        let max = (&logp - &old).abs().max().double_value(&[]);
-        bail!(
-            "trainer.check_on_policy: step {step}, first update: the training forward differs from the old-logprob \
-             pass on {differ} of {} tokens (max |diff| {max:e}); expected bitwise equality (same weights, same \
-             micro-batches); see docs/training.md for the settings that guarantee it",
-            logp.numel()
-        );
-    }
-    Ok(())
-}
