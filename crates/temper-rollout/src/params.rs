@@ -165,6 +165,16 @@ pub enum Finish {
     Length,
 }
 
+impl Finish {
+    /// The OpenAI / vLLM / Tinker name: `stop` or `length` (also its serde name).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Finish::Stop => "stop",
+            Finish::Length => "length",
+        }
+    }
+}
+
 /// The exact condition that ended a `Finish::Stop` sample.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]

@@ -12,7 +12,7 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use serde::Deserialize;
 use serde_json::{json, Value};
-use temper_rollout::{Finish, Request, SamplingParams};
+use temper_rollout::SamplingParams;
 
 use crate::reply::{authorized, bad, check_prompts, error, handle, Failure};
 use crate::AppState;
@@ -152,26 +152,9 @@ async fn complete(state: &AppState, req: CompletionRequest) -> Result<Value, Fai
         .validate(Some(vocab as usize))
         .map_err(|e| bad(format!("{e:#}")))?;
     let skip_special = req.skip_special_tokens.unwrap_or(true);
-    // Each prompt is its own engine request; with one seed, prompt i uses seed + i (as vLLM
-    // gives every prompt of a batch the request's seed, they would otherwise repeat each other).
     let mut choices = vec![];
     let (mut prompt_tokens, mut completion_tokens) = (0, 0);
-    let jobs = prompts.iter().enumerate().map(|(i, p)| {
-        let params = SamplingParams {
-            seed: req.seed.map(|s| s.wrapping_add(i as u64)),
-            ..params.clone()
-        };
-        state.worker.submit(Request {
-            prompt_ids: p.clone(),
-            params,
-        })
-    });
-    // Every prompt is queued before the first is awaited, so they share the worker's batches.
-    let pending: Vec<_> = jobs.collect();
-    let mut results = Vec::with_capacity(pending.len());
-    for p in pending {
-        results.push(p.await);
-    }
+    let results = state.worker.generate_all(&prompts, &params).await;
     for (i, (prompt, result)) in prompts.iter().zip(results).enumerate() {
         let samples = result.map_err(|e| (StatusCode::INTERNAL_SERVER_ERROR, e))?;
         prompt_tokens += prompt.len();
@@ -183,10 +166,7 @@ async fn complete(state: &AppState, req: CompletionRequest) -> Result<Value, Fai
                     .unwrap_or_default(),
                 None => String::new(),
             };
-            let finish = match s.finish {
-                Finish::Stop => "stop",
-                Finish::Length => "length",
-            };
+            let finish = s.finish.as_str();
             let logprobs = req.logprobs.map(|_| {
                 let tokens: Vec<String> = s.completion_ids.iter().map(|t| format!("token_id:{t}")).collect();
                 json!({"token_logprobs": s.completion_logprobs, "tokens": tokens, "top_logprobs": null, "text_offset": null})

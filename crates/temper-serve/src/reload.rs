@@ -6,14 +6,15 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use axum::body::Bytes;
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
-use axum::response::{IntoResponse, Response};
+use axum::response::Response;
 use axum::routing::post;
-use axum::{Json, Router};
+use axum::Router;
 use serde_json::{json, Value};
 
-use crate::reply::{authorized, error};
+use crate::reply::{bad, handle, Failure};
 use crate::AppState;
 
 pub fn routes() -> Router<Arc<AppState>> {
@@ -24,63 +25,46 @@ pub fn routes() -> Router<Arc<AppState>> {
         .route("/flush_cache", post(|| async { StatusCode::OK }))
 }
 
-async fn reload(state: &AppState, dir: Option<&str>, field: &str) -> Result<(), Response> {
+async fn reload(state: &AppState, dir: Option<&str>, field: &str) -> Result<(), Failure> {
     let Some(dir) = dir else {
-        return Err(error(StatusCode::BAD_REQUEST, format!("{field}: missing")));
+        return Err(bad(format!("{field}: missing")));
     };
     let dir = PathBuf::from(dir);
     if !dir.is_dir() {
-        return Err(error(
-            StatusCode::BAD_REQUEST,
-            format!("{field}: {} is not a folder", dir.display()),
-        ));
+        return Err(bad(format!("{field}: {} is not a folder", dir.display())));
     }
     state
         .worker
         .reload(dir)
         .await
-        .map_err(|e| error(StatusCode::BAD_REQUEST, format!("{field}: {e}")))
+        .map_err(|e| bad(format!("{field}: {e}")))
 }
 
-async fn sglang(
-    State(state): State<Arc<AppState>>,
-    headers: HeaderMap,
-    body: Json<Value>,
-) -> Response {
-    if !authorized(&state, &headers) {
-        return error(StatusCode::UNAUTHORIZED, "missing or wrong API key");
-    }
-    match reload(&state, body["model_path"].as_str(), "model_path").await {
-        Ok(()) => Json(json!({"success": true, "message": "weights reloaded"})).into_response(),
-        Err(r) => r,
-    }
-}
-
-async fn vllm(
-    State(state): State<Arc<AppState>>,
-    headers: HeaderMap,
-    body: Json<Value>,
-) -> Response {
-    if !authorized(&state, &headers) {
-        return error(StatusCode::UNAUTHORIZED, "missing or wrong API key");
-    }
-    match body["method"].as_str() {
-        Some("reload_weights") => {}
-        other => {
-            return error(
-                StatusCode::BAD_REQUEST,
-                format!("method: {other:?} is not supported (reload_weights is)"),
-            )
-        }
-    }
-    match reload(
-        &state,
-        body["kwargs"]["weights_path"].as_str(),
-        "kwargs.weights_path",
-    )
+async fn sglang(State(state): State<Arc<AppState>>, headers: HeaderMap, body: Bytes) -> Response {
+    let state = &state;
+    handle(state, &headers, &body, |v: Value| async move {
+        reload(state, v["model_path"].as_str(), "model_path").await?;
+        Ok(json!({"success": true, "message": "weights reloaded"}))
+    })
     .await
-    {
-        Ok(()) => Json(json!({"results": [null]})).into_response(),
-        Err(r) => r,
-    }
+}
+
+async fn vllm(State(state): State<Arc<AppState>>, headers: HeaderMap, body: Bytes) -> Response {
+    let state = &state;
+    handle(state, &headers, &body, |v: Value| async move {
+        if v["method"].as_str() != Some("reload_weights") {
+            return Err(bad(format!(
+                "method: {:?} is not supported (reload_weights is)",
+                v["method"].as_str()
+            )));
+        }
+        reload(
+            state,
+            v["kwargs"]["weights_path"].as_str(),
+            "kwargs.weights_path",
+        )
+        .await?;
+        Ok(json!({"results": [null]}))
+    })
+    .await
 }

@@ -13,7 +13,7 @@ use axum::response::Response;
 use axum::routing::post;
 use axum::Router;
 use serde_json::{json, Value};
-use temper_rollout::{Finish, Request, SamplingParams};
+use temper_rollout::SamplingParams;
 
 use crate::reply::{bad, check_prompts, handle, Failure};
 use crate::AppState;
@@ -79,36 +79,18 @@ async fn run(state: &AppState, v: &Value) -> Result<Value, Failure> {
     params
         .validate(Some(vocab as usize))
         .map_err(|e| bad(format!("sampling_params: {e:#}")))?;
-    let pending: Vec<_> = prompts
-        .iter()
-        .enumerate()
-        .map(|(i, p)| {
-            let params = SamplingParams {
-                seed: params.seed.map(|s| s.wrapping_add(i as u64)),
-                ..params.clone()
-            };
-            state.worker.submit(Request {
-                prompt_ids: p.clone(),
-                params,
-            })
-        })
-        .collect();
+    let results = state.worker.generate_all(&prompts, &params).await;
     let with_logprobs = v["return_logprob"].as_bool().unwrap_or(false);
     let mut out = vec![];
-    for (p, fut) in prompts.iter().zip(pending) {
-        let samples = fut
-            .await
-            .map_err(|e| (StatusCode::INTERNAL_SERVER_ERROR, e))?;
+    for (p, result) in prompts.iter().zip(results) {
+        let samples = result.map_err(|e| (StatusCode::INTERNAL_SERVER_ERROR, e))?;
         for s in samples {
             let text = state
                 .tokenizer
                 .as_ref()
                 .and_then(|t| t.decode(&s.completion_ids, false).ok())
                 .unwrap_or_default();
-            let kind = match s.finish {
-                Finish::Stop => "stop",
-                Finish::Length => "length",
-            };
+            let kind = s.finish.as_str();
             let mut meta = json!({"finish_reason": {"type": kind, "matched": null},
                                   "prompt_tokens": p.len(), "completion_tokens": s.completion_ids.len()});
             if with_logprobs {

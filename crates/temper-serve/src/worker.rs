@@ -8,7 +8,7 @@ use std::sync::mpsc;
 
 use anyhow::{Context, Result};
 use temper_model::{CausalLm, ComputeKind, GenerationConfig, Tokenizer};
-use temper_rollout::{Engine, EngineConfig, Request, Sample};
+use temper_rollout::{Engine, EngineConfig, Request, Sample, SamplingParams};
 
 /// One queued request and where its samples go, or a weight reload.
 enum Job {
@@ -88,6 +88,35 @@ impl Worker {
 }
 
 impl Worker {
+    /// One engine request per prompt, all queued before any is awaited (so they share the
+    /// worker's batches); the samples per prompt, in prompt order. With a seed, prompt i uses
+    /// seed + i: given one seed for a batch of prompts, they would otherwise repeat each other.
+    pub async fn generate_all(
+        &self,
+        prompts: &[Vec<i64>],
+        params: &SamplingParams,
+    ) -> Vec<Result<Vec<Sample>, String>> {
+        let pending: Vec<_> = prompts
+            .iter()
+            .enumerate()
+            .map(|(i, p)| {
+                let params = SamplingParams {
+                    seed: params.seed.map(|s| s.wrapping_add(i as u64)),
+                    ..params.clone()
+                };
+                self.submit(Request {
+                    prompt_ids: p.clone(),
+                    params,
+                })
+            })
+            .collect();
+        let mut results = Vec::with_capacity(pending.len());
+        for p in pending {
+            results.push(p.await);
+        }
+        results
+    }
+
     /// Replace the weights by those of the HF folder `dir`, between two waves of sampling (every
     /// request queued before is served with the old weights, every one after with the new).
     /// The folder is read whole before anything changes: a missing or half-written file, or

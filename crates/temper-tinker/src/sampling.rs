@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{bail, Context, Result};
 use tch::{Device, Tensor};
 use temper_model::{position_ids_from_mask, CausalLm, GenerationConfig, Tokenizer};
-use temper_rollout::{Engine, EngineConfig, Finish, Request, SamplingParams};
+use temper_rollout::{Engine, EngineConfig, Request, SamplingParams};
 
 /// Tinker's `SamplingParams`.
 #[derive(Debug, Clone, PartialEq)]
@@ -124,10 +124,7 @@ impl SamplingModel {
             .map(|s| SampledSequence {
                 tokens: s.completion_ids,
                 logprobs: s.completion_logprobs,
-                stop_reason: match s.finish {
-                    Finish::Stop => "stop",
-                    Finish::Length => "length",
-                },
+                stop_reason: s.finish.as_str(),
             })
             .collect())
     }

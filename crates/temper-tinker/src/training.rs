@@ -6,7 +6,7 @@ use anyhow::Result;
 use tch::{Kind, Tensor};
 use temper_algo::TinkerLoss;
 use temper_model::{position_ids_from_mask, CausalLm};
-use temper_train::optim::{clip_grad_norm, AdamW};
+use temper_train::optim::{clip_grad_norm, zero_grad, AdamW};
 
 /// Tinker's `AdamParams` (the SDK's defaults, which differ from torch's: beta2 0.95, eps 1e-12).
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -99,14 +99,7 @@ impl TrainingModel {
         self.optimizer.eps = p.eps;
         self.optimizer.weight_decay = p.weight_decay;
         self.optimizer.step(&self.params)?;
-        tch::no_grad(|| {
-            for (_, p) in &self.params {
-                let mut g = p.grad();
-                if g.defined() {
-                    let _ = g.zero_();
-                }
-            }
-        });
+        zero_grad(&self.params);
         Ok(norm)
     }
 

@@ -27,3 +27,15 @@ pub fn clip_grad_norm(params: &[(String, Tensor)], max_norm: f64) -> f64 {
         total.double_value(&[])
     })
 }
+
+/// Zero every defined gradient in place (`optimizer.zero_grad(set_to_none=False)`), after a step.
+pub fn zero_grad(params: &[(String, Tensor)]) {
+    tch::no_grad(|| {
+        for (_, p) in params {
+            let mut g = p.grad();
+            if g.defined() {
+                let _ = g.zero_();
+            }
+        }
+    });
+}

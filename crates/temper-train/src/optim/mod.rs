@@ -4,5 +4,5 @@ mod clip;
 mod schedule;
 
 pub use adamw::AdamW;
-pub use clip::clip_grad_norm;
+pub use clip::{clip_grad_norm, zero_grad};
 pub use schedule::{LrSchedule, ScheduleKind};

@@ -122,14 +122,7 @@ impl Trainer {
                     );
                     skipped += 1;
                 }
-                tch::no_grad(|| {
-                    for (_, p) in &self.params {
-                        let mut g = p.grad();
-                        if g.defined() {
-                            let _ = g.zero_();
-                        }
-                    }
-                });
+                crate::optim::zero_grad(&self.params);
             }
         }
         acc.all_reduce(&self.dist, &ADDITIVE)?;
