@@ -5,7 +5,7 @@
 //! folder's, and the sampler's merged weights give the training forward's numbers.
 mod common;
 
-use common::{run_tool, scratch};
+use common::{max_abs_diff, run_tool, scratch};
 use tch::{Device, Kind, Tensor};
 use temper_model::{position_ids_from_mask, CausalLm, ComputeKind, LoraConfig, ModelConfig};
 
@@ -30,16 +30,6 @@ fn logprobs(model: &CausalLm, sampler: bool) -> Vec<Vec<f64>> {
             Vec::<f64>::try_from(lp.narrow(1, 0, n).reshape([-1]).to_kind(Kind::Double)).unwrap()
         })
         .collect()
-}
-
-fn max_diff(a: &[Vec<f64>], b: &[Vec<f64>]) -> f64 {
-    a.iter()
-        .zip(b)
-        .flat_map(|(x, y)| {
-            assert_eq!(x.len(), y.len());
-            x.iter().zip(y).map(|(p, q)| (p - q).abs())
-        })
-        .fold(0.0, f64::max)
 }
 
 #[test]
@@ -94,7 +84,7 @@ fn lora_matches_peft_and_the_merged_folder() {
     });
     let ours = logprobs(&model, false);
     assert!(
-        max_diff(&ours, &before) > 1e-3,
+        max_abs_diff(&ours, &before) > 1e-3,
         "the adapter changed nothing"
     );
     let adapter_dir = dir.join("adapter");
@@ -114,15 +104,15 @@ fn lora_matches_peft_and_the_merged_folder() {
     let v: serde_json::Value = serde_json::from_str(&out).unwrap();
     let read = |k: &str| -> Vec<Vec<f64>> { serde_json::from_value(v[k].clone()).unwrap() };
     let (peft, merged) = (read("peft"), read("merged"));
-    let (dp, dm) = (max_diff(&ours, &peft), max_diff(&ours, &merged));
+    let (dp, dm) = (max_abs_diff(&ours, &peft), max_abs_diff(&ours, &merged));
     assert!(dp < 1e-5, "temper vs peft: max |logprob diff| {dp:e}");
     assert!(dm < 1e-5, "temper vs merged folder in transformers: {dm:e}");
     // The sampler runs the merged weights.
-    let ds = max_diff(&ours, &logprobs(&model, true));
+    let ds = max_abs_diff(&ours, &logprobs(&model, true));
     assert!(ds < 1e-5, "sampler vs training forward: {ds:e}");
     // The merged folder loads back into temper as a plain model with the same numbers.
     let reloaded = CausalLm::load(&merged_dir, Device::Cpu, ComputeKind::F32).unwrap();
-    assert!(max_diff(&ours, &logprobs(&reloaded, false)) < 1e-5);
+    assert!(max_abs_diff(&ours, &logprobs(&reloaded, false)) < 1e-5);
 }
 
 fn logprobs_tensor(model: &CausalLm) -> Tensor {
