@@ -5,12 +5,13 @@
 //! - [`openai`]: the OpenAI-compatible surface vLLM serves (`/v1/models`, `/v1/completions` with
 //!   token-id or text prompts, returning token ids and per-token logprobs) and `/health`.
 //!
-//! - [`reload`]: weight reload from a folder, SGLang's and vLLM's routes.
+//! - [`chat`]: `/v1/chat/completions`, through the model's chat template.
+//! - [`reload`]: weight reload from a folder: SGLang's and vLLM's routes, and temper's own.
 //! - [`sglang`]: SGLang's native `/generate`.
 //!
-//! Tinker's `/api/v1/*` and `/v1/chat/completions` are to come as modules of their own on the same
-//! worker.
+//! Tinker's `/api/v1/*` is to come as a module of its own on the same worker.
 
+pub mod chat;
 pub mod openai;
 pub mod reload;
 pub mod reply;
@@ -36,6 +37,7 @@ pub struct AppState {
 /// The router with every API module.
 pub fn router(state: Arc<AppState>) -> axum::Router {
     openai::routes()
+        .merge(chat::routes())
         .merge(reload::routes())
         .merge(sglang::routes())
         .with_state(state)

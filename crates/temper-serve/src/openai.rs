@@ -52,13 +52,13 @@ enum Stop {
     Many(Vec<String>),
 }
 
-/// The request fields temper reads; others are ignored as vLLM's extensions of no meaning here.
+/// The sampling fields `/v1/completions` and `/v1/chat/completions` share (vLLM's extensions
+/// included); fields temper does not read are ignored, as vLLM's extensions of no meaning here.
 #[derive(Deserialize)]
-struct CompletionRequest {
-    model: Option<String>,
-    prompt: Prompt,
-    #[serde(default = "sixteen")]
-    max_tokens: usize,
+pub(crate) struct Sampling {
+    /// `None`: the endpoint's default (16 for completions, the rest of the context for chat).
+    #[serde(alias = "max_completion_tokens")]
+    pub max_tokens: Option<usize>,
     #[serde(default)]
     min_tokens: usize,
     #[serde(default = "one")]
@@ -73,6 +73,48 @@ struct CompletionRequest {
     stop_token_ids: Vec<i64>,
     #[serde(default)]
     ignore_eos: bool,
+}
+
+fn one() -> usize {
+    1
+}
+
+impl Sampling {
+    /// The engine's parameters, checked against the vocabulary.
+    pub(crate) fn params(&self, max_tokens: usize, vocab: i64) -> Result<SamplingParams, Failure> {
+        let stop = match &self.stop {
+            None => vec![],
+            Some(Stop::One(s)) => vec![s.clone()],
+            Some(Stop::Many(v)) => v.clone(),
+        };
+        let params = SamplingParams {
+            n: self.n,
+            temperature: self.temperature.unwrap_or(1.0),
+            top_p: self.top_p.unwrap_or(1.0),
+            top_k: self.top_k.unwrap_or(-1),
+            min_tokens: self.min_tokens,
+            max_tokens,
+            repetition_penalty: self.repetition_penalty.unwrap_or(1.0),
+            stop,
+            stop_token_ids: self.stop_token_ids.clone(),
+            ignore_eos: self.ignore_eos,
+            seed: self.seed,
+            ..SamplingParams::default()
+        };
+        params
+            .validate(Some(vocab as usize))
+            .map_err(|e| bad(format!("{e:#}")))?;
+        Ok(params)
+    }
+}
+
+/// The request fields temper reads.
+#[derive(Deserialize)]
+struct CompletionRequest {
+    model: Option<String>,
+    prompt: Prompt,
+    #[serde(flatten)]
+    sampling: Sampling,
     logprobs: Option<usize>,
     #[serde(default)]
     echo: bool,
@@ -80,11 +122,24 @@ struct CompletionRequest {
     skip_special_tokens: Option<bool>,
 }
 
-fn sixteen() -> usize {
-    16
+/// A `model` field naming another model is a 404, as vLLM answers.
+pub(crate) fn check_model(state: &AppState, model: Option<&str>) -> Result<(), Failure> {
+    match model {
+        Some(m) if m != state.model_name => Err((
+            StatusCode::NOT_FOUND,
+            format!(
+                "model `{m}` is not served here (this server serves `{}`)",
+                state.model_name
+            ),
+        )),
+        _ => Ok(()),
+    }
 }
-fn one() -> usize {
-    1
+
+pub(crate) fn now_secs() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
 }
 
 async fn completions(
@@ -96,17 +151,7 @@ async fn completions(
 }
 
 async fn complete(state: &AppState, req: CompletionRequest) -> Result<Value, Failure> {
-    if let Some(m) = &req.model {
-        if m != &state.model_name {
-            return Err((
-                StatusCode::NOT_FOUND,
-                format!(
-                    "model `{m}` is not served here (this server serves `{}`)",
-                    state.model_name
-                ),
-            ));
-        }
-    }
+    check_model(state, req.model.as_deref())?;
     if req.echo {
         return Err(bad("echo: not supported (prompt logprobs come from prompt_logprobs in vLLM; temper does not echo)"));
     }
@@ -128,29 +173,9 @@ async fn complete(state: &AppState, req: CompletionRequest) -> Result<Value, Fai
         Prompt::ManyTexts(ts) => ts.iter().map(|t| encode(t)).collect::<Result<_, _>>()?,
     };
     check_prompts(&prompts, state.worker.vocab_size, "prompt")?;
-    let vocab = state.worker.vocab_size;
-    let stop = match &req.stop {
-        None => vec![],
-        Some(Stop::One(s)) => vec![s.clone()],
-        Some(Stop::Many(v)) => v.clone(),
-    };
-    let params = SamplingParams {
-        n: req.n,
-        temperature: req.temperature.unwrap_or(1.0),
-        top_p: req.top_p.unwrap_or(1.0),
-        top_k: req.top_k.unwrap_or(-1),
-        min_tokens: req.min_tokens,
-        max_tokens: req.max_tokens,
-        repetition_penalty: req.repetition_penalty.unwrap_or(1.0),
-        stop,
-        stop_token_ids: req.stop_token_ids.clone(),
-        ignore_eos: req.ignore_eos,
-        seed: req.seed,
-        ..SamplingParams::default()
-    };
-    params
-        .validate(Some(vocab as usize))
-        .map_err(|e| bad(format!("{e:#}")))?;
+    let params = req
+        .sampling
+        .params(req.sampling.max_tokens.unwrap_or(16), state.worker.vocab_size)?;
     let skip_special = req.skip_special_tokens.unwrap_or(true);
     let mut choices = vec![];
     let (mut prompt_tokens, mut completion_tokens) = (0, 0);
@@ -178,9 +203,7 @@ async fn complete(state: &AppState, req: CompletionRequest) -> Result<Value, Fai
             }));
         }
     }
-    let created = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs());
+    let created = now_secs();
     Ok(json!({
         "id": format!("cmpl-{created}-{}", choices.len()), "object": "text_completion", "created": created,
         "model": state.model_name, "choices": choices,

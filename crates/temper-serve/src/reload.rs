@@ -1,7 +1,10 @@
 //! Weight reload, in both styles RL trainers use, so either backend name works against temper:
 //! SGLang's `POST /update_weights_from_disk {"model_path": DIR}` and vLLM's dev-mode
 //! `POST /collective_rpc {"method": "reload_weights", "kwargs": {"weights_path": DIR}}` followed
-//! by `POST /reset_prefix_cache` (a no-op here: temper keeps no cache between requests).
+//! by `POST /reset_prefix_cache` (a no-op here: temper keeps no cache between requests); and
+//! temper's own `POST /reload_weights {"weights_path": DIR}` (what `rollout.backend = "openai"`
+//! calls). Requests queued before a reload are sampled with the old weights, those after with the
+//! new: the worker swaps weights between waves, never within one.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -21,6 +24,7 @@ pub fn routes() -> Router<Arc<AppState>> {
     Router::new()
         .route("/update_weights_from_disk", post(sglang))
         .route("/collective_rpc", post(vllm))
+        .route("/reload_weights", post(temper))
         .route("/reset_prefix_cache", post(|| async { StatusCode::OK }))
         .route("/flush_cache", post(|| async { StatusCode::OK }))
 }
@@ -65,6 +69,15 @@ async fn vllm(State(state): State<Arc<AppState>>, headers: HeaderMap, body: Byte
         )
         .await?;
         Ok(json!({"results": [null]}))
+    })
+    .await
+}
+
+async fn temper(State(state): State<Arc<AppState>>, headers: HeaderMap, body: Bytes) -> Response {
+    let state = &state;
+    handle(state, &headers, &body, |v: Value| async move {
+        reload(state, v["weights_path"].as_str(), "weights_path").await?;
+        Ok(json!({"success": true}))
     })
     .await
 }

@@ -16,6 +16,10 @@ pub struct TrainerState {
     pub batches_drawn: usize,
     /// Current KL-in-reward coefficient (adaptive controller).
     pub kl_coef: Option<f64>,
+    /// Optimizer steps applied to the weights (skipped updates do not count): the version of
+    /// the policy, which rollouts record.
+    #[serde(default)]
+    pub policy_version: u64,
 }
 
 pub fn checkpoint_dir(run_checkpoints: &Path, step: usize) -> PathBuf {

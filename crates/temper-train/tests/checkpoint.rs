@@ -17,6 +17,7 @@ fn a_failed_save_leaves_no_checkpoint_behind() {
         step,
         batches_drawn: step,
         kl_coef: None,
+        policy_version: 0,
     };
     save_checkpoint(&dir, &state(1), &write_model, &|p| {
         Ok(std::fs::write(p, b"opt")?)

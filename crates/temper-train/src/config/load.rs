@@ -52,7 +52,27 @@ const KEY_ALIASES: &[(&str, &str)] = &[
     ("trainer.max_actor_ckpt_to_keep", "trainer.max_ckpt_to_keep"),
     ("rollout.response_length", "data.max_response_length"),
     ("rollout.prompt_length", "data.max_prompt_length"),
+    // grail's offline GRPO trainer.
+    ("generation.backend", "rollout.backend"),
+    ("generation.base_url", "rollout.base_urls"),
 ];
+
+/// Values spelled differently elsewhere: grail's backend names, and one URL for the list.
+fn normalize_value(key: &str, v: toml::Value) -> toml::Value {
+    use toml::Value::{Array, String};
+    match (key, v) {
+        ("rollout.backend", String(s)) => String(
+            match s.as_str() {
+                "vllm_server" => "vllm",
+                "sglang_server" => "sglang",
+                other => other,
+            }
+            .to_string(),
+        ),
+        ("rollout.base_urls", url @ String(_)) => Array(vec![url]),
+        (_, v) => v,
+    }
+}
 
 /// verl keys about its distributed machinery: accepted so verl command lines work, but they do
 /// nothing here (a warning says so). Entries ending in `.` are prefixes.
@@ -130,6 +150,7 @@ pub fn load_config_str(text: &str, name: &str, overrides: &[String]) -> Result<L
             if leaves.contains_key(&key) {
                 bail!("{file_src}: `{key}` is set twice (`{path}` is another name for it)");
             }
+            let value = normalize_value(&key, value);
             leaves.insert(key, (value, file_src.clone()));
         }
     }
@@ -140,6 +161,7 @@ pub fn load_config_str(text: &str, name: &str, overrides: &[String]) -> Result<L
         flatten(&path, value, &mut flat);
         for (path, value) in flat {
             if let Some(key) = schema.canonical(&path, &src, &mut warnings)? {
+                let value = normalize_value(&key, value);
                 leaves.insert(key, (value, src.clone()));
             }
         }

@@ -4,9 +4,11 @@
 //! against the schema below (the serialized [`Config::default`]), so a typo is an error with a
 //! did-you-mean, never a silently ignored setting.
 mod load;
+mod rollout;
 mod sweep;
 
 pub use load::{load_config, parse_override, ConfigSource, Loaded};
+pub use rollout::RolloutConfig;
 pub use sweep::{expand_sweeps, SweepRun};
 
 use serde::{Deserialize, Serialize};
@@ -240,53 +242,6 @@ impl Default for OptimConfig {
             lr_scheduler_type: "constant".into(),
             min_lr_ratio: 0.0,
             num_cycles: 0.5,
-        }
-    }
-}
-
-/// `rollout`: sampling of training responses (verl's `actor_rollout_ref.rollout`).
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-#[serde(default, deny_unknown_fields)]
-pub struct RolloutConfig {
-    /// Responses per prompt (the GRPO group size).
-    pub n: usize,
-    pub temperature: f64,
-    pub top_p: f64,
-    /// -1 = off.
-    pub top_k: i64,
-    /// Stop strings; the stop string is kept in the response.
-    pub stop: Vec<String>,
-    /// EOS and stop strings are ignored until a response has this many tokens.
-    pub min_tokens: usize,
-    /// Sequences decoded together by the engine.
-    pub max_num_seqs: usize,
-    /// Where rollouts are sampled: `local` (the in-process engine) or `vllm` (one or more
-    /// servers speaking vLLM's `/v1/completions`: vLLM, `temper serve`).
-    pub backend: String,
-    /// The servers of a remote backend, e.g. `["http://127.0.0.1:30000"]`.
-    pub base_urls: Vec<String>,
-    /// `disk`: after each optimizer step the weights are written to `<run>/rollout_weights` and
-    /// every server reloads them; `none`: the servers keep their own weights (off-policy, corrected
-    /// by `algorithm.rollout_correction`).
-    pub weight_sync: String,
-    /// Seconds a remote rollout request may take before it is retried on another server.
-    pub request_timeout_s: u64,
-}
-
-impl Default for RolloutConfig {
-    fn default() -> Self {
-        Self {
-            n: 1,
-            temperature: 1.0,
-            top_p: 1.0,
-            top_k: -1,
-            stop: vec![],
-            min_tokens: 0,
-            max_num_seqs: 256,
-            backend: "local".into(),
-            base_urls: vec![],
-            weight_sync: "disk".into(),
-            request_timeout_s: 600,
         }
     }
 }
@@ -553,16 +508,12 @@ impl Config {
             &self.model.dtype,
             &["float32", "bfloat16", "auto"],
         )?;
-        one_of("rollout.backend", &self.rollout.backend, &["local", "vllm"])?;
-        one_of(
-            "rollout.weight_sync",
-            &self.rollout.weight_sync,
-            &["disk", "none"],
-        )?;
-        if self.rollout.backend != "local" && self.rollout.base_urls.is_empty() {
+        self.rollout.validate()?;
+        if self.rollout.async_steps > 0 && self.trainer.check_on_policy {
             bail!(
-                "rollout.backend = {:?} needs rollout.base_urls (e.g. [\"http://127.0.0.1:30000\"])",
-                self.rollout.backend
+                "trainer.check_on_policy needs rollout.async_steps = 0 (with overlap the rollouts are up to \
+                 {} policy versions old)",
+                self.rollout.async_steps
             );
         }
         let d = &self.data;

@@ -3,6 +3,7 @@
 mod batch;
 mod eval;
 mod partition;
+mod servers;
 mod stats;
 mod step;
 mod update;
@@ -54,7 +55,7 @@ pub struct Trainer {
     /// Warnings already shown once (e.g. no response ever ended).
     warned: std::collections::BTreeSet<&'static str>,
     /// The rollout servers when `rollout.backend` is remote.
-    pub(crate) remote: Option<temper_rollout::remote::RemoteSampler>,
+    pub(crate) remote: Option<servers::RolloutServers>,
     /// A test seam: called with the parameters between a step's old-logprob pass and its update
     /// (to show that `trainer.check_on_policy` fires when the two passes see different weights).
     #[doc(hidden)]
@@ -116,13 +117,7 @@ impl Trainer {
         metadata["compute_dtype"] = t.model.compute().to_string().into();
         metadata["kernels"] = t.model.kernel_report().into();
         if let Some(r) = &t.remote {
-            // Which distribution the rollout logprobs come from: a vLLM server must run with
-            // `--logprobs-mode processed_logprobs` (after temperature) to match temper's.
-            metadata["rollout_backend"] = serde_json::json!({
-                "backend": t.cfg.rollout.backend, "base_urls": t.cfg.rollout.base_urls,
-                "served_model": r.model_name(), "weight_sync": t.cfg.rollout.weight_sync,
-                "logprobs": "processed (after temperature), as vLLM's --logprobs-mode processed_logprobs",
-            });
+            metadata["rollout_backend"] = servers::metadata(&t.cfg, r);
         }
         write_json(&t.run.metadata(), &metadata)?;
         Ok(t)
@@ -303,15 +298,12 @@ impl Trainer {
             );
         }
         let total_steps = cfg.total_steps(train.len());
-        let remote = match cfg.rollout.backend.as_str() {
-            "local" => None,
-            _ => Some(
-                temper_rollout::remote::RemoteSampler::connect(
-                    &cfg.rollout.base_urls,
-                    std::time::Duration::from_secs(cfg.rollout.request_timeout_s.max(1)),
-                )
-                .context("rollout.base_urls")?,
-            ),
+        let remote = match cfg.rollout.is_remote() {
+            true => Some(servers::RolloutServers::connect(
+                &cfg,
+                model.config().vocab_size,
+            )?),
+            false => None,
         };
         let schedule = LrSchedule::from_optim(&cfg.actor.optim, total_steps)?;
         let params: Vec<(String, tch::Tensor)> = model.trainable_parameters();
@@ -399,23 +391,10 @@ impl Trainer {
             last = m;
         }
         bar.finish();
-        Ok(last)
-    }
-
-    /// With a remote rollout backend and `rollout.weight_sync = "disk"`: write the current weights
-    /// (atomically, LoRA merged) to `<run>/rollout_weights` and have every server reload them.
-    pub fn sync_rollout_weights(&self) -> Result<()> {
-        let Some(remote) = &self.remote else {
-            return Ok(());
-        };
-        if self.cfg.rollout.weight_sync != "disk" {
-            return Ok(());
+        if let Some(r) = &mut self.remote {
+            r.finish();
         }
-        let dir = self.run.root.join("rollout_weights");
-        self.model.save(&dir)?;
-        remote
-            .reload(&dir)
-            .context("rollout.weight_sync = \"disk\"")
+        Ok(last)
     }
 
     pub fn save_checkpoint(&self) -> Result<PathBuf> {

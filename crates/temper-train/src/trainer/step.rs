@@ -17,6 +17,9 @@ use temper_rollout::{Engine, EngineConfig, Finish, Request, Sample, SamplingPara
 #[derive(serde::Serialize, serde::Deserialize)]
 pub(crate) struct Group {
     pub example: usize,
+    /// The trainer's optimizer steps behind the weights that sampled it.
+    #[serde(default)]
+    pub policy_version: u64,
     pub samples: Vec<Sample>,
     pub texts: Vec<String>,
     pub scores: Vec<f64>,
@@ -83,6 +86,27 @@ impl Trainer {
         seed: u64,
         first_position: usize,
     ) -> Result<Vec<Group>> {
+        let (kept, requests) =
+            self.rollout_requests(dataset, idx, params, seed, first_position)?;
+        // The servers only when they hold the trainer's weights (evaluation must score this
+        // policy, not one a few versions back or a server's own with `weight_sync = "none"`).
+        let on_servers = self.remote.as_ref().is_some_and(|r| {
+            self.cfg.rollout.weight_sync == "disk" && r.served_version == self.state.policy_version
+        });
+        let samples = self.sample(&requests, seed, on_servers)?;
+        self.groups_from(dataset, &kept, samples, self.state.policy_version)
+    }
+
+    /// The requests of [`Trainer::rollout_groups`] and the examples they are for (prompts that
+    /// `data.filter_overlong_prompts` drops are left out).
+    pub(crate) fn rollout_requests(
+        &self,
+        dataset: &crate::data::Dataset,
+        idx: &[usize],
+        params: &SamplingParams,
+        seed: u64,
+        first_position: usize,
+    ) -> Result<(Vec<usize>, Vec<Request>)> {
         let mut kept = Vec::new();
         let mut requests = Vec::new();
         for (pos, &i) in idx.iter().enumerate() {
@@ -99,25 +123,46 @@ impl Trainer {
                 kept.push(i);
             }
         }
+        Ok((kept, requests))
+    }
+
+    /// Samples `requests` on the servers (`on_servers`, with a remote backend), else in process.
+    /// Every request carries its own seed, so a server's engine draws what this one would.
+    pub(crate) fn sample(
+        &self,
+        requests: &[Request],
+        seed: u64,
+        on_servers: bool,
+    ) -> Result<Vec<Sample>> {
         if requests.is_empty() {
             return Ok(vec![]);
         }
-        // Every request carries its own seed, so a server's engine draws what this one would.
-        let samples = match &self.remote {
-            Some(remote) => remote.generate(&requests)?,
-            None => Engine::new(&self.model, self.eos_ids.clone())
+        match &self.remote {
+            Some(r) if on_servers => r.sampler.generate(requests),
+            _ => Engine::new(&self.model, self.eos_ids.clone())
                 .with_decoder(&self.tokenizer)
                 .with_config(EngineConfig {
                     max_batch_rows: self.cfg.rollout.max_num_seqs,
                     seed,
                     ..EngineConfig::default()
                 })
-                .generate(&requests, &mut |_| {})?,
-        };
+                .generate(requests, &mut |_| {}),
+        }
+    }
+
+    /// Decodes and scores `samples`, the answers to the requests for the examples `kept`.
+    pub(crate) fn groups_from(
+        &self,
+        dataset: &crate::data::Dataset,
+        kept: &[usize],
+        samples: Vec<Sample>,
+        policy_version: u64,
+    ) -> Result<Vec<Group>> {
         let mut groups: Vec<Group> = kept
             .iter()
             .map(|&e| Group {
                 example: e,
+                policy_version,
                 samples: vec![],
                 texts: vec![],
                 scores: vec![],
@@ -250,24 +295,12 @@ impl Trainer {
         let (mut groups, mut drawn, mut zero_groups, mut rounds, mut errors) =
             (Vec::new(), 0usize, 0usize, 0usize, 0usize);
         loop {
-            let (_, idx) = self.order.batch(self.state.batches_drawn);
-            let seed = mix(
-                self.cfg.trainer.seed,
-                self.state.batches_drawn as u64,
-                TRAIN_SEED_SALT,
-            );
+            let batch_index = self.state.batches_drawn;
             self.state.batches_drawn += 1;
             rounds += 1;
             // Data-parallel: each rank samples its share of the prompts, then every rank gets
             // every group (in batch order), so the rest of the step sees the whole batch.
-            let mine = self.dist.shard(&idx, "data.train_batch_size")?;
-            let local = self.rollout_groups(
-                &self.train,
-                mine,
-                &params,
-                seed,
-                self.dist.rank * mine.len(),
-            )?;
+            let local = self.train_batch_groups(batch_index, &params)?;
             for g in self.dist.all_gather_json(&local)?.into_iter().flatten() {
                 drawn += 1;
                 errors += g.reward_errors;
@@ -293,6 +326,24 @@ impl Trainer {
         }
         groups.truncate(want);
         m.insert("timing_s/gen".into(), t_gen.elapsed().as_secs_f64());
+        // Overlap: the next steps' batches go to the servers now, sampled while this one trains.
+        self.generate_ahead(self.state.batches_drawn, &params)?;
+        if let Some(oldest) = groups.iter().map(|g| g.policy_version).min() {
+            let now = self.state.policy_version;
+            let lags: Vec<f64> = groups
+                .iter()
+                .map(|g| now.saturating_sub(g.policy_version) as f64)
+                .collect();
+            m.insert("rollout/policy_version".into(), oldest as f64);
+            m.insert(
+                "rollout/policy_lag_mean".into(),
+                lags.iter().sum::<f64>() / lags.len() as f64,
+            );
+            m.insert(
+                "rollout/policy_lag_max".into(),
+                lags.iter().copied().fold(0.0, f64::max),
+            );
+        }
         m.insert("batch/zero_adv_groups".into(), zero_groups as f64);
         m.insert(
             "batch/zero_adv_groups_frac".into(),
@@ -541,12 +592,14 @@ impl Trainer {
         }
         m.insert("timing_s/update".into(), t_upd.elapsed().as_secs_f64());
         if m.get("batch/skipped_update") == Some(&0.0) {
+            self.state.policy_version += 1;
             let t_sync = Instant::now();
-            self.sync_rollout_weights()?;
-            m.insert(
-                "timing_s/weight_sync".into(),
-                t_sync.elapsed().as_secs_f64(),
-            );
+            if self.maybe_sync_rollout_weights()? {
+                m.insert(
+                    "timing_s/weight_sync".into(),
+                    t_sync.elapsed().as_secs_f64(),
+                );
+            }
         }
         let old = match old {
             Some(o) => o,
@@ -608,6 +661,7 @@ impl Trainer {
                     "reward": seq_rewards[row],
                     "reward_metrics": g.reward_metrics[k],
                     "advantage": adv[row].first().copied().unwrap_or(0.0),
+                    "policy_version": g.policy_version,
                     "finish": s.finish,
                     "prompt_ids": s.prompt_ids,
                     "completion_ids": s.completion_ids,
@@ -624,4 +678,4 @@ impl Trainer {
 }
 
 /// Salt of the training sampling seeds (evaluation uses another).
-const TRAIN_SEED_SALT: u64 = 0x0074_7261_696e;
+pub(crate) const TRAIN_SEED_SALT: u64 = 0x0074_7261_696e;

@@ -1,0 +1,110 @@
+//! `rollout`: sampling of training responses (verl's `actor_rollout_ref.rollout`), in-process or
+//! on inference servers.
+use serde::{Deserialize, Serialize};
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct RolloutConfig {
+    /// Responses per prompt (the GRPO group size).
+    pub n: usize,
+    pub temperature: f64,
+    pub top_p: f64,
+    /// -1 = off.
+    pub top_k: i64,
+    /// Stop strings; the stop string is kept in the response.
+    pub stop: Vec<String>,
+    /// EOS and stop strings are ignored until a response has this many tokens.
+    pub min_tokens: usize,
+    /// Sequences decoded together by the engine.
+    pub max_num_seqs: usize,
+    /// Where rollouts are sampled: `local` (the in-process engine), `vllm` (vLLM's
+    /// `/v1/completions`), `sglang` (SGLang's `/generate`) or `openai` (any OpenAI-compatible
+    /// server returning token ids). `temper serve` speaks all three. grail's `vllm_server` and
+    /// `sglang_server` are accepted as names for `vllm` and `sglang`.
+    pub backend: String,
+    /// The servers of a remote backend, e.g. `["http://127.0.0.1:30000"]` (grail's
+    /// `generation.base_url` is one of them).
+    pub base_urls: Vec<String>,
+    /// `disk`: after an optimizer step the weights are written atomically to
+    /// `<run>/rollout_weights` and every server reloads them; `none`: the servers keep their own
+    /// weights (off-policy, corrected by `algorithm.rollout_correction`).
+    pub weight_sync: String,
+    /// With `weight_sync = "disk"`: sync after every this many optimizer steps.
+    pub sync_every: usize,
+    /// The `collective_rpc` method vLLM reloads with: `reload_weights`, or the name a worker
+    /// extension registers.
+    pub vllm_reload_method: String,
+    /// Overlap (remote backends): the next steps' rollouts are generated while this step
+    /// trains, at most this many policy versions stale (0, 1 or 2). 0 = strictly on-policy.
+    pub async_steps: usize,
+    /// Seconds a remote rollout request may take before it is retried on another server.
+    pub request_timeout_s: u64,
+}
+
+impl Default for RolloutConfig {
+    fn default() -> Self {
+        Self {
+            n: 1,
+            temperature: 1.0,
+            top_p: 1.0,
+            top_k: -1,
+            stop: vec![],
+            min_tokens: 0,
+            max_num_seqs: 256,
+            backend: "local".into(),
+            base_urls: vec![],
+            weight_sync: "disk".into(),
+            sync_every: 1,
+            vllm_reload_method: "reload_weights".into(),
+            async_steps: 0,
+            request_timeout_s: 600,
+        }
+    }
+}
+
+impl RolloutConfig {
+    pub fn is_remote(&self) -> bool {
+        self.backend != "local"
+    }
+
+    pub fn validate(&self) -> anyhow::Result<()> {
+        use anyhow::bail;
+        let backends = ["local", "vllm", "sglang", "openai"];
+        if !backends.contains(&self.backend.as_str()) {
+            bail!(
+                "rollout.backend = {:?}: expected one of {}",
+                self.backend,
+                backends.join(", ")
+            );
+        }
+        if !["disk", "none"].contains(&self.weight_sync.as_str()) {
+            bail!(
+                "rollout.weight_sync = {:?}: expected one of disk, none",
+                self.weight_sync
+            );
+        }
+        if self.is_remote() && self.base_urls.is_empty() {
+            bail!(
+                "rollout.backend = {:?} needs rollout.base_urls (e.g. [\"http://127.0.0.1:30000\"])",
+                self.backend
+            );
+        }
+        if self.sync_every == 0 {
+            bail!("rollout.sync_every = 0: must be at least 1");
+        }
+        if self.async_steps > 2 {
+            bail!("rollout.async_steps = {}: expected 0, 1 or 2", self.async_steps);
+        }
+        if self.async_steps > 0 && !self.is_remote() {
+            bail!(
+                "rollout.async_steps = {} needs a remote rollout backend (rollout.backend = vllm, sglang or \
+                 openai): the in-process engine shares the trainer's CPU",
+                self.async_steps
+            );
+        }
+        if self.vllm_reload_method.trim().is_empty() {
+            bail!("rollout.vllm_reload_method is empty");
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,236 @@
+//! Rollouts on inference servers (`rollout.backend` = vllm | sglang | openai): weight sync every
+//! `rollout.sync_every` optimizer steps, the policy version each batch was sampled from, and
+//! overlap (`rollout.async_steps`): the next batches are generated on the servers while this step
+//! trains.
+//!
+//! Overlap, exactly: right after a step's rollouts, the batches of the next `async_steps` steps
+//! are sent to the servers (in a background thread each), so they are sampled by the weights the
+//! servers hold now. Before the servers reload, every batch in flight is waited for, so a batch
+//! is never sampled by two policies. A batch used at step `k` was thus sampled by a policy at
+//! most `async_steps` versions older than the one it trains (`rollout/policy_lag_max`), and its
+//! seeds are the ones it would have had without overlap.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::thread::JoinHandle;
+
+use anyhow::{anyhow, Context, Result};
+use temper_rollout::remote::{RemoteConfig, RemoteSampler};
+use temper_rollout::{Request, Sample, SamplingParams};
+
+use super::step::{mix, Group, TRAIN_SEED_SALT};
+use super::Trainer;
+use crate::config::Config;
+
+/// The servers, the policy version they hold, and the batches being generated ahead.
+pub(crate) struct RolloutServers {
+    pub sampler: Arc<RemoteSampler>,
+    /// The trainer's `policy_version` at the servers' last reload (0 = the weights they
+    /// started with, for `weight_sync = "none"`).
+    pub served_version: u64,
+    pending: VecDeque<Prefetch>,
+}
+
+/// One data batch (this rank's share) sent ahead.
+struct Prefetch {
+    batch: usize,
+    version: u64,
+    kept: Vec<usize>,
+    samples: Generation,
+}
+
+enum Generation {
+    Running(JoinHandle<Result<Vec<Sample>>>),
+    Done(Result<Vec<Sample>>),
+}
+
+impl Generation {
+    fn wait(self) -> Result<Vec<Sample>> {
+        match self {
+            Generation::Running(h) => h
+                .join()
+                .map_err(|_| anyhow!("a rollout prefetch thread panicked"))?,
+            Generation::Done(r) => r,
+        }
+    }
+}
+
+impl RolloutServers {
+    /// Connects to `rollout.base_urls` with the configured protocol.
+    pub fn connect(cfg: &Config, vocab_size: i64) -> Result<Self> {
+        let r = &cfg.rollout;
+        let sampler = RemoteSampler::connect(RemoteConfig {
+            protocol: r.backend.parse().context("rollout.backend")?,
+            base_urls: r.base_urls.clone(),
+            timeout: std::time::Duration::from_secs(r.request_timeout_s.max(1)),
+            vllm_reload_method: r.vllm_reload_method.clone(),
+            vocab_size: Some(vocab_size),
+        })
+        .context("rollout.base_urls")?;
+        Ok(Self {
+            sampler: Arc::new(sampler),
+            served_version: 0,
+            pending: VecDeque::new(),
+        })
+    }
+
+    /// Waits for every batch in flight (before the servers change weights).
+    pub fn drain(&mut self) {
+        for p in &mut self.pending {
+            if let Generation::Running(_) = p.samples {
+                let running = std::mem::replace(&mut p.samples, Generation::Done(Ok(vec![])));
+                p.samples = Generation::Done(running.wait());
+            }
+        }
+    }
+
+    /// Drops what is in flight (at the end of a fit), after waiting for it.
+    pub fn finish(&mut self) {
+        self.drain();
+        self.pending.clear();
+    }
+}
+
+impl Trainer {
+    /// This rank's requests for data batch `batch`: (kept example indices, requests), seeded as
+    /// in [`Trainer::rollout_groups`].
+    pub(crate) fn train_batch_requests(
+        &self,
+        batch: usize,
+        params: &SamplingParams,
+    ) -> Result<(Vec<usize>, Vec<Request>)> {
+        let (_, idx) = self.order.batch(batch);
+        let seed = mix(self.cfg.trainer.seed, batch as u64, TRAIN_SEED_SALT);
+        let mine = self.dist.shard(&idx, "data.train_batch_size")?;
+        self.rollout_requests(
+            &self.train,
+            mine,
+            params,
+            seed,
+            self.dist.rank * mine.len(),
+        )
+    }
+
+    /// This rank's groups of data batch `batch`: from the batch sent ahead if there is one, else
+    /// generated now.
+    pub(crate) fn train_batch_groups(
+        &mut self,
+        batch: usize,
+        params: &SamplingParams,
+    ) -> Result<Vec<Group>> {
+        let ahead = self.remote.as_mut().and_then(|r| {
+            let at = r.pending.iter().position(|p| p.batch == batch)?;
+            r.pending.remove(at)
+        });
+        if let Some(p) = ahead {
+            let samples = p
+                .samples
+                .wait()
+                .with_context(|| format!("rollouts of data batch {batch} (generated ahead)"))?;
+            return self.groups_from(&self.train, &p.kept, samples, p.version);
+        }
+        let (kept, requests) = self.train_batch_requests(batch, params)?;
+        let version = self.sampling_version();
+        let seed = mix(self.cfg.trainer.seed, batch as u64, TRAIN_SEED_SALT);
+        let samples = self.sample(&requests, seed, true)?;
+        self.groups_from(&self.train, &kept, samples, version)
+    }
+
+    /// Sends the batches of the next `rollout.async_steps` steps to the servers (those not yet
+    /// sent). `next_batch` is the next data batch to be drawn.
+    pub(crate) fn generate_ahead(&mut self, next_batch: usize, params: &SamplingParams) -> Result<()> {
+        let ahead = self.cfg.rollout.async_steps;
+        for batch in next_batch..next_batch + ahead {
+            let Some(r) = &self.remote else {
+                return Ok(());
+            };
+            if r.pending.iter().any(|p| p.batch == batch) {
+                continue;
+            }
+            let (kept, requests) = self.train_batch_requests(batch, params)?;
+            let r = self.remote.as_mut().expect("checked above");
+            let sampler = Arc::clone(&r.sampler);
+            let handle = std::thread::Builder::new()
+                .name(format!("rollout-batch-{batch}"))
+                .spawn(move || sampler.generate(&requests))?;
+            r.pending.push_back(Prefetch {
+                batch,
+                version: r.served_version,
+                kept,
+                samples: Generation::Running(handle),
+            });
+        }
+        Ok(())
+    }
+
+    /// The policy version that samples now: the servers' for a remote backend, else the
+    /// trainer's own.
+    pub(crate) fn sampling_version(&self) -> u64 {
+        match &self.remote {
+            Some(r) => r.served_version,
+            None => self.state.policy_version,
+        }
+    }
+
+    /// After an optimizer step (`policy_version` already counted): with `weight_sync = "disk"`
+    /// and every `sync_every` versions, waits for the batches in flight, writes the weights
+    /// (atomically, LoRA merged) to `<run>/rollout_weights` and has every server reload them.
+    /// Returns whether it synced.
+    pub(crate) fn maybe_sync_rollout_weights(&mut self) -> Result<bool> {
+        let every = self.cfg.rollout.sync_every as u64;
+        if self.remote.is_none()
+            || self.cfg.rollout.weight_sync != "disk"
+            || !self.state.policy_version.is_multiple_of(every)
+        {
+            return Ok(false);
+        }
+        self.sync_rollout_weights()?;
+        Ok(true)
+    }
+
+    /// With a remote backend and `rollout.weight_sync = "disk"`: the servers load the trainer's
+    /// current weights (after the batches in flight are done).
+    pub fn sync_rollout_weights(&mut self) -> Result<()> {
+        if self.cfg.rollout.weight_sync != "disk" {
+            return Ok(());
+        }
+        let version = self.state.policy_version;
+        let Some(r) = self.remote.as_mut() else {
+            return Ok(());
+        };
+        // Data-parallel: every rank's batches in flight are done before rank 0 has the servers
+        // reload, and every rank waits for the reload before it samples again.
+        r.drain();
+        self.dist.barrier()?;
+        if self.dist.is_root() {
+            let dir = self.run.root.join("rollout_weights");
+            self.model.save(&dir)?;
+            let r = self.remote.as_ref().expect("checked above");
+            r.sampler
+                .reload(&dir, version)
+                .context("rollout.weight_sync = \"disk\"")?;
+        }
+        self.dist.barrier()?;
+        self.remote.as_mut().expect("checked above").served_version = version;
+        Ok(())
+    }
+}
+
+/// `run_metadata.json`'s `rollout_backend`: where rollouts come from and which distribution
+/// their logprobs are from.
+pub(crate) fn metadata(cfg: &Config, r: &RolloutServers) -> serde_json::Value {
+    let logprobs = match cfg.rollout.backend.as_str() {
+        "vllm" => {
+            "vLLM: after temperature only when the server runs with --logprobs-mode processed_logprobs \
+             (its default raw_logprobs is before temperature)"
+        }
+        "sglang" => "SGLang: after temperature, before top-k/top-p (its default)",
+        _ => "as the server returns them (temper serve: after temperature, as the in-process engine)",
+    };
+    serde_json::json!({
+        "backend": cfg.rollout.backend, "base_urls": cfg.rollout.base_urls,
+        "served_model": r.sampler.model_name(), "weight_sync": cfg.rollout.weight_sync,
+        "sync_every": cfg.rollout.sync_every, "async_steps": cfg.rollout.async_steps,
+        "logprobs": logprobs,
+    })
+}
