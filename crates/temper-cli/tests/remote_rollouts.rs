@@ -1,17 +1,20 @@
-//! `rollout.backend = "vllm"` against a `temper serve` process on loopback: the same rollouts,
-//! token for token, and the same weights after 3 steps as the in-process engine, with the server
-//! reloading the trainer's weights after every step (`rollout.weight_sync = "disk"`). A dead
-//! server among the base URLs is left out; none answering is an error naming them.
+//! `temper train` with rollouts on `temper serve` processes on loopback, through each protocol
+//! (`vllm`, `sglang`, `openai`): the same rollouts, token for token, and the same weights after 3
+//! steps as the in-process engine, with the servers reloading the trainer's weights after every
+//! step. Also: overlap (`async_steps`) and its policy lag; no weight sync and the logprob gap it
+//! opens; a server killed mid-run; the served policy scoring as the trainer does; and servers
+//! that are dead or answer malformed bodies.
 #[path = "../../temper-train/tests/common/mod.rs"]
 mod common;
 mod serve_util;
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use common::{tiny_config, AsciiFraction};
+use serde_json::Value;
 use temper_train::trainer::Trainer;
 
-fn rollouts(run: &Path, step: usize) -> Vec<serde_json::Value> {
+fn rollouts(run: &Path, step: usize) -> Vec<Value> {
     std::fs::read_to_string(run.join(format!("rollouts/step_{step}.jsonl")))
         .unwrap()
         .lines()
@@ -19,58 +22,245 @@ fn rollouts(run: &Path, step: usize) -> Vec<serde_json::Value> {
         .collect()
 }
 
-fn train(tag: &str, extra: &[&str]) -> (std::path::PathBuf, Vec<(String, tch::Tensor)>) {
+fn metrics(run: &Path) -> Vec<Value> {
+    std::fs::read_to_string(run.join("metrics.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .filter(|m: &Value| m["step"].as_u64().unwrap_or(0) > 0)
+        .collect()
+}
+
+fn weights(t: &Trainer) -> Vec<(String, tch::Tensor)> {
+    t.model
+        .named_parameters()
+        .into_iter()
+        .map(|(n, p)| (n, p.detach().copy()))
+        .collect()
+}
+
+fn trainer(tag: &str, extra: &[&str]) -> Trainer {
     let root = common::temp_dir(tag);
     let mut args = vec!["trainer.total_training_steps=3"];
     args.extend(extra);
     let mut t = Trainer::create(tiny_config(&root, &args), "remote", &[]).unwrap();
     t.reward = Box::new(AsciiFraction);
-    t.fit().unwrap();
-    let w = t
-        .model
-        .named_parameters()
-        .into_iter()
-        .map(|(n, p)| (n, p.detach().copy()))
-        .collect();
-    (t.run.root.clone(), w)
+    t
 }
 
-#[test]
-fn served_rollouts_equal_local_ones() {
-    let server = serve_util::start(&common::tiny_model_dir(), &[]);
-    let url = server.url.clone();
-    // A dead server first: it is left out at connect time.
-    let dead = {
-        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        format!("http://{}", l.local_addr().unwrap())
-    };
-    let urls = format!("rollout.base_urls=[\"{dead}\", \"{url}\"]");
-    let (remote_run, remote_w) = train("remote", &["rollout.backend=\"vllm\"", &urls]);
-    let (local_run, local_w) = train("local", &[]);
-    for step in 1..=3 {
-        let (a, b) = (rollouts(&remote_run, step), rollouts(&local_run, step));
-        assert_eq!(a.len(), b.len());
-        for (x, y) in a.iter().zip(&b) {
+fn train(tag: &str, extra: &[&str]) -> (PathBuf, Vec<(String, tch::Tensor)>) {
+    let mut t = trainer(tag, extra);
+    t.fit().unwrap();
+    (t.run.root.clone(), weights(&t))
+}
+
+fn dead_url() -> String {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    format!("http://{}", l.local_addr().unwrap())
+}
+
+fn assert_same_rollouts(a: &Path, b: &Path, steps: usize) {
+    for step in 1..=steps {
+        let (x, y) = (rollouts(a, step), rollouts(b, step));
+        assert_eq!(x.len(), y.len());
+        for (x, y) in x.iter().zip(&y) {
             assert_eq!(x["completion_ids"], y["completion_ids"], "step {step}");
             assert_eq!(x["reward"], y["reward"], "step {step}");
         }
     }
-    for ((n, a), (_, b)) in remote_w.iter().zip(&local_w) {
-        assert!(a.equal(b), "{n} differs after 3 steps");
+}
+
+#[test]
+fn every_protocol_gives_the_local_rollouts() {
+    let server = serve_util::start(&common::tiny_model_dir(), &[]);
+    let (local_run, local_w) = train("local", &[]);
+    for backend in ["vllm", "sglang", "openai"] {
+        // A dead server first: it is left out at connect time.
+        let urls = format!("rollout.base_urls=[\"{}\", \"{}\"]", dead_url(), server.url);
+        let b = format!("rollout.backend={backend:?}");
+        let (run, w) = train(backend, &[&b, &urls]);
+        assert_same_rollouts(&run, &local_run, 3);
+        for ((n, a), (_, b)) in w.iter().zip(&local_w) {
+            assert!(a.equal(b), "{backend}: {n} differs after 3 steps");
+        }
+        for step in 1..=3 {
+            // On-policy: step k's rollouts come from the weights after k - 1 updates.
+            for r in rollouts(&run, step) {
+                assert_eq!(
+                    r["policy_version"],
+                    step as u64 - 1,
+                    "{backend} step {step}"
+                );
+            }
+        }
+        let meta: Value =
+            serde_json::from_str(&std::fs::read_to_string(run.join("run_metadata.json")).unwrap())
+                .unwrap();
+        assert_eq!(meta["rollout_backend"]["backend"], backend);
+        assert!(meta["rollout_backend"]["logprobs"].as_str().is_some());
     }
-    let meta: serde_json::Value = serde_json::from_str(
-        &std::fs::read_to_string(remote_run.join("run_metadata.json")).unwrap(),
-    )
-    .unwrap();
-    assert_eq!(meta["rollout_backend"]["backend"], "vllm");
+    // grail's spelling of the same.
+    let root = common::temp_dir("grail");
+    let url = format!("generation.base_url={:?}", server.url);
+    let cfg = tiny_config(&root, &["generation.backend=\"sglang_server\"", &url]);
+    assert_eq!(
+        (cfg.rollout.backend.as_str(), cfg.rollout.base_urls.clone()),
+        ("sglang", vec![server.url.clone()])
+    );
+}
+
+#[test]
+fn overlap_samples_the_next_batch_one_version_behind() {
+    let server = serve_util::start(&common::tiny_model_dir(), &[]);
+    let urls = format!("rollout.base_urls=[{:?}]", server.url);
+    let common_args = [
+        "rollout.backend=\"vllm\"",
+        urls.as_str(),
+        "trainer.check_on_policy=false",
+        "trainer.total_training_steps=4",
+    ];
+    fn with<'a>(common: &[&'a str], extra: &[&'a str]) -> Vec<&'a str> {
+        common.iter().chain(extra).copied().collect()
+    }
+    // With weight sync: the batch of step k (k >= 2) was sent while step k - 1 trained.
+    let (run, _) = train("async1", &with(&common_args, &["rollout.async_steps=1"]));
+    let m = metrics(&run);
+    let lags: Vec<f64> = m
+        .iter()
+        .map(|m| m["rollout/policy_lag_max"].as_f64().unwrap())
+        .collect();
+    assert_eq!(lags, vec![0.0, 1.0, 1.0, 1.0]);
+    for step in 2..=4 {
+        for r in rollouts(&run, step) {
+            assert_eq!(r["policy_version"], step as u64 - 2);
+        }
+    }
+    // Without weight sync the servers never change, so overlap changes nothing but timing: the
+    // batches and their seeds are the ones the strict loop draws.
+    let (a, _) = train(
+        "async1-nosync",
+        &with(
+            &common_args,
+            &["rollout.async_steps=1", "rollout.weight_sync=\"none\""],
+        ),
+    );
+    let (b, _) = train(
+        "async0-nosync",
+        &with(&common_args, &["rollout.weight_sync=\"none\""]),
+    );
+    assert_same_rollouts(&a, &b, 4);
+}
+
+#[test]
+fn without_weight_sync_the_logprob_gap_grows_and_is_reported() {
+    let server = serve_util::start(&common::tiny_model_dir(), &[]);
+    let urls = format!("rollout.base_urls=[{:?}]", server.url);
+    let (run, _) = train(
+        "nosync",
+        &[
+            "rollout.backend=\"vllm\"",
+            &urls,
+            "rollout.weight_sync=\"none\"",
+            "trainer.check_on_policy=false",
+            "trainer.total_training_steps=4",
+        ],
+    );
+    let m = metrics(&run);
+    let gap: Vec<f64> = m
+        .iter()
+        .map(|m| m["rollout/logprob_abs_diff_mean"].as_f64().unwrap())
+        .collect();
+    let lag: Vec<f64> = m
+        .iter()
+        .map(|m| m["rollout/policy_lag_max"].as_f64().unwrap())
+        .collect();
+    assert_eq!(lag, vec![0.0, 1.0, 2.0, 3.0]);
+    assert!(gap[0] < 1e-5, "step 1 is on-policy: {gap:?}");
+    assert!(gap[3] > 1e-3 && gap[3] > gap[1], "the gap grows: {gap:?}");
+}
+
+#[test]
+fn a_server_killed_mid_run_is_survived_by_the_other() {
+    let dir = common::tiny_model_dir();
+    // With weight sync the dead server fails its reload; without, it fails rollout requests,
+    // which are retried on the other. Either way the run gives what one server alone gives.
+    for sync in ["disk", "none"] {
+        let first = serve_util::start(&dir, &[]);
+        let second = serve_util::start(&dir, &[]);
+        let sync_arg = format!("rollout.weight_sync={sync:?}");
+        let args = |urls: &str| -> Vec<String> {
+            vec![
+                "rollout.backend=\"vllm\"".into(),
+                format!("rollout.base_urls={urls}"),
+                sync_arg.clone(),
+                "trainer.check_on_policy=false".into(),
+                "trainer.total_training_steps=4".into(),
+            ]
+        };
+        let both = args(&format!("[{:?}, {:?}]", first.url, second.url));
+        let mut t = trainer(
+            &format!("killed-{sync}"),
+            &both.iter().map(String::as_str).collect::<Vec<_>>(),
+        );
+        // Killed during step 2, between its rollouts and its update.
+        let mut victim = Some(first);
+        let mut calls = 0;
+        t.before_update = Some(Box::new(move |_| {
+            calls += 1;
+            if calls == 2 {
+                victim.take().unwrap().kill();
+            }
+        }));
+        t.fit().unwrap();
+        let one = args(&format!("[{:?}]", second.url));
+        let (alone, _) = train(
+            &format!("alone-{sync}"),
+            &one.iter().map(String::as_str).collect::<Vec<_>>(),
+        );
+        assert_same_rollouts(&t.run.root, &alone, 4);
+    }
+}
+
+#[test]
+fn the_served_policy_scores_as_the_trainer_does() {
+    let server = serve_util::start(&common::tiny_model_dir(), &[]);
+    let urls = format!("rollout.base_urls=[{:?}]", server.url);
+    let mut t = trainer("scores", &["rollout.backend=\"vllm\"", &urls]);
+    t.fit().unwrap();
+    let prompt: Vec<i64> = vec![72, 105, 33, 10, 50, 43];
+    let body = serde_json::json!({"prompt": prompt, "max_tokens": 8, "seed": 7, "logprobs": 0,
+                                  "return_token_ids": true, "ignore_eos": true, "temperature": 1.0});
+    let v: Value = reqwest::blocking::Client::new()
+        .post(format!("{}/v1/completions", server.url))
+        .json(&body)
+        .send()
+        .unwrap()
+        .json()
+        .unwrap();
+    let ids: Vec<i64> = serde_json::from_value(v["choices"][0]["token_ids"].clone()).unwrap();
+    let served: Vec<f64> =
+        serde_json::from_value(v["choices"][0]["logprobs"]["token_logprobs"].clone()).unwrap();
+    assert_eq!(ids.len(), 8);
+    // The trainer's model (after 3 updates) on prompt + completion, one forward.
+    let all: Vec<i64> = prompt.iter().chain(&ids).copied().collect();
+    let n = all.len() as i64;
+    let input = tch::Tensor::from_slice(&all[..all.len() - 1]).view([1, n - 1]);
+    let targets = tch::Tensor::from_slice(&all[1..]).view([1, n - 1]);
+    let mask = tch::Tensor::ones([1, n - 1], (tch::Kind::Int64, tch::Device::Cpu));
+    let pos = tch::Tensor::arange(n - 1, (tch::Kind::Int64, tch::Device::Cpu)).view([1, n - 1]);
+    let (lp, _) = t
+        .model
+        .token_logprobs_no_grad(&input, &mask, &pos, &targets, 1.0, 64);
+    let mine: Vec<f64> = Vec::try_from(lp.to_kind(tch::Kind::Double).view([-1])).unwrap();
+    let mine = &mine[prompt.len() - 1..];
+    for (k, (a, b)) in served.iter().zip(mine).enumerate() {
+        assert!((a - b).abs() < 1e-5, "token {k}: served {a}, trainer {b}");
+    }
 }
 
 #[test]
 fn no_server_answering_is_an_error_naming_them() {
-    let dead = {
-        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        format!("http://{}", l.local_addr().unwrap())
-    };
+    let dead = dead_url();
     let root = common::temp_dir("remote-dead");
     let urls = format!("rollout.base_urls=[\"{dead}\"]");
     let cfg = tiny_config(&root, &["rollout.backend=\"vllm\"", &urls]);

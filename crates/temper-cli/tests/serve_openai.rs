@@ -1,5 +1,6 @@
 //! `temper serve` as a real process on 127.0.0.1 (a free port), driven over HTTP like a vLLM
-//! server: `/health`, `/v1/models`, `/v1/completions` with token-id and text prompts. Completions
+//! server: `/health`, `/v1/models`, `/v1/completions` with token-id and text prompts,
+//! `/v1/chat/completions`. Completions
 //! come back as token ids with one logprob per token; seeded requests give the tokens the
 //! in-process engine gives for the same seed, alone or while other requests are served; bad
 //! requests get a 400 naming the field. The server is stopped at the end, whatever happens.
@@ -40,6 +41,10 @@ fn engine_tokens(seed: u64) -> Vec<Vec<i64>> {
 }
 
 fn engine_tokens_of(weights: &std::path::Path, seed: u64) -> Vec<Vec<i64>> {
+    engine_tokens_for(weights, &PROMPT, seed)
+}
+
+fn engine_tokens_for(weights: &std::path::Path, prompt: &[i64], seed: u64) -> Vec<Vec<i64>> {
     let dir = common::tiny_model_dir();
     let model = CausalLm::load(weights, tch::Device::Cpu, ComputeKind::F32).unwrap();
     let tok = Tokenizer::from_dir(&dir).unwrap();
@@ -56,7 +61,7 @@ fn engine_tokens_of(weights: &std::path::Path, seed: u64) -> Vec<Vec<i64>> {
         .with_decoder(&tok)
         .generate(
             &[Request {
-                prompt_ids: PROMPT.to_vec(),
+                prompt_ids: prompt.to_vec(),
                 params,
             }],
             &mut |_| {},
@@ -292,4 +297,45 @@ fn sglang_generate() {
             .starts_with("input_ids[1][1] = 400"),
         "{v}"
     );
+}
+
+/// `/v1/chat/completions`: the conversation rendered as ChatML (the tiny model's template, written
+/// out here by hand), then sampled like a completion: the same tokens as the engine on that
+/// prompt, the content their decoded text, one logprob per token.
+#[test]
+fn chat_completions_through_the_chat_template() {
+    let s = start(&[]);
+    let body = json!({"model": "tiny", "messages": [{"role": "system", "content": "Be brief."},
+                                                     {"role": "user", "content": [{"type": "text", "text": "Hi!"}]}],
+                      "n": 2, "max_tokens": 8, "seed": 5, "logprobs": true});
+    let (status, v) = post_to(&s, "/v1/chat/completions", &body);
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(v["object"], "chat.completion");
+    let dir = common::tiny_model_dir();
+    let tok = Tokenizer::from_dir(&dir).unwrap();
+    let text = "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi!<|im_end|>\n<|im_start|>assistant\n";
+    let prompt = tok.encode(text, false).unwrap();
+    assert_eq!(v["prompt_token_ids"], json!(prompt));
+    assert_eq!(tokens(&v), engine_tokens_for(&dir, &prompt, 5));
+    for c in v["choices"].as_array().unwrap() {
+        let ids: Vec<i64> = serde_json::from_value(c["token_ids"].clone()).unwrap();
+        assert_eq!(c["message"]["role"], "assistant");
+        assert_eq!(c["message"]["content"], tok.decode(&ids, true).unwrap());
+        assert_eq!(
+            c["logprobs"]["content"].as_array().unwrap().len(),
+            ids.len()
+        );
+    }
+    for (bad, field) in [
+        (json!({"messages": []}), "messages: empty"),
+        (json!({"messages": [{"content": "x"}]}), "messages[0].role"),
+        (
+            json!({"messages": [{"role": "user", "content": "x"}], "stream": true}),
+            "stream:",
+        ),
+    ] {
+        let (status, v) = post_to(&s, "/v1/chat/completions", &bad);
+        assert_eq!(status, 400, "{v}");
+        assert!(v["message"].as_str().unwrap().starts_with(field), "{v}");
+    }
 }

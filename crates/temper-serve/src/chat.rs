@@ -35,7 +35,11 @@ struct ChatRequest {
     stream: bool,
 }
 
-async fn chat(State(state): State<Arc<AppState>>, headers: HeaderMap, body: axum::body::Bytes) -> Response {
+async fn chat(
+    State(state): State<Arc<AppState>>,
+    headers: HeaderMap,
+    body: axum::body::Bytes,
+) -> Response {
     handle(&state, &headers, &body, |req| run(&state, req)).await
 }
 
@@ -72,10 +76,9 @@ async fn run(state: &AppState, req: ChatRequest) -> Result<Value, Failure> {
     if req.messages.is_empty() {
         return Err(bad("messages: empty"));
     }
-    let tok = state
-        .tokenizer
-        .as_ref()
-        .ok_or_else(|| bad("messages: the model has no tokenizer; use /v1/completions with token ids"))?;
+    let tok = state.tokenizer.as_ref().ok_or_else(|| {
+        bad("messages: the model has no tokenizer; use /v1/completions with token ids")
+    })?;
     let messages = req
         .messages
         .iter()

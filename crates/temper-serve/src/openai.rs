@@ -173,9 +173,10 @@ async fn complete(state: &AppState, req: CompletionRequest) -> Result<Value, Fai
         Prompt::ManyTexts(ts) => ts.iter().map(|t| encode(t)).collect::<Result<_, _>>()?,
     };
     check_prompts(&prompts, state.worker.vocab_size, "prompt")?;
-    let params = req
-        .sampling
-        .params(req.sampling.max_tokens.unwrap_or(16), state.worker.vocab_size)?;
+    let params = req.sampling.params(
+        req.sampling.max_tokens.unwrap_or(16),
+        state.worker.vocab_size,
+    )?;
     let skip_special = req.skip_special_tokens.unwrap_or(true);
     let mut choices = vec![];
     let (mut prompt_tokens, mut completion_tokens) = (0, 0);

@@ -146,6 +146,9 @@ fn bad_values_are_rejected_with_the_key() {
         ("actor.optim.lr=-1", "actor.optim.lr"),
         ("actor.ppo_mini_batch_size=3", "actor.ppo_mini_batch_size"),
         ("data.truncation=middle", "data.truncation"),
+        ("rollout.backend=ollama", "rollout.backend"),
+        ("rollout.weight_sync=nccl", "rollout.weight_sync"),
+        ("rollout.async_steps=1", "rollout.async_steps"),
     ] {
         let e = load(MIN, &[ov]).unwrap_err();
         let e = format!("{e:#}");
@@ -261,4 +264,47 @@ fn shipped_examples_load() {
     assert_eq!(cs.actor.optim.betas, [0.9, 0.95]);
     assert_eq!(cs.data.train_batch_size * cs.rollout.n, 256);
     assert_eq!(ex("arith-smollm2.toml").model.path, "smollm2");
+}
+
+#[test]
+fn remote_rollout_settings_are_checked_together() {
+    let remote = [
+        "rollout.backend=vllm",
+        "rollout.base_urls=[\"http://127.0.0.1:30000\"]",
+    ];
+    let with = |extra: &[&str]| -> anyhow::Result<Config> {
+        let all: Vec<&str> = remote.iter().chain(extra).copied().collect();
+        load(MIN, &all)
+    };
+    assert_eq!(
+        with(&["rollout.async_steps=2"])
+            .unwrap()
+            .rollout
+            .async_steps,
+        2
+    );
+    for (extra, want) in [
+        (vec!["rollout.async_steps=3"], "rollout.async_steps = 3"),
+        (vec!["rollout.sync_every=0"], "rollout.sync_every"),
+        (
+            vec!["rollout.async_steps=1", "trainer.check_on_policy=true"],
+            "trainer.check_on_policy needs rollout.async_steps = 0",
+        ),
+    ] {
+        let e = format!("{:#}", with(&extra).unwrap_err());
+        assert!(e.contains(want), "{extra:?}: {e}");
+    }
+    let e = format!("{:#}", load(MIN, &["rollout.backend=sglang"]).unwrap_err());
+    assert!(e.contains("needs rollout.base_urls"), "{e}");
+    // grail's keys and names.
+    let c = load(
+        MIN,
+        &[
+            "generation.backend=vllm_server",
+            "generation.base_url=http://h:8000",
+        ],
+    )
+    .unwrap();
+    assert_eq!(c.rollout.backend, "vllm");
+    assert_eq!(c.rollout.base_urls, vec!["http://h:8000".to_string()]);
 }

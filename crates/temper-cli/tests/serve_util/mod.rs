@@ -9,6 +9,15 @@ pub struct Server {
     pub url: String,
 }
 
+impl Server {
+    /// Stops the server now (SIGKILL: nothing is flushed or closed cleanly).
+    #[allow(dead_code)]
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
 impl Drop for Server {
     fn drop(&mut self) {
         let _ = self.child.kill();

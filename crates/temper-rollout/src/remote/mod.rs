@@ -223,7 +223,10 @@ impl RemoteSampler {
             Ok(r) => r,
             Err(e) => {
                 if e.is_connect() && server.alive.swap(false, Ordering::Relaxed) {
-                    eprintln!("warning: rollout server {} does not answer; leaving it out", server.url);
+                    eprintln!(
+                        "warning: rollout server {} does not answer; leaving it out",
+                        server.url
+                    );
                 }
                 return Err(anyhow::Error::new(e).context(url));
             }
@@ -235,7 +238,10 @@ impl RemoteSampler {
             return Ok(Value::Null);
         }
         let v: Value = serde_json::from_str(&text).with_context(|| {
-            format!("{url}: the answer is not JSON (HTTP {status}): {}", snippet(&text))
+            format!(
+                "{url}: the answer is not JSON (HTTP {status}): {}",
+                snippet(&text)
+            )
         })?;
         if !status.is_success() {
             bail!("{url}: HTTP {status}: {}", error_message(&v));
@@ -269,7 +275,11 @@ impl RemoteSampler {
             Protocol::OpenAi => vec![("/reload_weights", json!({"weights_path": dir}))],
         };
         let mut failures = vec![];
-        for s in self.servers.iter().filter(|s| s.alive.load(Ordering::Relaxed)) {
+        for s in self
+            .servers
+            .iter()
+            .filter(|s| s.alive.load(Ordering::Relaxed))
+        {
             let result = calls.iter().try_for_each(|(route, body)| {
                 let v = self.post(s, route, body)?;
                 if v["success"] == json!(false) {
@@ -279,19 +289,29 @@ impl RemoteSampler {
             });
             if let Err(e) = result {
                 s.alive.store(false, Ordering::Relaxed);
-                eprintln!("warning: rollout server {} failed to reload weights; leaving it out: {e:#}", s.url);
+                eprintln!(
+                    "warning: rollout server {} failed to reload weights; leaving it out: {e:#}",
+                    s.url
+                );
                 failures.push(format!("{e:#}"));
             }
         }
         if self.live_urls().is_empty() {
-            bail!("no rollout server reloaded the weights: {}", failures.join("; "));
+            bail!(
+                "no rollout server reloaded the weights: {}",
+                failures.join("; ")
+            );
         }
         Ok(())
     }
 }
 
 /// The model a server serves.
-fn served_model(client: &reqwest::blocking::Client, url: &str, protocol: Protocol) -> Result<String> {
+fn served_model(
+    client: &reqwest::blocking::Client,
+    url: &str,
+    protocol: Protocol,
+) -> Result<String> {
     let get = |route: &str| -> Result<Value> {
         Ok(client
             .get(format!("{url}{route}"))

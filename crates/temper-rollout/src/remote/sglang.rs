@@ -63,7 +63,10 @@ pub fn parse_generate(v: &Value, index: usize, r: &Request, url: &str) -> Result
             let mut lps = Vec::with_capacity(ids.len());
             for (t, (e, id)) in entries.iter().zip(&ids).enumerate() {
                 let lp = e[0].as_f64().with_context(|| {
-                    format!("{}[{t}][0] is not a number", field("meta_info.output_token_logprobs"))
+                    format!(
+                        "{}[{t}][0] is not a number",
+                        field("meta_info.output_token_logprobs")
+                    )
                 })?;
                 if e[1].as_i64() != Some(*id) {
                     bail!(

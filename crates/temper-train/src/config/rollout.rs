@@ -93,7 +93,10 @@ impl RolloutConfig {
             bail!("rollout.sync_every = 0: must be at least 1");
         }
         if self.async_steps > 2 {
-            bail!("rollout.async_steps = {}: expected 0, 1 or 2", self.async_steps);
+            bail!(
+                "rollout.async_steps = {}: expected 0, 1 or 2",
+                self.async_steps
+            );
         }
         if self.async_steps > 0 && !self.is_remote() {
             bail!(

@@ -102,13 +102,7 @@ impl Trainer {
         let (_, idx) = self.order.batch(batch);
         let seed = mix(self.cfg.trainer.seed, batch as u64, TRAIN_SEED_SALT);
         let mine = self.dist.shard(&idx, "data.train_batch_size")?;
-        self.rollout_requests(
-            &self.train,
-            mine,
-            params,
-            seed,
-            self.dist.rank * mine.len(),
-        )
+        self.rollout_requests(&self.train, mine, params, seed, self.dist.rank * mine.len())
     }
 
     /// This rank's groups of data batch `batch`: from the batch sent ahead if there is one, else
@@ -138,7 +132,11 @@ impl Trainer {
 
     /// Sends the batches of the next `rollout.async_steps` steps to the servers (those not yet
     /// sent). `next_batch` is the next data batch to be drawn.
-    pub(crate) fn generate_ahead(&mut self, next_batch: usize, params: &SamplingParams) -> Result<()> {
+    pub(crate) fn generate_ahead(
+        &mut self,
+        next_batch: usize,
+        params: &SamplingParams,
+    ) -> Result<()> {
         let ahead = self.cfg.rollout.async_steps;
         for batch in next_batch..next_batch + ahead {
             let Some(r) = &self.remote else {

@@ -86,8 +86,7 @@ impl Trainer {
         seed: u64,
         first_position: usize,
     ) -> Result<Vec<Group>> {
-        let (kept, requests) =
-            self.rollout_requests(dataset, idx, params, seed, first_position)?;
+        let (kept, requests) = self.rollout_requests(dataset, idx, params, seed, first_position)?;
         // The servers only when they hold the trainer's weights (evaluation must score this
         // policy, not one a few versions back or a server's own with `weight_sync = "none"`).
         let on_servers = self.remote.as_ref().is_some_and(|r| {
