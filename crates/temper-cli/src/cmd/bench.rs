@@ -17,6 +17,8 @@ enum What {
     Grade(super::bench_grade::Args),
     /// Wall time per GRPO step vs TRL's GRPOTrainer.
     Grpo(super::bench_grpo::Args),
+    /// The main job's steps with rollouts in process vs on `temper serve` (with and without overlap).
+    Rollouts(super::bench_rollouts::Args),
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
@@ -25,5 +27,6 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         What::Sample(a) => super::bench_sample::run(a),
         What::Grade(a) => super::bench_grade::run(a),
         What::Grpo(a) => super::bench_grpo::run(a),
+        What::Rollouts(a) => super::bench_rollouts::run(a),
     }
 }

@@ -2,6 +2,7 @@
 pub mod bench;
 pub mod bench_grade;
 pub mod bench_grpo;
+pub mod bench_rollouts;
 pub mod bench_sample;
 pub mod bench_train;
 pub mod check_logprobs;

@@ -2,7 +2,7 @@
 use std::net::{IpAddr, SocketAddr};
 
 use anyhow::{Context, Result};
-use temper_model::{ComputeKind, Tokenizer};
+use temper_model::{resolve_compute_kind, Tokenizer};
 use temper_serve::{serve_blocking, worker::Worker, AppState};
 
 #[derive(clap::Args)]
@@ -22,9 +22,14 @@ pub struct Args {
     /// The name clients use (`/v1/models`, the `model` field); default: the --model argument.
     #[arg(long)]
     served_model_name: Option<String>,
-    /// Compute dtype: f32 or bf16.
-    #[arg(long, default_value = "f32")]
-    dtype: ComputeKind,
+    /// Compute dtype: `auto` (bf16 where bf16 matmuls are native, else f32, as `model.dtype`),
+    /// `float32` or `bfloat16`.
+    #[arg(long, default_value = "auto")]
+    dtype: String,
+    /// Torch intra-op threads (default: libtorch's, one per core). Give the server and a trainer
+    /// on the same machine a share each.
+    #[arg(long)]
+    threads: Option<usize>,
     /// Most sequences decoded together.
     #[arg(long, default_value_t = 64)]
     max_num_seqs: usize,
@@ -32,7 +37,15 @@ pub struct Args {
 
 pub fn run(args: Args) -> Result<()> {
     let dir = temper_model::resolve::resolve_model(&args.model).context("--model")?;
-    let worker = Worker::start(&dir, args.dtype, args.max_num_seqs)?;
+    if let Some(n) = args.threads {
+        tch::set_num_threads(n.max(1) as i32);
+    }
+    let (compute, warning) =
+        resolve_compute_kind(&args.dtype, tch::Device::Cpu).context("--dtype")?;
+    if let Some(w) = warning {
+        eprintln!("warning: {w}");
+    }
+    let worker = Worker::start(&dir, compute, args.max_num_seqs)?;
     let state = AppState {
         worker,
         model_name: args.served_model_name.unwrap_or(args.model),

@@ -25,12 +25,18 @@ impl Drop for Server {
     }
 }
 
-/// `temper serve --model MODEL --port 0 EXTRA...`, once it listens.
+/// `temper serve --model MODEL --port 0 [--dtype float32] EXTRA...`, once it listens.
 pub fn start(model: &Path, extra: &[&str]) -> Server {
     let mut child = Command::new(env!("CARGO_BIN_EXE_temper"))
         .args(["serve", "--model"])
         .arg(model)
         .args(["--port", "0"])
+        // f32 as the trainer's default and the tests' engines (`auto` is bf16 on some CPUs).
+        .args(if extra.contains(&"--dtype") {
+            &[][..]
+        } else {
+            &["--dtype", "float32"][..]
+        })
         .args(extra)
         .stderr(Stdio::piped())
         .spawn()
