@@ -339,3 +339,32 @@ fn chat_completions_through_the_chat_template() {
         assert!(v["message"].as_str().unwrap().starts_with(field), "{v}");
     }
 }
+
+/// Continuous batching: a short request sent while a long one is decoding joins the running
+/// batch and is answered before the long one ends, with the tokens the engine gives it alone.
+#[test]
+fn a_request_joins_the_running_batch() {
+    let s = start(&[]);
+    let url = s.url.clone();
+    let long = std::thread::spawn(move || {
+        let body = json!({"prompt": PROMPT, "max_tokens": 3000, "ignore_eos": true, "seed": 3});
+        let r: Value = reqwest::blocking::Client::new()
+            .post(format!("{url}/v1/completions"))
+            .json(&body)
+            .send()
+            .unwrap()
+            .json()
+            .unwrap();
+        r["choices"][0]["token_ids"].as_array().unwrap().len()
+    });
+    // Let the long request start decoding.
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let (status, v) = post(&s, &request(7));
+    assert_eq!(status, 200, "{v}");
+    assert!(
+        !long.is_finished(),
+        "the short request waited for the long one to end"
+    );
+    assert_eq!(tokens(&v), engine_tokens(7));
+    assert_eq!(long.join().unwrap(), 3000);
+}

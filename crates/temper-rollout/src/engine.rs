@@ -57,6 +57,14 @@ pub struct Progress {
     pub generated_tokens: usize,
 }
 
+/// What the caller of [`Engine::generate_continuous`] hands the engine between steps.
+pub enum Incoming {
+    /// New requests (maybe none).
+    Requests(Vec<Request>),
+    /// Admit nothing more: finish the requests in flight and return.
+    Close,
+}
+
 /// Samples completions from a model. Holds only references; cheap to build per call.
 pub struct Engine<'a> {
     model: &'a CausalLm,
@@ -68,8 +76,8 @@ pub struct Engine<'a> {
 }
 
 /// What every sample of one request shares.
-struct Prepared<'r> {
-    request: &'r Request,
+struct Prepared {
+    request: Request,
     stops: StopStrings,
     /// Ids that end a sample: EOS (unless `ignore_eos`), then `stop_token_ids`.
     eos: Vec<i64>,
@@ -135,33 +143,38 @@ impl<'a> Engine<'a> {
 
     /// Check every request without running the model. Errors name the request and field.
     pub fn validate(&self, requests: &[Request]) -> Result<()> {
-        let vocab = self.model.config().vocab_size as usize;
         for (i, r) in requests.iter().enumerate() {
-            let ctx = || format!("request {i}");
-            r.params.validate(Some(vocab)).with_context(ctx)?;
-            if r.prompt_ids.is_empty() {
-                bail!("request {i}: prompt_ids is empty (a prompt needs at least one token)");
+            self.validate_one(r)
+                .with_context(|| format!("request {i}"))?;
+        }
+        Ok(())
+    }
+
+    fn validate_one(&self, r: &Request) -> Result<()> {
+        let vocab = self.model.config().vocab_size as usize;
+        r.params.validate(Some(vocab))?;
+        if r.prompt_ids.is_empty() {
+            bail!("prompt_ids is empty (a prompt needs at least one token)");
+        }
+        if let Some((p, &t)) = r
+            .prompt_ids
+            .iter()
+            .enumerate()
+            .find(|(_, &t)| t < 0 || t as usize >= vocab)
+        {
+            bail!("prompt_ids[{p}] = {t} is not a token id (vocabulary size {vocab})");
+        }
+        if let Some(c) = self.context_len() {
+            if r.prompt_ids.len() >= c {
+                bail!(
+                    "prompt has {} tokens, the model's context is {c} (max_position_embeddings): no room \
+                     for a completion",
+                    r.prompt_ids.len()
+                );
             }
-            if let Some((p, &t)) = r
-                .prompt_ids
-                .iter()
-                .enumerate()
-                .find(|(_, &t)| t < 0 || t as usize >= vocab)
-            {
-                bail!("request {i}: prompt_ids[{p}] = {t} is not a token id (vocabulary size {vocab})");
-            }
-            if let Some(c) = self.context_len() {
-                if r.prompt_ids.len() >= c {
-                    bail!(
-                        "request {i}: prompt has {} tokens, the model's context is {c} (max_position_embeddings): \
-                         no room for a completion",
-                        r.prompt_ids.len()
-                    );
-                }
-            }
-            if !r.params.stop.is_empty() && self.decoder.is_none() {
-                bail!("request {i}: stop strings need a tokenizer to decode with (Engine::with_decoder)");
-            }
+        }
+        if !r.params.stop.is_empty() && self.decoder.is_none() {
+            bail!("stop strings need a tokenizer to decode with (Engine::with_decoder)");
         }
         Ok(())
     }
@@ -174,39 +187,101 @@ impl<'a> Engine<'a> {
         progress: &mut dyn FnMut(Progress),
     ) -> Result<Vec<Sample>> {
         self.validate(requests)?;
+        let total: usize = requests.iter().map(|r| r.params.n).sum();
+        let mut first = Some(requests.to_vec());
+        let mut inbox = |_idle: bool| match first.take() {
+            Some(all) => Incoming::Requests(all),
+            None => Incoming::Close,
+        };
+        let mut done: Vec<Sample> = Vec::with_capacity(total);
+        let mut failed = None;
+        let mut collect = |_: usize, result: Result<Vec<Sample>, String>| match result {
+            Ok(samples) => done.extend(samples),
+            Err(e) => failed = Some(e),
+        };
         // bf16: cast the weights once for the whole call instead of at every decode step
         // (bitwise the same numbers; a no-op in f32).
-        self.model
-            .with_sampling_weights(|| self.generate_validated(requests, progress))
+        self.model.with_sampling_weights(|| {
+            self.run(&mut inbox, &mut collect, &mut |p| {
+                progress(Progress {
+                    total_samples: total,
+                    ..p
+                })
+            })
+        })?;
+        if let Some(e) = failed {
+            bail!(e);
+        }
+        done.sort_by_key(|s| (s.request_index, s.sample_index));
+        Ok(done)
     }
 
-    fn generate_validated(
+    /// Continuous batching. Before every step, `inbox(idle)` is asked for new requests (`idle`:
+    /// nothing is in flight, so the caller may block until something arrives); they join the
+    /// running batch as rows free up, and get the next request indices in order (the first is 0).
+    /// Each request's samples go to `done(index, ...)` as soon as its last sample finishes,
+    /// ordered by sample index; a request that fails validation gets its own error. Once the
+    /// inbox answers [`Incoming::Close`], the requests in flight are finished and the call
+    /// returns. A request's tokens depend only on its own seed, not on what it is batched with.
+    pub fn generate_continuous(
         &self,
-        requests: &[Request],
+        inbox: &mut dyn FnMut(bool) -> Incoming,
+        done: &mut dyn FnMut(usize, Result<Vec<Sample>, String>),
+    ) -> Result<()> {
+        self.model
+            .with_sampling_weights(|| self.run(inbox, done, &mut |_| {}))
+    }
+
+    fn run(
+        &self,
+        inbox: &mut dyn FnMut(bool) -> Incoming,
+        done: &mut dyn FnMut(usize, Result<Vec<Sample>, String>),
         progress: &mut dyn FnMut(Progress),
-    ) -> Result<Vec<Sample>> {
-        let prepared = self.prepare(requests);
+    ) -> Result<()> {
         let _no_grad = tch::no_grad_guard();
-        let total: usize = requests.iter().map(|r| r.params.n).sum();
         let mut sched_cfg =
             SchedulerConfig::new(self.config.max_batch_rows, self.config.max_prefill_tokens);
         if let Some(free) = self.config.refill_min_free {
             sched_cfg.refill_min_free = free.max(1);
         }
-        let shape: Vec<(usize, usize)> = requests
-            .iter()
-            .map(|r| (r.params.n, r.prompt_ids.len()))
-            .collect();
-        let mut scheduler = Scheduler::new(&shape, sched_cfg);
+        let mut scheduler = Scheduler::new(&[], sched_cfg);
+        let mut prepared: Vec<Prepared> = Vec::new();
+        // Per request: samples still running, and those finished.
+        let mut open: Vec<(usize, Vec<Sample>)> = Vec::new();
         let mut batch = Batch::empty(self.model.device());
-        let mut done: Vec<Sample> = Vec::with_capacity(total);
-        let mut generated_tokens = 0;
+        let (mut accepting, mut finished, mut generated_tokens) = (true, 0, 0);
         loop {
+            if accepting {
+                let idle = batch.rows.is_empty() && scheduler.is_empty();
+                match inbox(idle) {
+                    Incoming::Requests(requests) => {
+                        for r in requests {
+                            let index = prepared.len();
+                            let (n, len) = (r.params.n, r.prompt_ids.len());
+                            let valid = self.validate_one(&r);
+                            prepared.push(self.prepare(r));
+                            match valid {
+                                Ok(()) => {
+                                    open.push((n, Vec::with_capacity(n)));
+                                    scheduler.push(index, n, len);
+                                }
+                                Err(e) => {
+                                    open.push((0, vec![]));
+                                    done(index, Err(format!("{e:#}")));
+                                }
+                            }
+                        }
+                    }
+                    Incoming::Close => accepting = false,
+                }
+            }
             let units = scheduler.admit(batch.rows.len());
             let logits = if !units.is_empty() {
                 batch.rebuild(self.model, &prepared, &units)?
             } else if !batch.rows.is_empty() {
                 batch.decode(self.model)
+            } else if accepting {
+                continue;
             } else {
                 break;
             };
@@ -242,64 +317,67 @@ impl<'a> Engine<'a> {
                     }
                 }
                 generated_tokens += 1;
-                match self.finish(p, row)? {
-                    Some((finish, reason)) => done.push(Sample {
-                        request_index: row.request,
-                        sample_index: row.sample,
-                        prompt_ids: p.request.prompt_ids.clone(),
-                        completion_ids: std::mem::take(&mut row.completion),
-                        completion_logprobs: std::mem::take(&mut row.logprobs),
-                        finish,
-                        stop_reason: reason,
-                    }),
-                    None => keep.push(i as i64),
+                let Some((finish, reason)) = self.finish(p, row)? else {
+                    keep.push(i as i64);
+                    continue;
+                };
+                finished += 1;
+                let (left, samples) = &mut open[row.request];
+                samples.push(Sample {
+                    request_index: row.request,
+                    sample_index: row.sample,
+                    prompt_ids: p.request.prompt_ids.clone(),
+                    completion_ids: std::mem::take(&mut row.completion),
+                    completion_logprobs: std::mem::take(&mut row.logprobs),
+                    finish,
+                    stop_reason: reason,
+                });
+                *left -= 1;
+                if *left == 0 {
+                    let mut samples = std::mem::take(samples);
+                    samples.sort_by_key(|s| s.sample_index);
+                    done(row.request, Ok(samples));
                 }
             }
             batch.keep_rows(&keep);
             progress(Progress {
-                finished_samples: done.len(),
-                total_samples: total,
+                finished_samples: finished,
+                total_samples: 0,
                 generated_tokens,
             });
         }
-        done.sort_by_key(|s| (s.request_index, s.sample_index));
-        Ok(done)
+        Ok(())
     }
 
-    fn prepare<'r>(&self, requests: &'r [Request]) -> Vec<Prepared<'r>> {
+    fn prepare(&self, request: Request) -> Prepared {
         let context = self.context_len();
         let mut seeder = self.seeder.lock().unwrap_or_else(|e| e.into_inner());
-        requests
-            .iter()
-            .map(|request| {
-                let params = &request.params;
-                let mut eos = if params.ignore_eos {
-                    Vec::new()
-                } else {
-                    self.eos_ids.clone()
-                };
-                for &t in &params.stop_token_ids {
-                    if !eos.contains(&t) {
-                        eos.push(t);
-                    }
-                }
-                let room = context.map_or(usize::MAX, |c| c - request.prompt_ids.len());
-                // Drawn for every request, so that seeding one request does not shift the others.
-                let fallback_seed: u64 = seeder.random();
-                Prepared {
-                    request,
-                    stops: StopStrings::new(&params.stop),
-                    banned: if params.min_tokens > 0 {
-                        eos.clone()
-                    } else {
-                        Vec::new()
-                    },
-                    eos,
-                    max_new: params.max_tokens.min(room),
-                    seed: params.seed.unwrap_or(fallback_seed),
-                }
-            })
-            .collect()
+        let params = &request.params;
+        let mut eos = if params.ignore_eos {
+            Vec::new()
+        } else {
+            self.eos_ids.clone()
+        };
+        for &t in &params.stop_token_ids {
+            if !eos.contains(&t) {
+                eos.push(t);
+            }
+        }
+        let room = context.map_or(usize::MAX, |c| c.saturating_sub(request.prompt_ids.len()));
+        // Drawn for every request, so that seeding one request does not shift the others.
+        let fallback_seed: u64 = seeder.random();
+        Prepared {
+            stops: StopStrings::new(&params.stop),
+            banned: if params.min_tokens > 0 {
+                eos.clone()
+            } else {
+                Vec::new()
+            },
+            eos,
+            max_new: params.max_tokens.min(room),
+            seed: params.seed.unwrap_or(fallback_seed),
+            request,
+        }
     }
 
     /// Whether `row` (with its newest token appended) is finished, and why.

@@ -26,7 +26,7 @@ pub mod step;
 pub mod stop;
 pub mod verify;
 
-pub use engine::{Engine, EngineConfig, Progress};
+pub use engine::{Engine, EngineConfig, Incoming, Progress};
 pub use params::{Finish, LogprobKind, Request, Sample, SamplingParams, StopReason};
 pub use stop::Decode;
 

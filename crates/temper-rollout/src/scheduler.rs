@@ -48,21 +48,29 @@ pub struct Scheduler {
 impl Scheduler {
     /// `requests[i] = (n, prompt_len)` for request `i`.
     pub fn new(requests: &[(usize, usize)], config: SchedulerConfig) -> Self {
-        let mut queue = VecDeque::new();
+        let mut s = Self {
+            config,
+            queue: VecDeque::new(),
+        };
         for (request, &(n, prompt_len)) in requests.iter().enumerate() {
-            let mut first_sample = 0;
-            while first_sample < n {
-                let count = (n - first_sample).min(config.max_rows);
-                queue.push_back(Unit {
-                    request,
-                    first_sample,
-                    count,
-                    prompt_len,
-                });
-                first_sample += count;
-            }
+            s.push(request, n, prompt_len);
         }
-        Self { config, queue }
+        s
+    }
+
+    /// Queue `n` samples of request `request` (continuous batching adds work while decoding).
+    pub fn push(&mut self, request: usize, n: usize, prompt_len: usize) {
+        let mut first_sample = 0;
+        while first_sample < n {
+            let count = (n - first_sample).min(self.config.max_rows);
+            self.queue.push_back(Unit {
+                request,
+                first_sample,
+                count,
+                prompt_len,
+            });
+            first_sample += count;
+        }
     }
 
     pub fn is_empty(&self) -> bool {

@@ -1,14 +1,21 @@
-//! The model worker: one thread owns the model; handlers queue jobs, and each wave of pending
-//! jobs is sampled together in one batched engine call, so concurrent requests share decode steps.
-//! Every request carries its own seed (or the engine gives it one), and the engine's draws depend
-//! only on a row's seed, so a request's tokens do not depend on what else is being served.
+//! The model worker: one thread owns the model; handlers queue jobs, and the engine batches them
+//! continuously: a request that arrives while others are decoding joins the running batch as soon
+//! as rows free up, and is answered as soon as its own samples are done. A weight reload waits
+//! for the requests already admitted, then swaps the weights; requests queued after it are served
+//! with the new ones. Every request carries its own seed (or the worker gives it one), and the
+//! engine's draws depend only on a row's seed, so a request's tokens do not depend on what else is
+//! being served.
 
 use std::path::{Path, PathBuf};
 use std::sync::mpsc;
 
+use std::cell::RefCell;
+
 use anyhow::{Context, Result};
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha20Rng;
 use temper_model::{CausalLm, ComputeKind, GenerationConfig, Tokenizer};
-use temper_rollout::{Engine, EngineConfig, Request, Sample, SamplingParams};
+use temper_rollout::{Engine, EngineConfig, Incoming, Request, Sample, SamplingParams};
 
 /// One queued request and where its samples go, or a weight reload.
 enum Job {
@@ -72,7 +79,7 @@ impl Worker {
     }
 
     /// Queue a (validated) request now; the returned future gives its samples, ordered by
-    /// sample index. Requests queued together are sampled in the same batches.
+    /// sample index. It joins the running batch as soon as rows are free.
     pub fn submit(
         &self,
         request: Request,
@@ -117,8 +124,8 @@ impl Worker {
         results
     }
 
-    /// Replace the weights by those of the HF folder `dir`, between two waves of sampling (every
-    /// request queued before is served with the old weights, every one after with the new).
+    /// Replace the weights by those of the HF folder `dir` once the requests queued before it are
+    /// done (they are served with the old weights, every one queued after with the new).
     /// The folder is read whole before anything changes: a missing or half-written file, or
     /// weights of another shape, leave the served weights as they were.
     pub async fn reload(&self, dir: PathBuf) -> Result<(), String> {
@@ -147,63 +154,82 @@ fn run(
     max_batch_rows: usize,
     rx: mpsc::Receiver<Job>,
 ) {
-    let mut queued: std::collections::VecDeque<Job> = Default::default();
+    type Reply = tokio::sync::oneshot::Sender<Result<Vec<Sample>, String>>;
+    // Seeds for requests without one: different for every engine call (and every server run).
+    let mut seeds = ChaCha20Rng::seed_from_u64(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as u64),
+    );
+    let mut reload_next: Option<Job> = None;
     loop {
-        if queued.is_empty() {
-            match rx.recv() {
-                Ok(j) => queued.push_back(j),
-                Err(_) => return,
-            }
-        }
-        while let Ok(j) = rx.try_recv() {
-            queued.push_back(j);
-        }
-        // A reload at the front runs now; the sampling jobs before the next reload form a wave.
-        if let Some(Job::Reload { .. }) = queued.front() {
-            let Some(Job::Reload { dir, reply }) = queued.pop_front() else {
-                unreachable!()
-            };
+        if let Some(Job::Reload { dir, reply }) = reload_next.take() {
             let _ = reply.send(reload(&mut model, &dir).map_err(|e| format!("{e:#}")));
-            continue;
         }
-        let mut jobs = vec![];
-        while let Some(Job::Sample { .. }) = queued.front() {
-            let Some(Job::Sample { request, reply }) = queued.pop_front() else {
-                unreachable!()
-            };
-            // A client that went away no longer needs its samples.
-            if !reply.is_closed() {
-                jobs.push((request, reply));
-            }
-        }
-        if jobs.is_empty() {
-            continue;
-        }
-        let requests: Vec<Request> = jobs.iter().map(|j| j.0.clone()).collect();
         let mut engine = Engine::new(&model, eos.to_vec()).with_config(EngineConfig {
             max_batch_rows,
+            seed: seeds.random(),
             ..EngineConfig::default()
         });
         if let Some(t) = tok {
             engine = engine.with_decoder(t);
         }
-        match engine.generate(&requests, &mut |_| {}) {
-            Ok(samples) => {
-                let mut per_job: Vec<Vec<Sample>> = jobs.iter().map(|_| vec![]).collect();
-                for s in samples {
-                    per_job[s.request_index].push(s);
-                }
-                for ((_, reply), mut samples) in jobs.into_iter().zip(per_job) {
-                    samples.sort_by_key(|s| s.sample_index);
-                    let _ = reply.send(Ok(samples));
+        // Replies by engine request index (the engine numbers requests in admission order).
+        let replies: RefCell<Vec<Option<Reply>>> = RefCell::new(vec![]);
+        let mut stopped = false;
+        let mut inbox = |idle: bool| -> Incoming {
+            if reload_next.is_some() || stopped {
+                return Incoming::Close;
+            }
+            let mut requests = vec![];
+            loop {
+                // Block only when nothing is in flight and nothing was taken yet.
+                let job = if idle && requests.is_empty() {
+                    rx.recv().map_err(|_| mpsc::TryRecvError::Disconnected)
+                } else {
+                    rx.try_recv()
+                };
+                match job {
+                    Ok(Job::Sample { request, reply }) => {
+                        // A client that went away no longer needs its samples.
+                        if !reply.is_closed() {
+                            replies.borrow_mut().push(Some(reply));
+                            requests.push(request);
+                        }
+                    }
+                    Ok(reload @ Job::Reload { .. }) => {
+                        reload_next = Some(reload);
+                        break;
+                    }
+                    Err(mpsc::TryRecvError::Empty) => break,
+                    Err(mpsc::TryRecvError::Disconnected) => {
+                        stopped = true;
+                        break;
+                    }
                 }
             }
-            Err(e) => {
-                let msg = format!("{e:#}");
-                for (_, reply) in jobs {
-                    let _ = reply.send(Err(msg.clone()));
-                }
+            if requests.is_empty() && (reload_next.is_some() || stopped) {
+                Incoming::Close
+            } else {
+                Incoming::Requests(requests)
             }
+        };
+        let mut done = |index: usize, result: Result<Vec<Sample>, String>| {
+            if let Some(reply) = replies.borrow_mut()[index].take() {
+                let _ = reply.send(result);
+            }
+        };
+        let result = engine.generate_continuous(&mut inbox, &mut done);
+        drop(engine);
+        if let Err(e) = result {
+            // The engine failed as a whole (not one request): every open request gets the error.
+            let msg = format!("{e:#}");
+            for reply in replies.into_inner().into_iter().flatten() {
+                let _ = reply.send(Err(msg.clone()));
+            }
+        }
+        if stopped && reload_next.is_none() {
+            return;
         }
     }
 }
