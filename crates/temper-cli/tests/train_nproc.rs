@@ -3,6 +3,7 @@
 //! run folder, one checkpoint. Then the 2-process run is resumed by one process.
 #[path = "../../temper-train/tests/common/mod.rs"]
 mod common;
+mod serve_util;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -113,4 +114,41 @@ fn a_world_size_that_does_not_divide_the_batch_fails_on_every_rank() {
         "{err}"
     );
     assert!(err.contains("failed"), "{err}");
+}
+
+/// Two processes sampling on a `temper serve` process, with weight sync (rank 0 writes and
+/// reloads, both wait) and overlap: the same metrics as one process on the same server.
+#[test]
+fn two_processes_share_rollout_servers() {
+    let server = serve_util::start(&common::tiny_model_dir(), &[]);
+    let urls = format!("rollout.base_urls=[{:?}]", server.url);
+    // A reward with a spread on the tiny model (the share of letters in the completion), so
+    // every step updates and the servers reload.
+    let script = "import json,sys\nfor l in sys.stdin:\n c=json.loads(l)['completion']\n \
+                  print(json.dumps({'reward': sum(ch.isalpha() for ch in c)/max(len(c),1)}), flush=True)";
+    let reward = format!("reward.kwargs={{ cmd = [\"python3\", \"-c\", {script:?}] }}");
+    let extra = [
+        "reward.name=\"command\"",
+        reward.as_str(),
+        "rollout.backend=\"sglang\"",
+        urls.as_str(),
+        "rollout.async_steps=1",
+        "trainer.check_on_policy=false",
+    ];
+    let one = train(&common::temp_dir("nproc1-remote"), 1, &extra);
+    let two = train(&common::temp_dir("nproc2-remote"), 2, &extra);
+    let (a, b) = (metrics(&one), metrics(&two));
+    assert_eq!(a.len(), 2);
+    for (x, y) in a.iter().zip(&b) {
+        for k in [
+            "critic/score/mean",
+            "actor/pg_loss",
+            "rollout/policy_lag_max",
+            "actor/grad_norm",
+        ] {
+            let (p, q) = (x[k].as_f64().unwrap(), y[k].as_f64().unwrap());
+            assert!((p - q).abs() <= 1e-6 * p.abs().max(1.0), "{k}: {p} vs {q}");
+        }
+    }
+    assert_eq!(b[1]["rollout/policy_lag_max"], 1.0);
 }

@@ -1,7 +1,7 @@
 //! `temper serve`: one HTTP server with one module per API surface over a shared model worker.
 //!
-//! - [`worker`]: the model, owned by one thread; requests queue and every wave of pending requests
-//!   is sampled together in one batched engine call (concurrent requests are batched).
+//! - [`worker`]: the model, owned by one thread; requests are batched continuously (a request
+//!   joins the running batch as rows free up and is answered when its own samples are done).
 //! - [`openai`]: the OpenAI-compatible surface vLLM serves (`/v1/models`, `/v1/completions` with
 //!   token-id or text prompts, returning token ids and per-token logprobs) and `/health`.
 //!

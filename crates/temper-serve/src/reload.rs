@@ -4,7 +4,7 @@
 //! by `POST /reset_prefix_cache` (a no-op here: temper keeps no cache between requests); and
 //! temper's own `POST /reload_weights {"weights_path": DIR}` (what `rollout.backend = "openai"`
 //! calls). Requests queued before a reload are sampled with the old weights, those after with the
-//! new: the worker swaps weights between waves, never within one.
+//! new: the worker swaps weights once the admitted requests are done, never during one.
 
 use std::path::PathBuf;
 use std::sync::Arc;

@@ -313,12 +313,12 @@ fn served_model(
     protocol: Protocol,
 ) -> Result<String> {
     let get = |route: &str| -> Result<Value> {
-        Ok(client
+        client
             .get(format!("{url}{route}"))
             .send()
             .and_then(|r| r.error_for_status())
             .and_then(|r| r.json::<Value>())
-            .with_context(|| format!("{url}{route}"))?)
+            .with_context(|| format!("{url}{route}"))
     };
     match get("/v1/models") {
         Ok(v) => v["data"][0]["id"]

@@ -483,12 +483,6 @@ impl Config {
                 "algorithm.filter_groups (DAPO dynamic sampling) does not run data-parallel yet (world size {world})"
             );
         }
-        if self.rollout.backend != "local" {
-            anyhow::bail!(
-                "rollout.backend = {:?} does not run data-parallel yet (world size {world})",
-                self.rollout.backend
-            );
-        }
         Ok(())
     }
 
