@@ -9,13 +9,15 @@
 //! - [`reload`]: weight reload from a folder: SGLang's and vLLM's routes, and temper's own.
 //! - [`sglang`]: SGLang's native `/generate`.
 //!
-//! Tinker's `/api/v1/*` is to come as a module of its own on the same worker.
+//! - [`tinker`]: Tinker's REST protocol under `/api/v1/*` (training models and sampling sessions of
+//!   their own, created by clients).
 
 pub mod chat;
 pub mod openai;
 pub mod reload;
 pub mod reply;
 pub mod sglang;
+pub mod tinker;
 pub mod worker;
 
 use std::net::SocketAddr;
@@ -32,6 +34,8 @@ pub struct AppState {
     pub api_key: Option<String>,
     /// For text prompts and completion text.
     pub tokenizer: Option<temper_model::Tokenizer>,
+    /// The Tinker API's models, sampling sessions and futures.
+    pub tinker: Arc<tinker::Tinker>,
 }
 
 /// The router with every API module.
@@ -40,6 +44,7 @@ pub fn router(state: Arc<AppState>) -> axum::Router {
         .merge(chat::routes())
         .merge(reload::routes())
         .merge(sglang::routes())
+        .merge(tinker::routes())
         .with_state(state)
 }
 

@@ -78,6 +78,63 @@ impl SamplingModel {
         num_samples: usize,
         p: &TinkerSamplingParams,
     ) -> Result<Vec<SampledSequence>> {
+        let mut out = self.sample_many(&[(prompt.to_vec(), num_samples, p.clone())], p.seed.unwrap_or(0));
+        out.remove(0)
+    }
+
+    /// Several sample requests `(prompt, num_samples, params)` in one batched engine call, each
+    /// answered (or refused) on its own. `engine_seed` seeds the requests without a seed.
+    pub fn sample_many(
+        &self,
+        requests: &[(Vec<i64>, usize, TinkerSamplingParams)],
+        engine_seed: u64,
+    ) -> Vec<Result<Vec<SampledSequence>>> {
+        let mut results: Vec<Option<Result<Vec<SampledSequence>>>> = Vec::with_capacity(requests.len());
+        let mut valid = vec![];
+        let mut engine_requests = vec![];
+        for (prompt, num_samples, p) in requests {
+            match self.request(prompt, *num_samples, p) {
+                Ok(r) => {
+                    valid.push(results.len());
+                    engine_requests.push(r);
+                    results.push(None);
+                }
+                Err(e) => results.push(Some(Err(e))),
+            }
+        }
+        let mut engine = Engine::new(&self.model, self.eos.clone()).with_config(EngineConfig {
+            seed: engine_seed,
+            ..EngineConfig::default()
+        });
+        if let Some(t) = &self.tokenizer {
+            engine = engine.with_decoder(t);
+        }
+        match engine.generate(&engine_requests, &mut |_| {}) {
+            Ok(samples) => {
+                let mut per: Vec<Vec<SampledSequence>> = valid.iter().map(|_| vec![]).collect();
+                for s in samples {
+                    per[s.request_index].push(SampledSequence {
+                        tokens: s.completion_ids,
+                        logprobs: s.completion_logprobs,
+                        stop_reason: s.finish.as_str(),
+                    });
+                }
+                for (slot, seqs) in valid.iter().zip(per) {
+                    results[*slot] = Some(Ok(seqs));
+                }
+            }
+            Err(e) => {
+                let msg = format!("{e:#}");
+                for slot in &valid {
+                    results[*slot] = Some(Err(anyhow::anyhow!(msg.clone())));
+                }
+            }
+        }
+        results.into_iter().map(|r| r.expect("every request answered")).collect()
+    }
+
+    /// The engine request for one Tinker sample request, checked.
+    fn request(&self, prompt: &[i64], num_samples: usize, p: &TinkerSamplingParams) -> Result<Request> {
         let vocab = self.model.config().vocab_size;
         if prompt.is_empty() {
             bail!("prompt is empty");
@@ -106,27 +163,11 @@ impl SamplingModel {
             seed: p.seed,
             ..SamplingParams::default()
         };
-        let request = Request {
+        params.validate(Some(vocab as usize))?;
+        Ok(Request {
             prompt_ids: prompt.to_vec(),
             params,
-        };
-        let mut engine = Engine::new(&self.model, self.eos.clone()).with_config(EngineConfig {
-            seed: p.seed.unwrap_or(0),
-            ..EngineConfig::default()
-        });
-        if let Some(t) = &self.tokenizer {
-            engine = engine.with_decoder(t);
-        }
-        let mut samples = engine.generate(&[request], &mut |_| {})?;
-        samples.sort_by_key(|s| s.sample_index);
-        Ok(samples
-            .into_iter()
-            .map(|s| SampledSequence {
-                tokens: s.completion_ids,
-                logprobs: s.completion_logprobs,
-                stop_reason: s.finish.as_str(),
-            })
-            .collect())
+        })
     }
 
     /// Tinker's `compute_logprobs`: per position, log p(token | the tokens before it); `None` for

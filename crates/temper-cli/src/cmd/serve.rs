@@ -30,6 +30,10 @@ pub struct Args {
     /// on the same machine a share each.
     #[arg(long)]
     threads: Option<usize>,
+    /// Where the Tinker API keeps checkpoints: `tinker://MODEL/weights/NAME` is
+    /// `ROOT/MODEL/weights/NAME`.
+    #[arg(long, default_value = "runs/tinker")]
+    root: std::path::PathBuf,
     /// Most sequences decoded together.
     #[arg(long, default_value_t = 64)]
     max_num_seqs: usize,
@@ -51,6 +55,7 @@ pub fn run(args: Args) -> Result<()> {
         model_name: args.served_model_name.unwrap_or(args.model),
         api_key: args.api_key,
         tokenizer: Tokenizer::from_dir(&dir).ok(),
+        tinker: std::sync::Arc::new(temper_serve::tinker::Tinker::new(args.root)),
     };
     serve_blocking(SocketAddr::new(args.host, args.port), state)
 }

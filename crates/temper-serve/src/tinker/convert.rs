@@ -1,0 +1,171 @@
+//! From the SDK's wire shapes to temper-tinker's: protobuf datums, JSON model inputs and
+//! sampling params, `tinker://` paths. Errors name the datum index and the field.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use anyhow::{bail, Context, Result};
+use serde_json::Value;
+use temper_tinker::{Datum, TensorData, TinkerSamplingParams};
+
+use super::proto;
+
+/// The tokens of a model input's chunks, joined in order (only `encoded_text` chunks).
+pub fn proto_tokens(chunks: &[proto::Chunk], field: &str) -> Result<Vec<i64>> {
+    let mut out = vec![];
+    for (k, c) in chunks.iter().enumerate() {
+        match &c.chunk {
+            Some(proto::chunk::Chunk::EncodedText(t)) => {
+                let v = proto::le_values(&t.tokens, 4, |b| {
+                    i32::from_le_bytes(b.try_into().expect("4 bytes")) as i64
+                })
+                .with_context(|| format!("{field}.chunks[{k}].tokens: not int32 values"))?;
+                out.extend(v);
+            }
+            Some(_) => bail!("{field}.chunks[{k}]: only encoded_text chunks are supported (no images or audio)"),
+            None => bail!("{field}.chunks[{k}]: empty chunk"),
+        }
+    }
+    Ok(out)
+}
+
+/// A protobuf tensor as int64 or float32 values (dense only).
+fn tensor_values(t: &proto::Tensor, field: &str) -> Result<TensorData> {
+    let Some(proto::tensor::Encoding::Dense(bytes)) = &t.encoding else {
+        bail!("{field}: only dense tensors are supported (not sparse_csr)");
+    };
+    let bad = || format!("{field}: {} bytes do not hold whole values of its dtype", bytes.len());
+    Ok(match proto::DType::try_from(t.dtype) {
+        Ok(proto::DType::Int64) => TensorData::I64(
+            proto::le_values(bytes, 8, |b| i64::from_le_bytes(b.try_into().expect("8")))
+                .with_context(bad)?,
+        ),
+        Ok(proto::DType::Int32) => TensorData::I64(
+            proto::le_values(bytes, 4, |b| i32::from_le_bytes(b.try_into().expect("4")) as i64)
+                .with_context(bad)?,
+        ),
+        Ok(proto::DType::Float32) => TensorData::F32(
+            proto::le_values(bytes, 4, |b| f32::from_le_bytes(b.try_into().expect("4")))
+                .with_context(bad)?,
+        ),
+        Ok(proto::DType::Bfloat16) => TensorData::F32(
+            proto::le_values(bytes, 2, |b| {
+                f32::from_bits((u16::from_le_bytes(b.try_into().expect("2")) as u32) << 16)
+            })
+            .with_context(bad)?,
+        ),
+        _ => bail!("{field}: unsupported dtype {}", t.dtype),
+    })
+}
+
+/// The request's datums.
+pub fn datums(data: &[proto::Datum]) -> Result<Vec<Datum>> {
+    data.iter()
+        .enumerate()
+        .map(|(i, d)| {
+            let model_input = proto_tokens(&d.model_input, &format!("datum {i}: model_input"))?;
+            let mut loss_fn_inputs = BTreeMap::new();
+            for (name, t) in &d.loss_fn_inputs {
+                let v = tensor_values(t, &format!("datum {i}: loss_fn_inputs.{name}"))?;
+                loss_fn_inputs.insert(name.clone(), v);
+            }
+            Ok(Datum {
+                model_input,
+                loss_fn_inputs,
+            })
+        })
+        .collect()
+}
+
+/// `loss_fn_config`: the numbers of v2 (preferred) or of the legacy map.
+pub fn loss_config(r: &proto::ForwardBackwardRequest) -> Result<BTreeMap<String, f64>> {
+    let mut out: BTreeMap<String, f64> = r.loss_fn_config.iter().map(|(k, v)| (k.clone(), *v)).collect();
+    for (k, v) in &r.loss_fn_config_v2 {
+        match &v.value {
+            Some(proto::loss_config_value::Value::Number(x)) => {
+                out.insert(k.clone(), *x);
+            }
+            Some(proto::loss_config_value::Value::Text(t)) => {
+                bail!("loss_fn_config.{k}: text values ({t:?}) are not supported by temper's losses")
+            }
+            None => {}
+        }
+    }
+    Ok(out)
+}
+
+/// A JSON `ModelInput` (`{"chunks": [{"tokens": [...], "type": "encoded_text"}, ...]}`).
+pub fn json_tokens(v: &Value, field: &str) -> Result<Vec<i64>> {
+    let Some(chunks) = v["chunks"].as_array() else {
+        bail!("{field}.chunks: missing");
+    };
+    let mut out = vec![];
+    for (k, c) in chunks.iter().enumerate() {
+        if c["type"].as_str().unwrap_or("encoded_text") != "encoded_text" {
+            bail!("{field}.chunks[{k}]: only encoded_text chunks are supported (no images or audio)");
+        }
+        let t: Vec<i64> = serde_json::from_value(c["tokens"].clone())
+            .with_context(|| format!("{field}.chunks[{k}].tokens: not token ids"))?;
+        out.extend(t);
+    }
+    Ok(out)
+}
+
+/// Tinker's SamplingParams. `stop`: None keeps EOS; strings or token ids stop as well.
+pub fn sampling_params(v: &Value) -> Result<TinkerSamplingParams> {
+    let d = TinkerSamplingParams::default();
+    let num = |k: &str| -> Result<Option<f64>> {
+        match &v[k] {
+            Value::Null => Ok(None),
+            x => x.as_f64().map(Some).with_context(|| format!("sampling_params.{k}: not a number")),
+        }
+    };
+    let (mut stop_tokens, mut stop_strings) = (vec![], vec![]);
+    match &v["stop"] {
+        Value::Null => {}
+        Value::String(s) => stop_strings.push(s.clone()),
+        Value::Array(items) => {
+            for (k, item) in items.iter().enumerate() {
+                match item {
+                    Value::String(s) => stop_strings.push(s.clone()),
+                    Value::Number(n) if n.as_i64().is_some() => stop_tokens.push(n.as_i64().unwrap_or(0)),
+                    _ => bail!("sampling_params.stop[{k}]: not a string or a token id"),
+                }
+            }
+        }
+        _ => bail!("sampling_params.stop: not a string or a list"),
+    }
+    Ok(TinkerSamplingParams {
+        max_tokens: num("max_tokens")?.map_or(d.max_tokens, |x| x.max(0.0) as usize),
+        temperature: num("temperature")?.unwrap_or(d.temperature),
+        top_p: num("top_p")?.unwrap_or(d.top_p),
+        top_k: num("top_k")?.map_or(d.top_k, |x| x as i64),
+        stop_tokens,
+        stop_strings,
+        seed: v["seed"].as_u64(),
+    })
+}
+
+/// `tinker://{model_id}/{kind}/{name}` -> (model_id, kind, name).
+pub fn parse_tinker_path(path: &str) -> Result<(String, String, String)> {
+    let rest = path
+        .strip_prefix("tinker://")
+        .with_context(|| format!("path {path:?}: not a tinker:// path"))?;
+    let parts: Vec<&str> = rest.split('/').collect();
+    match parts.as_slice() {
+        [model, kind @ ("weights" | "sampler_weights"), name] if !model.is_empty() && !name.is_empty() => {
+            Ok((model.to_string(), kind.to_string(), name.to_string()))
+        }
+        _ => bail!("path {path:?}: expected tinker://MODEL_ID/weights/NAME or tinker://MODEL_ID/sampler_weights/NAME"),
+    }
+}
+
+/// Where `path` lives under the server's root, checked to exist.
+pub fn checkpoint_dir(root: &Path, path: &str) -> Result<PathBuf> {
+    let (model, kind, name) = parse_tinker_path(path)?;
+    let dir = root.join(&model).join(&kind).join(&name);
+    if !dir.is_dir() {
+        bail!("path {path:?}: no such checkpoint (looked in {})", dir.display());
+    }
+    Ok(dir)
+}

@@ -1,0 +1,501 @@
+//! The `/api/v1/*` handlers. Calls the SDK treats as futures answer `{"request_id"}` at once, also
+//! when the request is refused: the refusal is the future's result, `{"error", "category":
+//! "user"}`, which the SDK raises as `RequestFailedError` with the message (naming the datum
+//! index and field). Direct calls answer such an error body with HTTP 400 (404 for unknown ids).
+
+use std::path::PathBuf;
+use std::sync::atomic::Ordering;
+use std::sync::{mpsc, Arc};
+
+use anyhow::{anyhow, bail, Context, Result};
+use axum::body::Bytes;
+use axum::extract::{Path as UrlPath, State};
+use axum::http::{header, HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use prost::Message;
+use serde_json::{json, Value};
+use temper_model::{CausalLm, ComputeKind, LoraConfig};
+use temper_tinker::{AdamParams, TrainingModel};
+
+use super::futures::{Outcome, POLL_HOLD};
+use super::samplers::SampleJob;
+use super::training::{self, Job, ModelInfo, Queued};
+use super::{convert, proto, ModelHandle, Tinker};
+use crate::AppState;
+
+type S = State<Arc<AppState>>;
+
+pub fn routes() -> Router<Arc<AppState>> {
+    Router::new()
+        .route("/api/v1/client/config", post(client_config))
+        .route("/api/v1/client/dynamic_config", post(|| async { Json(json!({})) }))
+        .route("/api/v1/create_session", post(create_session))
+        .route("/api/v1/session_heartbeat", post(|| async { Json(json!({"type": "session_heartbeat"})) }))
+        .route("/api/v1/telemetry", post(|| async { Json(json!({"status": "accepted"})) }))
+        .route("/api/v1/sessions/{id}/finish", post(|| async { Json(json!({})) }))
+        .route("/api/v1/create_model", post(create_model))
+        .route("/api/v1/get_info", post(get_info))
+        .route("/api/v1/forward_backward", post(forward_backward))
+        .route("/api/v1/optim_step", post(optim_step))
+        .route("/api/v1/save_weights", post(save_weights))
+        .route("/api/v1/save_weights_for_sampler", post(save_weights_for_sampler))
+        .route("/api/v1/load_weights", post(load_weights))
+        .route("/api/v1/create_sampling_session", post(create_sampling_session))
+        .route("/api/v1/samplers/{id}", get(get_sampler))
+        .route("/api/v1/asample", post(asample))
+        .route("/api/v1/retrieve_future", post(retrieve_future))
+}
+
+/// `{"error", "category": "user"}` with `status`.
+fn refuse(status: StatusCode, message: impl std::fmt::Display) -> Response {
+    (status, Json(json!({"error": message.to_string(), "category": "user"}))).into_response()
+}
+
+/// The API key check (only with `--api-key`): Tinker sends it as `X-API-Key`.
+fn authorized(state: &AppState, headers: &HeaderMap) -> bool {
+    match &state.api_key {
+        None => true,
+        Some(key) => headers.get("x-api-key").and_then(|v| v.to_str().ok()) == Some(key.as_str()),
+    }
+}
+
+fn parse_json(body: &[u8]) -> Result<Value> {
+    serde_json::from_slice(body).map_err(|e| anyhow!("request body: {e}"))
+}
+
+/// Run `f` for a direct call: its JSON, or a 400 naming the problem.
+fn direct(state: &AppState, headers: &HeaderMap, f: impl FnOnce() -> Result<Value>) -> Response {
+    if !authorized(state, headers) {
+        return refuse(StatusCode::UNAUTHORIZED, "missing or wrong X-API-Key");
+    }
+    match f() {
+        Ok(v) => Json(v).into_response(),
+        Err(e) => refuse(StatusCode::BAD_REQUEST, format!("{e:#}")),
+    }
+}
+
+/// How a future-style call hands its promise to the job that completes it.
+type Dispatch = Box<dyn FnOnce(super::futures::Promise) + Send>;
+
+/// A future-style call: `prepare` checks the request and returns how to queue its job; a
+/// refusal becomes the future's result. `extra` joins the `{"request_id"}` answer.
+fn future(
+    state: &AppState,
+    headers: &HeaderMap,
+    extra: Value,
+    prepare: impl FnOnce() -> Result<Dispatch>,
+) -> Response {
+    if !authorized(state, headers) {
+        return refuse(StatusCode::UNAUTHORIZED, "missing or wrong X-API-Key");
+    }
+    let (id, promise) = state.tinker.futures.create();
+    match prepare() {
+        Ok(dispatch) => dispatch(promise),
+        Err(e) => promise.complete(Outcome::user_error(format!("{e:#}"))),
+    }
+    let mut body = json!({"request_id": id});
+    if let (Some(b), Some(e)) = (body.as_object_mut(), extra.as_object()) {
+        b.extend(e.clone());
+    }
+    Json(body).into_response()
+}
+
+/// A dispatch that queues `job` on model `model_id` in `seq` order.
+fn to_model(t: &Tinker, model_id: &str, seq: i64, job: Job) -> Result<Dispatch> {
+    let tx = t
+        .models
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .get(model_id)
+        .map(|m| m.tx.clone())
+        .with_context(|| format!("model_id: no model {model_id:?} on this server"))?;
+    Ok(Box::new(move |promise| {
+        if let Err(mpsc::SendError(q)) = tx.send(Queued { seq, job, promise }) {
+            q.promise.complete(Outcome::Error {
+                message: "the model's thread has stopped (did its creation fail?)".into(),
+                user: false,
+            });
+        }
+    }))
+}
+
+async fn client_config(State(state): S, headers: HeaderMap) -> Response {
+    direct(&state, &headers, || {
+        // Plain HTTP/1.1 + JSON, no JWT, forward_backward chunks sent in order.
+        Ok(json!({"pjwt_auth_enabled": false, "use_pyqwest_transport": false,
+                  "proto_compress_fwdbwd": false, "parallel_fwdbwd_chunks": false,
+                  "sample_use_retrieve_futures": false, "custom_loss_server_side": false,
+                  "sample_join_sampling_session": false}))
+    })
+}
+
+async fn create_session(State(state): S, headers: HeaderMap) -> Response {
+    direct(&state, &headers, || {
+        let n = state.tinker.sessions.fetch_add(1, Ordering::Relaxed);
+        // Unique across server restarts, so checkpoints of an earlier run are never overwritten.
+        let stamp = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+        Ok(json!({"session_id": format!("sess-{stamp}-{n}"), "type": "create_session"}))
+    })
+}
+
+/// What a new training model is made from.
+struct Spec {
+    model_id: String,
+    base_model: String,
+    base_dir: PathBuf,
+    lora: Option<LoraConfig>,
+    seed: Option<u64>,
+    /// A saved state to start from, and whether with its optimizer state.
+    state: Option<(PathBuf, bool)>,
+    /// The answer's `type`: `create_model`, or `load_weights` for a model made from a state.
+    answer_type: &'static str,
+}
+
+/// LoRA from Tinker's `lora_config` (rank, train_attn, train_mlp, train_unembed); alpha = rank
+/// (scale 1). The unembedding gets no adapter in temper yet.
+fn lora_from(v: &Value) -> Result<Option<LoraConfig>> {
+    let rank = match &v["rank"] {
+        Value::Null => 32,
+        r => r.as_i64().context("lora_config.rank: not an integer")?,
+    };
+    if rank == 0 {
+        return Ok(None);
+    }
+    let on = |k: &str| v[k].as_bool().unwrap_or(true);
+    let mut targets = vec![];
+    if on("train_attn") {
+        targets.extend(["q_proj", "k_proj", "v_proj", "o_proj"]);
+    }
+    if on("train_mlp") {
+        targets.extend(["gate_proj", "up_proj", "down_proj"]);
+    }
+    if targets.is_empty() {
+        bail!("lora_config: train_attn and train_mlp are both false: nothing to train");
+    }
+    let cfg = LoraConfig {
+        rank,
+        alpha: rank as f64,
+        target_modules: targets.into_iter().map(str::to_string).collect(),
+    };
+    cfg.targets().context("lora_config")?;
+    Ok(Some(cfg))
+}
+
+/// Starts the model's thread: it loads the model, answers `created`, then runs the queue.
+fn start_model(t: &Arc<Tinker>, spec: Spec, created: super::futures::Promise) {
+    let (tx, rx) = mpsc::channel::<Queued>();
+    let info = json!({
+        "model_id": spec.model_id, "type": "get_info", "is_lora": spec.lora.is_some(),
+        "lora_rank": spec.lora.as_ref().map(|c| c.rank), "model_name": spec.base_model,
+        "model_data": {"arch": "causal_lm", "model_name": spec.base_model,
+                       "tokenizer_id": spec.base_dir.display().to_string()},
+    });
+    t.models.lock().unwrap_or_else(|e| e.into_inner()).insert(
+        spec.model_id.clone(),
+        ModelHandle {
+            tx,
+            info,
+            base_model: spec.base_model.clone(),
+        },
+    );
+    let samplers = t.samplers.clone();
+    let dir = t.root.join(&spec.model_id);
+    let name = format!("tinker-{}", spec.model_id);
+    let spawned = std::thread::Builder::new().name(name).spawn(move || {
+        let built = (|| -> Result<TrainingModel> {
+            let mut model = CausalLm::load(&spec.base_dir, tch::Device::Cpu, ComputeKind::F32)
+                .with_context(|| format!("base_model {:?}", spec.base_model))?;
+            if let Some(cfg) = &spec.lora {
+                if let Some(seed) = spec.seed {
+                    tch::manual_seed(seed as i64);
+                }
+                model.add_lora(cfg)?;
+            }
+            let mut tm = TrainingModel::new(model);
+            if let Some((dir, optimizer)) = &spec.state {
+                tm.load_state(dir, *optimizer)?;
+            }
+            Ok(tm)
+        })();
+        let tm = match built {
+            Ok(tm) => tm,
+            Err(e) => return created.complete(Outcome::user_error(format!("{e:#}"))),
+        };
+        let model_id = spec.model_id.clone();
+        created.complete(Outcome::Json(
+            json!({"model_id": model_id, "type": spec.answer_type}),
+        ));
+        let info = ModelInfo {
+            model_id: spec.model_id,
+            base_model: spec.base_model,
+            dir,
+        };
+        training::run(tm, info, samplers, rx);
+    });
+    if let Err(e) = spawned {
+        eprintln!("temper serve: could not start a model thread: {e}");
+    }
+}
+
+async fn create_model(State(state): S, headers: HeaderMap, body: Bytes) -> Response {
+    let t = state.tinker.clone();
+    let prepared = tokio::task::spawn_blocking(move || -> Result<Spec> {
+        let v = parse_json(&body)?;
+        let session = v["session_id"].as_str().context("session_id: missing")?;
+        let seq = v["model_seq_id"].as_i64().context("model_seq_id: missing")?;
+        let base_model = v["base_model"].as_str().context("base_model: missing")?.to_string();
+        if v["optimizer_config"]["type"].as_str().is_some_and(|k| k != "adamw") {
+            bail!("optimizer_config.type: only adamw is supported");
+        }
+        let base_dir = temper_model::resolve::resolve_model(&base_model)
+            .with_context(|| format!("base_model {base_model:?}"))?;
+        Ok(Spec {
+            model_id: format!("{session}:train:{seq}"),
+            base_model,
+            base_dir: std::fs::canonicalize(&base_dir).unwrap_or(base_dir),
+            lora: lora_from(&v["lora_config"])?,
+            seed: v["lora_config"]["seed"].as_u64(),
+            state: None,
+            answer_type: "create_model",
+        })
+    })
+    .await
+    .map_err(|e| anyhow!("{e}"))
+    .and_then(|r| r);
+    future(&state, &headers, json!({}), || {
+        let spec = prepared?;
+        Ok(Box::new(move |promise| start_model(&t, spec, promise)))
+    })
+}
+
+async fn get_info(State(state): S, headers: HeaderMap, body: Bytes) -> Response {
+    if !authorized(&state, &headers) {
+        return refuse(StatusCode::UNAUTHORIZED, "missing or wrong X-API-Key");
+    }
+    let v = match parse_json(&body) {
+        Ok(v) => v,
+        Err(e) => return refuse(StatusCode::BAD_REQUEST, e),
+    };
+    let id = v["model_id"].as_str().unwrap_or_default();
+    match state.tinker.models.lock().unwrap_or_else(|e| e.into_inner()).get(id) {
+        Some(m) => Json(m.info.clone()).into_response(),
+        None => refuse(StatusCode::NOT_FOUND, format!("model_id: no model {id:?} on this server")),
+    }
+}
+
+async fn forward_backward(State(state): S, headers: HeaderMap, body: Bytes) -> Response {
+    let t = state.tinker.clone();
+    future(&state, &headers, json!({}), || {
+        let r = proto::ForwardBackwardRequest::decode(body.as_ref())
+            .map_err(|e| anyhow!("request body: not a ForwardBackwardRequest protobuf: {e}"))?;
+        let job = Job::ForwardBackward {
+            data: convert::datums(&r.data)?,
+            config: convert::loss_config(&r)?,
+            loss_fn: r.loss_fn.clone(),
+            forward_only: r.forward_only,
+        };
+        to_model(&t, &r.model_id, r.seq_id as i64, job)
+    })
+}
+
+/// `model_id` and `seq_id` of a JSON training request.
+fn model_and_seq(v: &Value) -> Result<(String, i64)> {
+    let id = v["model_id"].as_str().context("model_id: missing")?.to_string();
+    Ok((id, v["seq_id"].as_i64().unwrap_or(0)))
+}
+
+async fn optim_step(State(state): S, headers: HeaderMap, body: Bytes) -> Response {
+    let t = state.tinker.clone();
+    future(&state, &headers, json!({}), || {
+        let v = parse_json(&body)?;
+        let (id, seq) = model_and_seq(&v)?;
+        let a = &v["adam_params"];
+        if a.is_null() {
+            bail!("adam_params: missing (temper trains with AdamW only)");
+        }
+        let d = AdamParams::default();
+        let num = |k: &str, dflt: f64| -> Result<f64> {
+            match &a[k] {
+                Value::Null => Ok(dflt),
+                x => x.as_f64().with_context(|| format!("adam_params.{k}: not a number")),
+            }
+        };
+        let p = AdamParams {
+            learning_rate: num("learning_rate", d.learning_rate)?,
+            beta1: num("beta1", d.beta1)?,
+            beta2: num("beta2", d.beta2)?,
+            eps: num("eps", d.eps)?,
+            weight_decay: num("weight_decay", d.weight_decay)?,
+            grad_clip_norm: num("grad_clip_norm", d.grad_clip_norm)?,
+        };
+        to_model(&t, &id, seq, Job::OptimStep(p))
+    })
+}
+
+async fn save_weights(State(state): S, headers: HeaderMap, body: Bytes) -> Response {
+    let t = state.tinker.clone();
+    future(&state, &headers, json!({}), || {
+        let v = parse_json(&body)?;
+        let (id, seq) = model_and_seq(&v)?;
+        let name = v["path"].as_str().context("path: missing")?.to_string();
+        to_model(&t, &id, seq, Job::SaveState { name })
+    })
+}
+
+async fn save_weights_for_sampler(State(state): S, headers: HeaderMap, body: Bytes) -> Response {
+    let t = state.tinker.clone();
+    future(&state, &headers, json!({}), || {
+        let v = parse_json(&body)?;
+        let (id, seq) = model_and_seq(&v)?;
+        let name = v["path"].as_str().map(str::to_string);
+        // The SDK numbers sampling sessions per session; the id joins them.
+        let session = v["sampling_session_seq_id"].as_i64().map(|k| {
+            let sess = id.split(":train:").next().unwrap_or(&id);
+            format!("{sess}:sample:{k}")
+        });
+        to_model(&t, &id, seq, Job::SaveForSampler { name, session })
+    })
+}
+
+async fn load_weights(State(state): S, headers: HeaderMap, body: Bytes) -> Response {
+    let t = state.tinker.clone();
+    future(&state, &headers, json!({}), || {
+        let v = parse_json(&body)?;
+        let path = v["path"].as_str().context("path: missing")?.to_string();
+        let dir = convert::checkpoint_dir(&t.root, &path)?;
+        let optimizer = v["optimizer"].as_bool().unwrap_or(false);
+        if let Some(id) = v["model_id"].as_str() {
+            let seq = v["seq_id"].as_i64().unwrap_or(0);
+            return to_model(&t, id, seq, Job::LoadState { dir, path, optimizer });
+        }
+        // create_training_client_from_state: a new model, made as the saved one was.
+        let session = v["session_id"].as_str().context("session_id: missing")?;
+        let seq = v["model_seq_id"].as_i64().context("model_seq_id: missing")?;
+        let meta = training::state_meta(&dir)?;
+        let base_model = meta["base_model"].as_str().context("the saved state names no base model")?;
+        let base_dir = temper_model::resolve::resolve_model(base_model)?;
+        let lora = match meta["lora_rank"].as_i64() {
+            Some(rank) => Some(LoraConfig {
+                rank,
+                alpha: meta["lora_alpha"].as_f64().unwrap_or(rank as f64),
+                target_modules: serde_json::from_value(meta["target_modules"].clone())
+                    .context("the saved state's target_modules")?,
+            }),
+            None => None,
+        };
+        let spec = Spec {
+            model_id: format!("{session}:train:{seq}"),
+            base_model: base_model.to_string(),
+            base_dir,
+            lora,
+            seed: None,
+            state: Some((dir, optimizer)),
+            answer_type: "load_weights",
+        };
+        Ok(Box::new(move |promise| start_model(&t, spec, promise)))
+    })
+}
+
+async fn create_sampling_session(State(state): S, headers: HeaderMap, body: Bytes) -> Response {
+    let t = state.tinker.clone();
+    direct(&state, &headers, || {
+        let v = parse_json(&body)?;
+        let session = v["session_id"].as_str().context("session_id: missing")?;
+        let k = v["sampling_session_seq_id"].as_i64().context("sampling_session_seq_id: missing")?;
+        let id = format!("{session}:sample:{k}");
+        if let Some(path) = v["model_path"].as_str() {
+            let (model_id, kind, _) = convert::parse_tinker_path(path)?;
+            if kind != "sampler_weights" {
+                bail!("model_path {path:?}: sampling needs weights saved with save_weights_for_sampler");
+            }
+            let dir = convert::checkpoint_dir(&t.root, path)?;
+            let base = match t.models.lock().unwrap_or_else(|e| e.into_inner()).get(&model_id) {
+                Some(m) => m.base_model.clone(),
+                None => dir.display().to_string(),
+            };
+            t.samplers.register(&id, &dir, &base, Some(path));
+        } else {
+            let base = v["base_model"].as_str().context("model_path or base_model: one is needed")?;
+            let dir = temper_model::resolve::resolve_model(base).with_context(|| format!("base_model {base:?}"))?;
+            t.samplers.register(&id, &dir, base, None);
+        }
+        Ok(json!({"sampling_session_id": id, "type": "create_sampling_session"}))
+    })
+}
+
+async fn get_sampler(State(state): S, headers: HeaderMap, UrlPath(id): UrlPath<String>) -> Response {
+    if !authorized(&state, &headers) {
+        return refuse(StatusCode::UNAUTHORIZED, "missing or wrong X-API-Key");
+    }
+    match state.tinker.samplers.session(&id) {
+        Some(s) => Json(json!({"sampler_id": id, "base_model": s.base_model, "model_path": s.model_path}))
+            .into_response(),
+        None => refuse(StatusCode::NOT_FOUND, format!("no sampling session {id:?}")),
+    }
+}
+
+async fn asample(State(state): S, headers: HeaderMap, body: Bytes) -> Response {
+    let t = state.tinker.clone();
+    let v = parse_json(&body).unwrap_or(Value::Null);
+    let n = v["num_samples"].as_u64().unwrap_or(1) as usize;
+    let rid = state.tinker.samples.fetch_add(1, Ordering::Relaxed);
+    let ids: Vec<String> = (0..n).map(|k| format!("seq-{rid}-{k}")).collect();
+    future(&state, &headers, json!({"sample_sequence_ids": ids}), || {
+        if v.is_null() {
+            bail!("request body: not JSON");
+        }
+        if v["topk_prompt_logprobs"].as_u64().unwrap_or(0) > 0
+            || v["topk_sample_logprobs"].as_u64().unwrap_or(0) > 0
+            || v["prompt_alt_tokens_k"].as_u64().unwrap_or(0) > 0
+        {
+            bail!("top-k logprobs and alternative prompt tokens are not supported by temper yet");
+        }
+        let id = v["sampling_session_id"].as_str().context("sampling_session_id: missing")?;
+        let session = t
+            .samplers
+            .session(id)
+            .with_context(|| format!("sampling_session_id: no sampling session {id:?}"))?;
+        if n == 0 {
+            bail!("num_samples: must be at least 1");
+        }
+        let prompt = convert::json_tokens(&v["prompt"], "prompt")?;
+        let params = convert::sampling_params(&v["sampling_params"])?;
+        let prompt_logprobs = v["prompt_logprobs"].as_bool().unwrap_or(false);
+        let samplers = t.samplers.clone();
+        Ok(Box::new(move |promise| {
+            samplers.submit(SampleJob {
+                dir: session.dir,
+                prompt,
+                num_samples: n,
+                params,
+                prompt_logprobs,
+                promise,
+            })
+        }))
+    })
+}
+
+async fn retrieve_future(State(state): S, headers: HeaderMap, body: Bytes) -> Response {
+    if !authorized(&state, &headers) {
+        return refuse(StatusCode::UNAUTHORIZED, "missing or wrong X-API-Key");
+    }
+    let v = match parse_json(&body) {
+        Ok(v) => v,
+        Err(e) => return refuse(StatusCode::BAD_REQUEST, e),
+    };
+    let Some(id) = v["request_id"].as_str() else {
+        return refuse(StatusCode::BAD_REQUEST, "request_id: missing");
+    };
+    match state.tinker.futures.wait(id, POLL_HOLD).await {
+        None => Json(json!({"type": "try_again", "request_id": id, "queue_state": "active"})).into_response(),
+        Some(Outcome::Json(v)) => Json(v).into_response(),
+        Some(Outcome::Proto(bytes)) => ([(header::CONTENT_TYPE, "application/x-protobuf")], bytes).into_response(),
+        Some(Outcome::Error { message, user }) => {
+            Json(json!({"error": message, "category": if user { "user" } else { "server" }})).into_response()
+        }
+    }
+}

@@ -1,0 +1,226 @@
+//! One thread per training model: it owns the [`TrainingModel`] and runs the model's requests in
+//! `seq_id` order (forward_backward accumulates gradients, optim_step applies and zeroes them, so
+//! order matters). The SDK submits a client's requests one after the other; a request that
+//! arrives ahead of a missing one waits for it briefly, then runs.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::mpsc;
+use std::time::Duration;
+
+use anyhow::{bail, Context, Result};
+use serde_json::{json, Value};
+use temper_tinker::{AdamParams, Datum, TrainingModel};
+
+use super::futures::{Outcome, Promise};
+use super::proto;
+use super::samplers::Samplers;
+
+/// What a training model is asked to do.
+pub enum Job {
+    ForwardBackward {
+        data: Vec<Datum>,
+        loss_fn: String,
+        config: BTreeMap<String, f64>,
+        forward_only: bool,
+    },
+    OptimStep(AdamParams),
+    /// save_state: weights (adapters with LoRA) and optimizer state, under `name`.
+    SaveState { name: String },
+    /// save_weights_for_sampler: a named snapshot, or one for sampling session `session`.
+    SaveForSampler {
+        name: Option<String>,
+        session: Option<String>,
+    },
+    LoadState {
+        dir: PathBuf,
+        path: String,
+        optimizer: bool,
+    },
+}
+
+/// A job, its `seq_id` (0 = unordered) and where its result goes.
+pub struct Queued {
+    pub seq: i64,
+    pub job: Job,
+    pub promise: Promise,
+}
+
+/// How long a request that arrived ahead of its turn waits for the missing ones.
+const GAP_WAIT: Duration = Duration::from_secs(2);
+
+/// Where the model's files go, and what it is.
+pub struct ModelInfo {
+    pub model_id: String,
+    pub base_model: String,
+    /// `<root>/<model_id>`.
+    pub dir: PathBuf,
+}
+
+/// Runs `model`'s jobs until every sender is gone.
+pub fn run(mut model: TrainingModel, info: ModelInfo, samplers: Samplers, rx: mpsc::Receiver<Queued>) {
+    let mut next = 1i64;
+    let mut held: BTreeMap<i64, Queued> = BTreeMap::new();
+    loop {
+        let q = if let Some(q) = held.remove(&next) {
+            q
+        } else {
+            let received = if held.is_empty() {
+                rx.recv().map_err(|_| mpsc::RecvTimeoutError::Disconnected)
+            } else {
+                rx.recv_timeout(GAP_WAIT)
+            };
+            match received {
+                Ok(q) if q.seq > next => {
+                    held.insert(q.seq, q);
+                    continue;
+                }
+                Ok(q) => q,
+                // The missing request never came: go on with the earliest one held.
+                Err(mpsc::RecvTimeoutError::Timeout) => held.pop_first().expect("held is not empty").1,
+                Err(mpsc::RecvTimeoutError::Disconnected) => match held.pop_first() {
+                    Some((_, q)) => q,
+                    None => return,
+                },
+            }
+        };
+        if q.seq > 0 {
+            next = q.seq + 1;
+        }
+        let outcome = Outcome::from_result(execute(&mut model, &info, &samplers, q.job));
+        q.promise.complete(outcome);
+    }
+}
+
+fn execute(model: &mut TrainingModel, info: &ModelInfo, samplers: &Samplers, job: Job) -> Result<Outcome> {
+    match job {
+        Job::ForwardBackward {
+            data,
+            loss_fn,
+            config,
+            forward_only,
+        } => {
+            let out = if forward_only {
+                model.forward(&data, &loss_fn, &config)?
+            } else {
+                model.forward_backward(&data, &loss_fn, &config)?
+            };
+            Ok(Outcome::Proto(forward_output(&out.logprobs, out.loss_sum)))
+        }
+        Job::OptimStep(p) => {
+            let norm = model.optim_step(&p)?;
+            Ok(Outcome::Json(json!({"metrics": {"optim/grad_norm": norm}})))
+        }
+        Job::SaveState { name } => {
+            check_name(&name)?;
+            let dir = info.dir.join("weights").join(&name);
+            save_state_atomically(model, info, &dir)?;
+            Ok(Outcome::Json(json!({
+                "path": format!("tinker://{}/weights/{name}", info.model_id), "type": "save_weights",
+            })))
+        }
+        Job::SaveForSampler { name, session } => {
+            let leaf = match (&name, &session) {
+                (Some(n), _) => {
+                    check_name(n)?;
+                    n.clone()
+                }
+                (None, Some(s)) => format!("session-{}", s.replace(':', "-")),
+                (None, None) => bail!("save_weights_for_sampler: neither path nor sampling_session_seq_id"),
+            };
+            let dir = info.dir.join("sampler_weights").join(&leaf);
+            model
+                .model
+                .save(&dir)
+                .with_context(|| format!("saving sampler weights to {}", dir.display()))?;
+            let path = format!("tinker://{}/sampler_weights/{leaf}", info.model_id);
+            match session {
+                Some(s) if name.is_none() => {
+                    samplers.register(&s, &dir, &info.base_model, Some(&path));
+                    Ok(Outcome::Json(json!({"sampling_session_id": s, "path": path})))
+                }
+                _ => Ok(Outcome::Json(json!({"path": path, "type": "save_weights_for_sampler"}))),
+            }
+        }
+        Job::LoadState {
+            dir,
+            path,
+            optimizer,
+        } => {
+            model.load_state(&dir, optimizer)?;
+            Ok(Outcome::Json(json!({"path": path, "model_id": info.model_id, "type": "load_weights"})))
+        }
+    }
+}
+
+/// A checkpoint name becomes one path component of a `tinker://` path.
+fn check_name(name: &str) -> Result<()> {
+    if name.is_empty() || name.contains('/') || name.contains("..") || name.starts_with('.') {
+        bail!("path: {name:?} is not a checkpoint name (no `/`, not empty)");
+    }
+    Ok(())
+}
+
+/// save_state into a temporary folder renamed into place, with `tinker_state.json` saying what
+/// model it belongs to (so a restarted server can create a training client from it).
+fn save_state_atomically(model: &TrainingModel, info: &ModelInfo, dir: &Path) -> Result<()> {
+    let parent = dir.parent().expect("a state folder has a parent");
+    std::fs::create_dir_all(parent).with_context(|| format!("creating {}", parent.display()))?;
+    let tmp = parent.join(format!(
+        ".{}.tmp",
+        dir.file_name().and_then(|n| n.to_str()).unwrap_or("state")
+    ));
+    let _ = std::fs::remove_dir_all(&tmp);
+    model.save_state(&tmp)?;
+    let lora = model.model.lora_config();
+    let meta = json!({
+        "base_model": info.base_model, "model_id": info.model_id,
+        "lora_rank": lora.map(|c| c.rank), "lora_alpha": lora.map(|c| c.alpha),
+        "target_modules": lora.map(|c| c.target_modules.clone()),
+    });
+    std::fs::write(tmp.join("tinker_state.json"), serde_json::to_vec_pretty(&meta)?)?;
+    if dir.exists() {
+        std::fs::remove_dir_all(dir).with_context(|| format!("replacing {}", dir.display()))?;
+    }
+    std::fs::rename(&tmp, dir).with_context(|| format!("writing {}", dir.display()))
+}
+
+/// The state folder's record of its model (see [`save_state_atomically`]).
+pub fn state_meta(dir: &Path) -> Result<Value> {
+    let f = dir.join("tinker_state.json");
+    let text = std::fs::read_to_string(&f).with_context(|| format!("path: no saved state at {}", dir.display()))?;
+    Ok(serde_json::from_str(&text).with_context(|| format!("{}", f.display()))?)
+}
+
+/// ForwardBackwardOutput: one ArrayRecord whose `logprobs` field holds every datum's target
+/// logprobs (float32) with byte offsets, and `loss:sum`.
+fn forward_output(logprobs: &[Vec<f32>], loss_sum: f64) -> Vec<u8> {
+    use prost::Message;
+    let mut offsets = vec![0i64];
+    let mut data = Vec::new();
+    for lp in logprobs {
+        data.extend(proto::f32_bytes(lp.iter().copied()));
+        offsets.push(data.len() as i64);
+    }
+    let record = proto::ArrayRecord {
+        type_tag: "ArrayRecord".into(),
+        fields: [(
+            "logprobs".to_string(),
+            proto::BatchedTensor {
+                data,
+                offsets: proto::i64_bytes(offsets),
+                dtype: proto::DType::Float32 as i32,
+                trailing_shape: vec![],
+            },
+        )]
+        .into_iter()
+        .collect(),
+        num_datums: logprobs.len() as i64,
+    };
+    proto::ForwardBackwardOutput {
+        loss_fn_output_type: "ArrayRecord".into(),
+        loss_fn_outputs: vec![record],
+        metrics: [("loss:sum".to_string(), loss_sum)].into_iter().collect(),
+    }
+    .encode_to_vec()
+}

@@ -1,0 +1,207 @@
+"""Drives a running `temper serve` through the unmodified tinker SDK (tinker==0.38.0) and checks
+every answer against an independent computation.
+
+    TINKER_BASE_URL=http://127.0.0.1:PORT TINKER_API_KEY=tml-local TINKER_TELEMETRY=0 \
+        .venv/bin/python tools/tinker_sdk_check.py BASE_MODEL_DIR
+
+Checks:
+- each of the five losses: `loss:sum` equals the loss computed here in PyTorch from the logprobs
+  the server returns (the formulas of Tinker's docs), and its gradient equals the gradient of that
+  PyTorch loss: one model is stepped with the server's loss, an identically initialised one with
+  `forward_backward_custom` (the SDK sends cross_entropy with weights -dC/dlogprobs), both with
+  Adam's eps large enough that a step is linear in the gradient, and the next logprobs agree;
+- forward's logprobs equal compute_logprobs' for the same tokens, and a fresh LoRA model (B = 0)
+  scores exactly as the base model;
+- optim_step changes the next forward; seeded sampling reproduces; a stop token ends a sample and
+  is returned; several samples per prompt;
+- save_state / load_state / create_training_client_from_state_with_optimizer restore the weights;
+- bad input (unknown loss, an unimplemented loss, a datum with a wrong length or token id, an
+  unknown checkpoint) is an error naming the datum and field, and the server keeps serving.
+Prints one line per check and exits non-zero on the first failure.
+"""
+import math
+import sys
+
+import numpy as np
+import tinker
+import torch
+from tinker import types
+
+BASE = sys.argv[1]
+RANK = 4
+
+
+def ok(cond, what):
+    if not cond:
+        print(f"FAIL {what}", flush=True)
+        sys.exit(1)
+    print(f"ok   {what}", flush=True)
+
+
+def datum(prompt, completion, adv_scale=1.0, with_weights=False):
+    full = prompt + completion
+    n = len(full) - 1
+    inputs = {
+        "target_tokens": full[1:],
+        "logprobs": [-1.0] * n,  # the sampler's logprobs (q)
+        "advantages": [0.0] * (len(prompt) - 1) + [adv_scale * (k + 1) / 3 for k in range(len(completion))],
+    }
+    if with_weights:
+        inputs = {"target_tokens": full[1:],
+                  "weights": [0.0] * (len(prompt) - 1) + [1.0] * len(completion)}
+    return types.Datum(model_input=types.ModelInput.from_ints(full[:-1]), loss_fn_inputs=inputs)
+
+
+def arr(x):
+    return np.asarray(x.data if hasattr(x, "data") else x, dtype=np.float64)
+
+
+def torch_loss(name, lp, d, cfg):
+    """Tinker's documented loss (a sum over tokens) on logprobs `lp` (a torch tensor)."""
+    li = d.loss_fn_inputs
+    if name == "cross_entropy":
+        return (-lp * torch.tensor(arr(li["weights"]))).sum()
+    q = torch.tensor(arr(li["logprobs"]))
+    a = torch.tensor(arr(li["advantages"]))
+    ratio = torch.exp(lp - q)
+    if name == "importance_sampling":
+        return -(ratio * a).sum()
+    lo, hi = cfg.get("clip_low_threshold", 0.8), cfg.get("clip_high_threshold", 1.2)
+    if name == "ppo":
+        return -torch.minimum(ratio * a, torch.clamp(ratio, lo, hi) * a).sum()
+    if name == "cispo":
+        return -(torch.clamp(ratio, lo, hi).detach() * lp * a).sum()
+    if name == "dro":
+        beta = cfg.get("beta", 0.05)
+        return -(lp * a - 0.5 * beta * (lp - q) ** 2).sum()
+    raise ValueError(name)
+
+
+sc = tinker.ServiceClient()
+tc = sc.create_lora_training_client(base_model=BASE, rank=RANK, seed=11).result()
+info = tc.get_info()
+ok(info.model_data.model_name == BASE and info.lora_rank == RANK, f"get_info {info.model_id}")
+tok = tc.get_tokenizer()
+ok(tok.decode(tok.encode("Hi!")) == "Hi!", "get_tokenizer loads offline")
+
+prompt, completion = [72, 105, 33, 10, 50], [43, 50, 61, 52]
+rl = datum(prompt, completion)
+ce = datum(prompt, completion, with_weights=True)
+
+# A fresh LoRA model scores exactly as the base model.
+base_sampler = sc.create_sampling_client(base_model=BASE).result()
+full = prompt + completion
+base_lp = base_sampler.compute_logprobs(types.ModelInput.from_ints(full)).result()
+fwd = tc.forward([ce], "cross_entropy").result()
+fwd_lp = arr(fwd.loss_fn_outputs[0]["logprobs"])
+ok(base_lp[0] is None and np.allclose(fwd_lp, np.array(base_lp[1:], dtype=np.float64), atol=1e-6),
+   "forward logprobs == compute_logprobs (B = 0: LoRA model == base model)")
+
+# Loss values against PyTorch, on forward (no gradient).
+configs = {"cross_entropy": {}, "importance_sampling": {}, "ppo": {"clip_low_threshold": 0.9, "clip_high_threshold": 1.1},
+           "cispo": {"clip_low_threshold": 0.8, "clip_high_threshold": 1.2}, "dro": {"beta": 0.05}}
+for name, cfg in configs.items():
+    d = ce if name == "cross_entropy" else rl
+    out = tc.forward([d, d], name, loss_fn_config=cfg or None).result()
+    lp = torch.tensor(arr(out.loss_fn_outputs[0]["logprobs"]))
+    want = 2 * torch_loss(name, lp, d, cfg).item()
+    got = out.metrics["loss:sum"]
+    ok(abs(got - want) <= 1e-4 * max(1.0, abs(want)), f"{name}: loss:sum {got:.6f} == torch {want:.6f} (2 datums, summed)")
+
+# Gradients against PyTorch: the server's loss vs the same loss computed here (custom).
+adam = types.AdamParams(learning_rate=10.0, beta1=0.0, beta2=0.0, eps=1e3)  # step = -lr * g / (|g| + eps)
+probe = datum([72, 105, 33, 10], [43, 50, 61, 52, 10])
+for name, cfg in configs.items():
+    d = ce if name == "cross_entropy" else rl
+    a = sc.create_lora_training_client(base_model=BASE, rank=RANK, seed=5).result()
+    b = sc.create_lora_training_client(base_model=BASE, rank=RANK, seed=5).result()
+    a.forward_backward([d], name, loss_fn_config=cfg or None).result()
+    a.optim_step(adam).result()
+
+    def custom(data, logprobs_list, name=name, cfg=cfg):
+        loss = sum(torch_loss(name, lp.double(), dd, cfg) for dd, lp in zip(data, logprobs_list))
+        return loss, {}
+
+    b.forward_backward_custom([d], custom).result()
+    b.optim_step(adam).result()
+    la = arr(a.forward([probe], "importance_sampling").result().loss_fn_outputs[0]["logprobs"])
+    lb = arr(b.forward([probe], "importance_sampling").result().loss_fn_outputs[0]["logprobs"])
+    base_probe = arr(tc.forward([probe], "importance_sampling").result().loss_fn_outputs[0]["logprobs"])
+    moved = np.abs(la - base_probe).max()
+    ok(moved > 2e-5 and np.abs(la - lb).max() <= 1e-3 * moved,
+       f"{name}: gradient == torch's (step moved logprobs by {moved:.2e}, server vs torch differ by {np.abs(la - lb).max():.1e})")
+
+# Gradients accumulate across forward_backward calls; optim_step changes the next forward.
+before = arr(tc.forward([rl], "importance_sampling").result().loss_fn_outputs[0]["logprobs"])
+tc.forward_backward([rl], "importance_sampling").result()
+tc.forward_backward([rl], "importance_sampling").result()
+step = tc.optim_step(types.AdamParams(learning_rate=1e-2)).result()
+after = arr(tc.forward([rl], "importance_sampling").result().loss_fn_outputs[0]["logprobs"])
+ok(np.abs(after - before).max() > 1e-4, f"optim_step changes the next forward (metrics {step.metrics})")
+
+# Sampling: a snapshot, seeded, several samples, a stop token kept.
+sampler = tc.save_weights_and_get_sampling_client().result()
+params = types.SamplingParams(max_tokens=6, seed=3, temperature=1.0)
+r1 = sampler.sample(types.ModelInput.from_ints(prompt), num_samples=3, sampling_params=params).result()
+r2 = sampler.sample(types.ModelInput.from_ints(prompt), num_samples=3, sampling_params=params).result()
+ok(len(r1.sequences) == 3 and [s.tokens for s in r1.sequences] == [s.tokens for s in r2.sequences],
+   "seeded sampling reproduces, 3 samples")
+ok(all(len(s.logprobs) == len(s.tokens) and s.stop_reason in ("stop", "length") for s in r1.sequences),
+   "one logprob per token, a stop reason")
+stop_at = r1.sequences[0].tokens[1]
+r3 = sampler.sample(types.ModelInput.from_ints(prompt), num_samples=1,
+                    sampling_params=types.SamplingParams(max_tokens=6, seed=3, stop=[stop_at])).result()
+s = r3.sequences[0]
+ok(s.stop_reason == "stop" and s.tokens[-1] == stop_at and stop_at not in s.tokens[:-1],
+   f"a stop token ends the sample and is returned ({s.tokens})")
+# The sampled tokens' logprobs are the training model's (the snapshot was taken now).
+seq = r1.sequences[0]
+scored = sampler.compute_logprobs(types.ModelInput.from_ints(prompt + seq.tokens)).result()
+ok(np.allclose(np.array(scored[len(prompt):]), np.array(seq.logprobs), atol=1e-5),
+   "sampled logprobs == compute_logprobs of the sampled tokens")
+# The snapshot keeps its weights while training goes on.
+tc.forward_backward([rl], "importance_sampling").result()
+tc.optim_step(types.AdamParams(learning_rate=1e-2)).result()
+r4 = sampler.sample(types.ModelInput.from_ints(prompt), num_samples=3, sampling_params=params).result()
+ok([x.tokens for x in r4.sequences] == [x.tokens for x in r1.sequences], "a sampling client keeps its snapshot")
+
+# State: save, change, load (weights only, then with the optimizer), and a new client from it.
+saved_lp = arr(tc.forward([rl], "importance_sampling").result().loss_fn_outputs[0]["logprobs"])
+st = tc.save_state("ckpt1").result()
+ok(st.path == f"tinker://{tc.model_id}/weights/ckpt1", f"save_state -> {st.path}")
+tc.forward_backward([rl], "importance_sampling").result()
+tc.optim_step(types.AdamParams(learning_rate=1e-2)).result()
+tc.load_state(st.path).result()
+back = arr(tc.forward([rl], "importance_sampling").result().loss_fn_outputs[0]["logprobs"])
+ok(np.array_equal(back, saved_lp), "load_state restores the weights")
+tc.load_state_with_optimizer(st.path).result()
+tc2 = sc.create_training_client_from_state_with_optimizer(st.path).result()
+again = arr(tc2.forward([rl], "importance_sampling").result().loss_fn_outputs[0]["logprobs"])
+ok(np.array_equal(again, saved_lp), f"create_training_client_from_state_with_optimizer -> {tc2.model_id}")
+sw = tc.save_weights_for_sampler("s1").result()
+named = tc.create_sampling_client(sw.path).result()
+ok(named.get_base_model() == BASE, f"save_weights_for_sampler -> {sw.path}")
+
+# Bad input: a user error naming what is wrong; the server keeps serving.
+def fails(fn, needle, what):
+    try:
+        fn()
+    except Exception as e:  # RequestFailedError, ValueError
+        ok(needle in str(e), f"{what}: {str(e)[:150]}")
+        return
+    ok(False, f"{what}: no error")
+
+
+fails(lambda: tc.forward_backward([rl], "stable_reinforce").result(), "stable_reinforce", "an unimplemented loss")
+fails(lambda: tc.forward_backward([rl], "bogus").result(), "bogus", "an unknown loss")
+short = types.Datum(model_input=rl.model_input,
+                    loss_fn_inputs={**rl.loss_fn_inputs, "advantages": [1.0, 2.0]})
+fails(lambda: tc.forward_backward([rl, short], "importance_sampling").result(),
+      "datum 1: loss_fn_inputs.advantages has 2 values", "a loss input of the wrong length")
+oov = types.Datum(model_input=types.ModelInput.from_ints([1, 2, 99999]), loss_fn_inputs=ce.loss_fn_inputs)
+fails(lambda: tc.forward([ce, oov], "cross_entropy").result(), "datum 1: model_input[2] = 99999", "a token id outside the vocabulary")
+fails(lambda: tc.load_state(f"tinker://{tc.model_id}/weights/nope").result(), "no such checkpoint", "an unknown checkpoint")
+ok(tc.forward([ce], "cross_entropy").result().metrics["loss:sum"] > 0, "still serving")
+
+sc.close("success") if hasattr(sc, "close") else None
+print("all checks passed")
