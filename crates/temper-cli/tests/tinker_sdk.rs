@@ -23,6 +23,7 @@ fn the_tinker_sdk_trains_and_samples_on_temper() {
         .output()
         .unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
+    println!("{stdout}");
     assert!(
         out.status.success() && stdout.contains("all checks passed"),
         "{stdout}\n{}",
