@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
 use tch::{Device, Tensor};
-use temper_model::{position_ids_from_mask, CausalLm, GenerationConfig, Tokenizer};
+use temper_model::{position_ids_from_mask, CausalLm, ComputeKind, GenerationConfig, LoraConfig, Tokenizer};
 use temper_rollout::{Engine, EngineConfig, Request, SamplingParams};
 
 /// Tinker's `SamplingParams`.
@@ -57,10 +57,45 @@ pub struct SamplingModel {
 }
 
 impl SamplingModel {
-    /// An HF folder (what `save_weights_for_sampler` writes).
+    /// An HF folder (what `save_weights_for_sampler` writes), computing in f32.
     pub fn load(dir: &Path, device: Device) -> Result<SamplingModel> {
-        let model = CausalLm::load(dir, device, temper_model::ComputeKind::F32)
+        Self::load_with(dir, device, ComputeKind::F32)
+    }
+
+    /// [`SamplingModel::load`] computing in `compute`.
+    pub fn load_with(dir: &Path, device: Device, compute: ComputeKind) -> Result<SamplingModel> {
+        let model = CausalLm::load(dir, device, compute)
             .with_context(|| format!("loading sampler weights {}", dir.display()))?;
+        Self::wrap(model, dir)
+    }
+
+    /// The base model in `base_dir` with LoRA adapters `lora` loaded from `adapter_dir` (PEFT's
+    /// format). The engine merges them into the weights once per sampling call.
+    pub fn with_adapter(
+        base_dir: &Path,
+        lora: &LoraConfig,
+        adapter_dir: &Path,
+        device: Device,
+        compute: ComputeKind,
+    ) -> Result<SamplingModel> {
+        let mut model = CausalLm::load(base_dir, device, compute)
+            .with_context(|| format!("loading base model {}", base_dir.display()))?;
+        model.add_lora(lora)?;
+        model.load_lora_adapter(adapter_dir)?;
+        let mut m = Self::wrap(model, base_dir)?;
+        m.path = adapter_dir.to_path_buf();
+        Ok(m)
+    }
+
+    /// Replace the adapters by those in `adapter_dir` (same rank and targets): switching between
+    /// snapshots of one LoRA model costs a few megabytes, not a model load.
+    pub fn swap_adapter(&mut self, adapter_dir: &Path) -> Result<()> {
+        self.model.load_lora_adapter(adapter_dir)?;
+        self.path = adapter_dir.to_path_buf();
+        Ok(())
+    }
+
+    fn wrap(model: CausalLm, dir: &Path) -> Result<SamplingModel> {
         let tokenizer = Tokenizer::from_dir(dir).ok();
         let gen = GenerationConfig::from_dir(dir, Some(model.config()), tokenizer.as_ref())?;
         Ok(SamplingModel {

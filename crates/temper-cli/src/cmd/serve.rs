@@ -55,7 +55,7 @@ pub fn run(args: Args) -> Result<()> {
         model_name: args.served_model_name.unwrap_or(args.model),
         api_key: args.api_key,
         tokenizer: Tokenizer::from_dir(&dir).ok(),
-        tinker: std::sync::Arc::new(temper_serve::tinker::Tinker::new(args.root)),
+        tinker: std::sync::Arc::new(temper_serve::tinker::Tinker::new(args.root, compute)),
     };
     serve_blocking(SocketAddr::new(args.host, args.port), state)
 }

@@ -37,18 +37,22 @@ pub struct Tinker {
     samples: AtomicU64,
     models: Mutex<HashMap<String, ModelHandle>>,
     samplers: samplers::Samplers,
+    /// What the training models and samplers compute in.
+    compute: temper_model::ComputeKind,
 }
 
 impl Tinker {
-    /// Checkpoints go under `root` (created when needed).
-    pub fn new(root: PathBuf) -> Tinker {
+    /// Checkpoints go under `root` (created when needed); models compute in `compute` (f32 for
+    /// numbers that match PyTorch's f32 closely; bf16 where it is native and speed matters).
+    pub fn new(root: PathBuf, compute: temper_model::ComputeKind) -> Tinker {
         Tinker {
             root,
             futures: Arc::new(futures::Futures::default()),
             sessions: AtomicU64::new(0),
             samples: AtomicU64::new(0),
             models: Mutex::new(HashMap::new()),
-            samplers: samplers::Samplers::start(),
+            samplers: samplers::Samplers::start(compute),
+            compute,
         }
     }
 }

@@ -16,7 +16,7 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use prost::Message;
 use serde_json::{json, Value};
-use temper_model::{CausalLm, ComputeKind, LoraConfig};
+use temper_model::{CausalLm, LoraConfig};
 use temper_tinker::{AdamParams, TrainingModel};
 
 use super::futures::{Outcome, POLL_HOLD};
@@ -203,11 +203,12 @@ fn start_model(t: &Arc<Tinker>, spec: Spec, created: super::futures::Promise) {
         },
     );
     let samplers = t.samplers.clone();
+    let compute = t.compute;
     let dir = t.root.join(&spec.model_id);
     let name = format!("tinker-{}", spec.model_id);
     let spawned = std::thread::Builder::new().name(name).spawn(move || {
         let built = (|| -> Result<TrainingModel> {
-            let mut model = CausalLm::load(&spec.base_dir, tch::Device::Cpu, ComputeKind::F32)
+            let mut model = CausalLm::load(&spec.base_dir, tch::Device::Cpu, compute)
                 .with_context(|| format!("base_model {:?}", spec.base_model))?;
             if let Some(cfg) = &spec.lora {
                 if let Some(seed) = spec.seed {
@@ -232,6 +233,7 @@ fn start_model(t: &Arc<Tinker>, spec: Spec, created: super::futures::Promise) {
         let info = ModelInfo {
             model_id: spec.model_id,
             base_model: spec.base_model,
+            base_dir: spec.base_dir,
             dir,
         };
         training::run(tm, info, samplers, rx);

@@ -8,15 +8,20 @@ use std::collections::{HashMap, VecDeque};
 use std::path::{Path, PathBuf};
 use std::sync::{mpsc, Arc, Mutex};
 
-use anyhow::{anyhow, Result};
+use anyhow::{anyhow, Context, Result};
 use prost::Message;
+use temper_model::{ComputeKind, LoraConfig};
 use temper_tinker::{SamplingModel, TinkerSamplingParams};
 
 use super::futures::{Outcome, Promise};
 use super::proto;
 
-/// Snapshots kept loaded (each is a whole model in memory).
+/// Models kept loaded (each is a whole model in memory); LoRA snapshots of one base share one.
 const LOADED: usize = 2;
+
+/// The file that makes a sampler folder a LoRA snapshot: `{"base_dir", "lora_rank",
+/// "lora_alpha", "target_modules"}`, with the adapters in `adapter/`.
+pub const LORA_SNAPSHOT: &str = "tinker_sampler.json";
 
 /// A sampling session: what it samples.
 #[derive(Clone, Debug)]
@@ -44,12 +49,20 @@ pub struct Samplers {
     tx: mpsc::Sender<SampleJob>,
 }
 
+/// A loaded model: which base and LoRA shape it is (None: a full model), and whose weights it
+/// holds now.
+struct Slot {
+    lora: Option<(PathBuf, LoraConfig)>,
+    dir: PathBuf,
+    model: SamplingModel,
+}
+
 impl Samplers {
-    pub fn start() -> Samplers {
+    pub fn start(compute: ComputeKind) -> Samplers {
         let (tx, rx) = mpsc::channel();
         std::thread::Builder::new()
             .name("tinker-sampler".into())
-            .spawn(move || run(rx))
+            .spawn(move || run(rx, compute))
             .expect("spawning the sampling thread");
         Samplers {
             sessions: Default::default(),
@@ -86,8 +99,8 @@ impl Samplers {
     }
 }
 
-fn run(rx: mpsc::Receiver<SampleJob>) {
-    let mut loaded: VecDeque<(PathBuf, SamplingModel)> = VecDeque::new();
+fn run(rx: mpsc::Receiver<SampleJob>, compute: ComputeKind) {
+    let mut loaded: VecDeque<Slot> = VecDeque::new();
     let mut engine_seed = 0u64;
     while let Ok(first) = rx.recv() {
         let mut jobs = vec![first];
@@ -103,7 +116,7 @@ fn run(rx: mpsc::Receiver<SampleJob>) {
             }
         }
         for (dir, group) in groups {
-            let model = match model_for(&mut loaded, &dir) {
+            let model = match model_for(&mut loaded, &dir, compute) {
                 Ok(m) => m,
                 Err(e) => {
                     for j in group {
@@ -118,20 +131,56 @@ fn run(rx: mpsc::Receiver<SampleJob>) {
     }
 }
 
-/// The loaded snapshot for `dir`, loading it (and dropping the least recently used) if needed.
-fn model_for<'a>(
-    loaded: &'a mut VecDeque<(PathBuf, SamplingModel)>,
-    dir: &Path,
-) -> Result<&'a SamplingModel> {
-    if let Some(i) = loaded.iter().position(|(d, _)| d == dir) {
-        let entry = loaded.remove(i).expect("found");
-        loaded.push_front(entry);
-    } else {
-        let m = SamplingModel::load(dir, tch::Device::Cpu)?;
-        loaded.push_front((dir.to_path_buf(), m));
-        loaded.truncate(LOADED);
+/// The LoRA snapshot description in `dir`, if it is one.
+fn lora_snapshot(dir: &Path) -> Result<Option<(PathBuf, LoraConfig)>> {
+    let f = dir.join(LORA_SNAPSHOT);
+    if !f.exists() {
+        return Ok(None);
     }
-    loaded.front().map(|(_, m)| m).ok_or_else(|| anyhow!("no model"))
+    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&f)?)
+        .with_context(|| format!("{}", f.display()))?;
+    let base: PathBuf = serde_json::from_value(v["base_dir"].clone()).with_context(|| format!("{}: base_dir", f.display()))?;
+    let cfg = LoraConfig {
+        rank: v["lora_rank"].as_i64().with_context(|| format!("{}: lora_rank", f.display()))?,
+        alpha: v["lora_alpha"].as_f64().with_context(|| format!("{}: lora_alpha", f.display()))?,
+        target_modules: serde_json::from_value(v["target_modules"].clone())
+            .with_context(|| format!("{}: target_modules", f.display()))?,
+    };
+    Ok(Some((base, cfg)))
+}
+
+/// The model for the weights in `dir`, loaded into the front slot: a slot that holds them
+/// already; for a LoRA snapshot, a slot with the same base and LoRA shape, its adapters swapped;
+/// else a new load (dropping the least recently used slot).
+fn model_for<'a>(loaded: &'a mut VecDeque<Slot>, dir: &Path, compute: ComputeKind) -> Result<&'a SamplingModel> {
+    let lora = lora_snapshot(dir)?;
+    let hit = loaded
+        .iter()
+        .position(|s| s.dir == dir)
+        .or_else(|| lora.as_ref().and_then(|l| loaded.iter().position(|s| s.lora.as_ref() == Some(l))));
+    match hit {
+        Some(i) => {
+            let mut slot = loaded.remove(i).expect("found");
+            if slot.dir != dir {
+                slot.model.swap_adapter(&dir.join("adapter"))?;
+                slot.dir = dir.to_path_buf();
+            }
+            loaded.push_front(slot);
+        }
+        None => {
+            let model = match &lora {
+                Some((base, cfg)) => SamplingModel::with_adapter(base, cfg, &dir.join("adapter"), tch::Device::Cpu, compute)?,
+                None => SamplingModel::load_with(dir, tch::Device::Cpu, compute)?,
+            };
+            loaded.push_front(Slot {
+                lora,
+                dir: dir.to_path_buf(),
+                model,
+            });
+            loaded.truncate(LOADED);
+        }
+    }
+    loaded.front().map(|s| &s.model).ok_or_else(|| anyhow!("no model"))
 }
 
 fn answer(model: &SamplingModel, group: Vec<SampleJob>, engine_seed: u64) {

@@ -53,6 +53,8 @@ const GAP_WAIT: Duration = Duration::from_secs(2);
 pub struct ModelInfo {
     pub model_id: String,
     pub base_model: String,
+    /// The base model's folder (LoRA snapshots are adapters over it).
+    pub base_dir: PathBuf,
     /// `<root>/<model_id>`.
     pub dir: PathBuf,
 }
@@ -129,10 +131,7 @@ fn execute(model: &mut TrainingModel, info: &ModelInfo, samplers: &Samplers, job
                 (None, None) => bail!("save_weights_for_sampler: neither path nor sampling_session_seq_id"),
             };
             let dir = info.dir.join("sampler_weights").join(&leaf);
-            model
-                .model
-                .save(&dir)
-                .with_context(|| format!("saving sampler weights to {}", dir.display()))?;
+            save_for_sampler(model, info, &dir, name.is_some())?;
             let path = format!("tinker://{}/sampler_weights/{leaf}", info.model_id);
             match session {
                 Some(s) if name.is_none() => {
@@ -151,6 +150,38 @@ fn execute(model: &mut TrainingModel, info: &ModelInfo, samplers: &Samplers, job
             Ok(Outcome::Json(json!({"path": path, "model_id": info.model_id, "type": "load_weights"})))
         }
     }
+}
+
+/// Sampler weights, written to a temporary folder renamed into place. With LoRA: the adapters
+/// (PEFT's format) and `tinker_sampler.json` naming the base model, which the sampling thread
+/// swaps into a loaded copy of the base in milliseconds; a named save also holds the merged HF
+/// folder (what vLLM or transformers load). Without LoRA: the HF folder.
+fn save_for_sampler(model: &TrainingModel, info: &ModelInfo, dir: &Path, named: bool) -> Result<()> {
+    let parent = dir.parent().expect("a sampler folder has a parent");
+    std::fs::create_dir_all(parent).with_context(|| format!("creating {}", parent.display()))?;
+    let tmp = parent.join(format!(
+        ".{}.tmp",
+        dir.file_name().and_then(|n| n.to_str()).unwrap_or("sampler")
+    ));
+    let _ = std::fs::remove_dir_all(&tmp);
+    match model.model.lora_config() {
+        Some(cfg) => {
+            model.model.save_lora_adapter(&tmp.join("adapter"))?;
+            let meta = json!({
+                "base_dir": info.base_dir, "lora_rank": cfg.rank, "lora_alpha": cfg.alpha,
+                "target_modules": cfg.target_modules,
+            });
+            std::fs::write(tmp.join(super::samplers::LORA_SNAPSHOT), serde_json::to_vec_pretty(&meta)?)?;
+            if named {
+                model.model.save(&tmp.join("merged"))?;
+            }
+        }
+        None => model.model.save(&tmp)?,
+    }
+    if dir.exists() {
+        std::fs::remove_dir_all(dir).with_context(|| format!("replacing {}", dir.display()))?;
+    }
+    std::fs::rename(&tmp, dir).with_context(|| format!("writing {}", dir.display()))
 }
 
 /// A checkpoint name becomes one path component of a `tinker://` path.
