@@ -19,7 +19,8 @@ Checks:
   unknown checkpoint) is an error naming the datum and field, and the server keeps serving.
 Prints one line per check and exits non-zero on the first failure.
 """
-import math
+import argparse
+import json
 import sys
 
 import numpy as np
@@ -27,7 +28,12 @@ import tinker
 import torch
 from tinker import types
 
-BASE = sys.argv[1]
+ap = argparse.ArgumentParser()
+ap.add_argument("base_model")
+ap.add_argument("--save-to", help="write a saved state's path and its logprobs here (for --resume-from)")
+ap.add_argument("--resume-from", help="only check that the state named in this file loads with the same logprobs")
+cli = ap.parse_args()
+BASE = cli.base_model
 RANK = 4
 
 
@@ -78,6 +84,17 @@ def torch_loss(name, lp, d, cfg):
 
 
 sc = tinker.ServiceClient()
+if cli.resume_from:
+    # A server restarted on the same --root: the saved state is still there, and exact.
+    saved = json.load(open(cli.resume_from))
+    probe = types.Datum(model_input=types.ModelInput.from_ints(saved["tokens"][:-1]),
+                        loss_fn_inputs={"target_tokens": saved["tokens"][1:],
+                                        "weights": [1.0] * (len(saved["tokens"]) - 1)})
+    resumed = sc.create_training_client_from_state_with_optimizer(saved["path"]).result()
+    lp = [float(x) for x in resumed.forward([probe], "cross_entropy").result().loss_fn_outputs[0]["logprobs"].data]
+    ok(lp == saved["logprobs"], f"after a restart, {saved['path']} loads with the same logprobs")
+    print("all checks passed")
+    sys.exit(0)
 tc = sc.create_lora_training_client(base_model=BASE, rank=RANK, seed=11).result()
 info = tc.get_info()
 ok(info.model_data.model_name == BASE and info.lora_rank == RANK, f"get_info {info.model_id}")
@@ -202,6 +219,14 @@ oov = types.Datum(model_input=types.ModelInput.from_ints([1, 2, 99999]), loss_fn
 fails(lambda: tc.forward([ce, oov], "cross_entropy").result(), "datum 1: model_input[2] = 99999", "a token id outside the vocabulary")
 fails(lambda: tc.load_state(f"tinker://{tc.model_id}/weights/nope").result(), "no such checkpoint", "an unknown checkpoint")
 ok(tc.forward([ce], "cross_entropy").result().metrics["loss:sum"] > 0, "still serving")
+
+if cli.save_to:
+    final = tc.save_state("final").result()
+    tokens = prompt + completion
+    probe = types.Datum(model_input=types.ModelInput.from_ints(tokens[:-1]),
+                        loss_fn_inputs={"target_tokens": tokens[1:], "weights": [1.0] * (len(tokens) - 1)})
+    lp = [float(x) for x in tc.forward([probe], "cross_entropy").result().loss_fn_outputs[0]["logprobs"].data]
+    json.dump({"path": final.path, "tokens": tokens, "logprobs": lp}, open(cli.save_to, "w"))
 
 sc.close("success") if hasattr(sc, "close") else None
 print("all checks passed")

@@ -1,27 +1,35 @@
-//! The unmodified tinker SDK (tinker==0.38.0, installed by scripts/setup-env.sh) against a
-//! `temper serve` process on loopback: `tools/tinker_sdk_check.py` drives every call and checks
-//! each answer against PyTorch and the SDK's own client-side loss path.
+//! The unmodified tinker SDK (tinker==0.38.0, installed by scripts/setup-env.sh) against
+//! `temper serve` processes on loopback: `tools/tinker_sdk_check.py` drives every call and checks
+//! each answer against PyTorch and the SDK's own client-side loss path, two clients at once; then
+//! the server is killed and a new one on the same `--root` continues from a saved state. Malformed
+//! bodies get Tinker error replies and the server keeps serving.
 #[path = "../../temper-train/tests/common/mod.rs"]
 mod common;
 mod serve_util;
 
-use std::process::Command;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
 
-#[test]
-fn the_tinker_sdk_trains_and_samples_on_temper() {
-    let root = common::temp_dir("tinker-root");
-    let root_arg = root.display().to_string();
-    let server = serve_util::start(&common::tiny_model_dir(), &["--root", &root_arg]);
-    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tools/tinker_sdk_check.py");
-    let out = Command::new(common::python())
+use serde_json::{json, Value};
+
+fn check_script(url: &str, extra: &[&str]) -> Child {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tools/tinker_sdk_check.py");
+    Command::new(common::python())
         .arg(&script)
         .arg(common::tiny_model_dir())
-        .env("TINKER_BASE_URL", &server.url)
+        .args(extra)
+        .env("TINKER_BASE_URL", url)
         .env("TINKER_API_KEY", "tml-local")
         .env("TINKER_TELEMETRY", "0")
         .env("HF_HUB_OFFLINE", "1")
-        .output()
-        .unwrap();
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+fn passed(child: Child) {
+    let out = child.wait_with_output().unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
     println!("{stdout}");
     assert!(
@@ -29,4 +37,81 @@ fn the_tinker_sdk_trains_and_samples_on_temper() {
         "{stdout}\n{}",
         String::from_utf8_lossy(&out.stderr)
     );
+}
+
+#[test]
+fn the_tinker_sdk_trains_and_samples_on_temper() {
+    let root = common::temp_dir("tinker-root");
+    let root_arg = root.display().to_string();
+    let saved = root.join("saved.json");
+    let saved_arg = saved.display().to_string();
+    let mut server = serve_util::start(&common::tiny_model_dir(), &["--root", &root_arg]);
+    // Two clients at once, each with its own session and models.
+    let first = check_script(&server.url, &["--save-to", &saved_arg]);
+    let second = check_script(&server.url, &[]);
+    passed(first);
+    passed(second);
+    // Killed: what save_state wrote is all a new server needs.
+    server.kill();
+    let server = serve_util::start(&common::tiny_model_dir(), &["--root", &root_arg]);
+    passed(check_script(&server.url, &["--resume-from", &saved_arg]));
+}
+
+fn post(url: &str, route: &str, body: Vec<u8>) -> (u16, Value) {
+    let r = reqwest::blocking::Client::new()
+        .post(format!("{url}/api/v1/{route}"))
+        .header("X-API-Key", "tml-local")
+        .body(body)
+        .send()
+        .unwrap();
+    (r.status().as_u16(), r.json().unwrap_or(Value::Null))
+}
+
+#[test]
+fn malformed_requests_get_tinker_errors() {
+    let root = common::temp_dir("tinker-bad");
+    let server = serve_util::start(
+        &common::tiny_model_dir(),
+        &["--root", &root.display().to_string()],
+    );
+    let url = &server.url;
+    // A future-style call refused: the reason is the future's result.
+    let (status, v) = post(url, "forward_backward", b"\xff\x01not protobuf".to_vec());
+    assert_eq!(status, 200, "{v}");
+    let id = v["request_id"].as_str().unwrap().to_string();
+    let poll = serde_json::to_vec(&json!({"request_id": id, "allow_metadata_only": true})).unwrap();
+    let (_, v) = post(url, "retrieve_future", poll.clone());
+    assert_eq!(v["category"], "user", "{v}");
+    assert!(
+        v["error"]
+            .as_str()
+            .unwrap()
+            .contains("not a ForwardBackwardRequest protobuf"),
+        "{v}"
+    );
+    let (_, v) = post(
+        url,
+        "optim_step",
+        br#"{"model_id": "nope:train:0", "seq_id": 1, "adam_params": {}}"#.to_vec(),
+    );
+    let poll = serde_json::to_vec(&json!({"request_id": v["request_id"]})).unwrap();
+    let (_, v) = post(url, "retrieve_future", poll);
+    assert!(
+        v["error"]
+            .as_str()
+            .unwrap()
+            .contains("no model \"nope:train:0\""),
+        "{v}"
+    );
+    // Direct calls: a 400 (or 404) with the error body, never an empty one.
+    let (status, v) = post(url, "create_sampling_session", b"{not json".to_vec());
+    assert_eq!(status, 400);
+    assert!(
+        v["error"].as_str().unwrap().starts_with("request body:"),
+        "{v}"
+    );
+    let (status, v) = post(url, "get_info", br#"{"model_id": "nope"}"#.to_vec());
+    assert_eq!((status, v["category"].as_str()), (404, Some("user")), "{v}");
+    let (status, _) = post(url, "create_session", b"{}".to_vec());
+    assert_eq!(status, 200, "still serving");
 }

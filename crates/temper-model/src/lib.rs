@@ -64,7 +64,7 @@ pub use dtype::{bf16_is_native, kernel_report, resolve_compute_kind, ComputeKind
 pub use generation_config::GenerationConfig;
 pub use kv_cache::KvCache;
 pub use logprobs::{logprobs_and_entropy, logprobs_of};
-pub use lora::LoraConfig;
+pub use lora::{LoraConfig, LORA_HEAD};
 pub use model::{attention_mask_4d, position_ids_from_mask, CausalLm};
 pub use shared_prefix::SharedPrefixRows;
 pub use tokenizer::Tokenizer;

@@ -23,7 +23,8 @@ pub struct LoraConfig {
     pub rank: i64,
     pub alpha: f64,
     /// Module names as PEFT and verl write them: `q_proj`, `k_proj`, `v_proj`, `o_proj`,
-    /// `gate_proj`, `up_proj`, `down_proj`; `all-linear` for all seven.
+    /// `gate_proj`, `up_proj`, `down_proj`; `all-linear` for all seven (not the unembedding, as
+    /// in PEFT); `lm_head` for the unembedding.
     pub target_modules: Vec<String>,
 }
 
@@ -38,6 +39,9 @@ pub const LORA_TARGETS: [&str; 7] = [
     "down_proj",
 ];
 
+/// The unembedding as a LoRA target (PEFT's name; Tinker's `train_unembed`).
+pub const LORA_HEAD: &str = "lm_head";
+
 impl LoraConfig {
     /// The targeted module names, checked (`all-linear` expanded).
     pub fn targets(&self) -> Result<Vec<&'static str>> {
@@ -47,15 +51,25 @@ impl LoraConfig {
         if !(self.alpha.is_finite() && self.alpha > 0.0) {
             bail!("lora alpha must be positive, got {}", self.alpha);
         }
-        if self.target_modules.iter().any(|m| m == "all-linear") {
-            return Ok(LORA_TARGETS.to_vec());
-        }
         let mut out = vec![];
         for m in &self.target_modules {
-            match LORA_TARGETS.iter().find(|t| **t == m.as_str()) {
-                Some(t) => out.push(*t),
+            if m == "all-linear" {
+                for t in LORA_TARGETS {
+                    if !out.contains(&t) {
+                        out.push(t);
+                    }
+                }
+                continue;
+            }
+            match LORA_TARGETS
+                .iter()
+                .chain([&LORA_HEAD])
+                .find(|t| **t == m.as_str())
+            {
+                Some(t) if !out.contains(t) => out.push(*t),
+                Some(_) => {}
                 None => bail!(
-                    "lora target module `{m}`: not one of {} (or all-linear)",
+                    "lora target module `{m}`: not one of {}, {LORA_HEAD} (or all-linear)",
                     LORA_TARGETS.join(", ")
                 ),
             }

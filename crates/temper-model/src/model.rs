@@ -131,6 +131,9 @@ pub struct CausalLm {
     source_dir: Option<PathBuf>,
     /// LoRA adapters: their config and their own variables (the base `vs` stays the HF weights).
     lora: Option<(LoraConfig, nn::VarStore)>,
+    /// LoRA on the unembedding (`lm_head` target, Tinker's `train_unembed`); with tied
+    /// embeddings it adapts the output projection only.
+    head_lora: Option<LoraAdapter>,
 }
 
 impl CausalLm {
@@ -212,6 +215,7 @@ impl CausalLm {
             compute,
             source_dir: None,
             lora: None,
+            head_lora: None,
         }
     }
 
@@ -237,7 +241,26 @@ impl CausalLm {
                 }
             }
         }
+        if targets.contains(&crate::lora::LORA_HEAD) {
+            let (vocab, hidden) = (self.config.vocab_size, self.config.hidden_size);
+            self.head_lora = Some(LoraAdapter::new(&(&root / "lm_head"), hidden, vocab, cfg));
+        }
         self.lora = Some((cfg.clone(), vs));
+    }
+
+    /// The unembedding the model computes with (its LoRA merged in), detached.
+    fn head_weight(&self) -> Tensor {
+        let head = self.lm_head.as_ref().unwrap_or(&self.embed_tokens);
+        match &self.head_lora {
+            Some(l) => l.merged(head),
+            None => head.shallow_clone(),
+        }
+    }
+
+    /// Whether a saved folder needs its own `lm_head.weight` (an adapted unembedding of a model
+    /// with tied embeddings).
+    pub(crate) fn unties_head(&self) -> bool {
+        self.head_lora.is_some() && self.lm_head.is_none()
     }
 
     /// [`CausalLm::named_parameters`] with LoRA merged into the adapted weights (what a plain HF
@@ -252,13 +275,22 @@ impl CausalLm {
                 }
             }
         }
-        self.named_parameters()
+        if self.head_lora.is_some() {
+            merged.insert("lm_head.weight".into(), self.head_weight());
+        }
+        let mut out: Vec<(String, Tensor)> = self
+            .named_parameters()
             .into_iter()
             .map(|(n, t)| match merged.remove(&n) {
                 Some(m) => (n, m),
                 None => (n, t),
             })
-            .collect()
+            .collect();
+        // Tied embeddings with an adapted unembedding: the head becomes a weight of its own.
+        if let Some(head) = merged.remove("lm_head.weight") {
+            out.push(("lm_head.weight".into(), head));
+        }
+        out
     }
 
     /// A model with random weights (normal, std 0.02; norms at one), reproducible from `seed`.
@@ -550,10 +582,9 @@ impl CausalLm {
                 down: FrozenLinear::fuse(&[l.down_proj.part()], kind),
             })
             .collect();
-        let head = self.lm_head.as_ref().unwrap_or(&self.embed_tokens);
         SamplingWeights {
             layers,
-            head: FrozenLinear::fuse(&[(head.shallow_clone(), None)], kind),
+            head: FrozenLinear::fuse(&[(self.head_weight(), None)], kind),
         }
     }
 
@@ -570,6 +601,10 @@ impl CausalLm {
             x.linear(w, None::<&Tensor>)
         } else {
             x.linear(&w.to_kind(kind), None::<&Tensor>)
+        };
+        let logits = match &self.head_lora {
+            Some(l) => logits + l.forward(&x, kind),
+            None => logits,
         };
         logits.to_kind(Kind::Float)
     }

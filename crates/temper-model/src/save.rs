@@ -80,6 +80,9 @@ impl CausalLm {
         write_safetensors(&tmp.join("model.safetensors"), &tensors)?;
         let mut config = self.config().raw.clone();
         if let Some(obj) = config.as_object_mut() {
+            if self.unties_head() {
+                obj.insert("tie_word_embeddings".into(), false.into());
+            }
             // transformers 5 reads `dtype`, older versions `torch_dtype`.
             obj.insert("dtype".into(), dtype_name.into());
             if obj.contains_key("torch_dtype") {

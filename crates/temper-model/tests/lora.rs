@@ -34,9 +34,20 @@ fn logprobs(model: &CausalLm, sampler: bool) -> Vec<Vec<f64>> {
 
 #[test]
 fn lora_matches_peft_and_the_merged_folder() {
-    let dir = scratch("lora");
+    check_against_peft("lora", false, &["all-linear"], 7);
+}
+
+/// The unembedding (`lm_head`, Tinker's `train_unembed`) of a model with tied embeddings: the
+/// adapter changes the output projection only, PEFT agrees, and the merged folder unties the head.
+#[test]
+fn lora_on_the_unembedding_matches_peft() {
+    check_against_peft("lora-head", true, &["q_proj", "lm_head"], 2);
+}
+
+fn check_against_peft(tag: &str, tied: bool, targets: &[&str], adapted: usize) {
+    let dir = scratch(tag);
     let base_dir = dir.join("base");
-    let cfg = ModelConfig::qwen2_like(97, 32, 48, 2, 4, 2, false);
+    let cfg = ModelConfig::qwen2_like(97, 32, 48, 2, 4, 2, tied);
     CausalLm::random(cfg, 7, Device::Cpu, ComputeKind::F32)
         .save(&base_dir)
         .unwrap();
@@ -47,15 +58,21 @@ fn lora_matches_peft_and_the_merged_folder() {
     let lora = LoraConfig {
         rank: 4,
         alpha: 8.0,
-        target_modules: vec!["all-linear".into()],
+        target_modules: targets.iter().map(|t| t.to_string()).collect(),
     };
     model.add_lora(&lora).unwrap();
+    // Per layer for the decoder linears, once for the head.
+    let layers_and_head = |per_layer: usize, head: usize| 2 * (2 * per_layer + head);
     // B = 0: exactly the base model.
     assert_eq!(logprobs(&model, false), before);
 
     // Only the adapters are trainable, and only they get gradients.
     let trainable = model.trainable_parameters();
-    assert_eq!(trainable.len(), 2 * 7 * 2);
+    let head = usize::from(targets.contains(&"lm_head"));
+    assert_eq!(
+        trainable.len(),
+        layers_and_head(adapted - head, 0) + 2 * head
+    );
     assert!(trainable
         .iter()
         .all(|(n, _)| n.contains(".lora_A.") || n.contains(".lora_B.")));
@@ -69,7 +86,11 @@ fn lora_matches_peft_and_the_merged_folder() {
         .filter(|(n, _)| n.contains("lora_B"))
         .filter(|(_, p)| f64::try_from(p.grad().abs().sum(Kind::Float)).unwrap() > 0.0)
         .count();
-    assert_eq!(b_grads, 14, "every B gets a gradient at B = 0");
+    assert_eq!(
+        b_grads,
+        trainable.len() / 2,
+        "every B gets a gradient at B = 0"
+    );
 
     // B != 0: compare with PEFT and with transformers on the merged folder.
     tch::no_grad(|| {
@@ -113,6 +134,13 @@ fn lora_matches_peft_and_the_merged_folder() {
     // The merged folder loads back into temper as a plain model with the same numbers.
     let reloaded = CausalLm::load(&merged_dir, Device::Cpu, ComputeKind::F32).unwrap();
     assert!(max_abs_diff(&ours, &logprobs(&reloaded, false)) < 1e-5);
+    if tied && head == 1 {
+        let config = std::fs::read_to_string(merged_dir.join("config.json")).unwrap();
+        assert!(
+            config.contains("\"tie_word_embeddings\": false"),
+            "{config}"
+        );
+    }
 }
 
 fn logprobs_tensor(model: &CausalLm) -> Tensor {

@@ -6,7 +6,9 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
 use tch::{Device, Tensor};
-use temper_model::{position_ids_from_mask, CausalLm, ComputeKind, GenerationConfig, LoraConfig, Tokenizer};
+use temper_model::{
+    position_ids_from_mask, CausalLm, ComputeKind, GenerationConfig, LoraConfig, Tokenizer,
+};
 use temper_rollout::{Engine, EngineConfig, Request, SamplingParams};
 
 /// Tinker's `SamplingParams`.
@@ -113,7 +115,10 @@ impl SamplingModel {
         num_samples: usize,
         p: &TinkerSamplingParams,
     ) -> Result<Vec<SampledSequence>> {
-        let mut out = self.sample_many(&[(prompt.to_vec(), num_samples, p.clone())], p.seed.unwrap_or(0));
+        let mut out = self.sample_many(
+            &[(prompt.to_vec(), num_samples, p.clone())],
+            p.seed.unwrap_or(0),
+        );
         out.remove(0)
     }
 
@@ -124,7 +129,8 @@ impl SamplingModel {
         requests: &[(Vec<i64>, usize, TinkerSamplingParams)],
         engine_seed: u64,
     ) -> Vec<Result<Vec<SampledSequence>>> {
-        let mut results: Vec<Option<Result<Vec<SampledSequence>>>> = Vec::with_capacity(requests.len());
+        let mut results: Vec<Option<Result<Vec<SampledSequence>>>> =
+            Vec::with_capacity(requests.len());
         let mut valid = vec![];
         let mut engine_requests = vec![];
         for (prompt, num_samples, p) in requests {
@@ -165,11 +171,19 @@ impl SamplingModel {
                 }
             }
         }
-        results.into_iter().map(|r| r.expect("every request answered")).collect()
+        results
+            .into_iter()
+            .map(|r| r.expect("every request answered"))
+            .collect()
     }
 
     /// The engine request for one Tinker sample request, checked.
-    fn request(&self, prompt: &[i64], num_samples: usize, p: &TinkerSamplingParams) -> Result<Request> {
+    fn request(
+        &self,
+        prompt: &[i64],
+        num_samples: usize,
+        p: &TinkerSamplingParams,
+    ) -> Result<Request> {
         let vocab = self.model.config().vocab_size;
         if prompt.is_empty() {
             bail!("prompt is empty");

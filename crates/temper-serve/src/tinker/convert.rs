@@ -22,7 +22,9 @@ pub fn proto_tokens(chunks: &[proto::Chunk], field: &str) -> Result<Vec<i64>> {
                 .with_context(|| format!("{field}.chunks[{k}].tokens: not int32 values"))?;
                 out.extend(v);
             }
-            Some(_) => bail!("{field}.chunks[{k}]: only encoded_text chunks are supported (no images or audio)"),
+            Some(_) => bail!(
+                "{field}.chunks[{k}]: only encoded_text chunks are supported (no images or audio)"
+            ),
             None => bail!("{field}.chunks[{k}]: empty chunk"),
         }
     }
@@ -34,15 +36,22 @@ fn tensor_values(t: &proto::Tensor, field: &str) -> Result<TensorData> {
     let Some(proto::tensor::Encoding::Dense(bytes)) = &t.encoding else {
         bail!("{field}: only dense tensors are supported (not sparse_csr)");
     };
-    let bad = || format!("{field}: {} bytes do not hold whole values of its dtype", bytes.len());
+    let bad = || {
+        format!(
+            "{field}: {} bytes do not hold whole values of its dtype",
+            bytes.len()
+        )
+    };
     Ok(match proto::DType::try_from(t.dtype) {
         Ok(proto::DType::Int64) => TensorData::I64(
             proto::le_values(bytes, 8, |b| i64::from_le_bytes(b.try_into().expect("8")))
                 .with_context(bad)?,
         ),
         Ok(proto::DType::Int32) => TensorData::I64(
-            proto::le_values(bytes, 4, |b| i32::from_le_bytes(b.try_into().expect("4")) as i64)
-                .with_context(bad)?,
+            proto::le_values(bytes, 4, |b| {
+                i32::from_le_bytes(b.try_into().expect("4")) as i64
+            })
+            .with_context(bad)?,
         ),
         Ok(proto::DType::Float32) => TensorData::F32(
             proto::le_values(bytes, 4, |b| f32::from_le_bytes(b.try_into().expect("4")))
@@ -79,14 +88,20 @@ pub fn datums(data: &[proto::Datum]) -> Result<Vec<Datum>> {
 
 /// `loss_fn_config`: the numbers of v2 (preferred) or of the legacy map.
 pub fn loss_config(r: &proto::ForwardBackwardRequest) -> Result<BTreeMap<String, f64>> {
-    let mut out: BTreeMap<String, f64> = r.loss_fn_config.iter().map(|(k, v)| (k.clone(), *v)).collect();
+    let mut out: BTreeMap<String, f64> = r
+        .loss_fn_config
+        .iter()
+        .map(|(k, v)| (k.clone(), *v))
+        .collect();
     for (k, v) in &r.loss_fn_config_v2 {
         match &v.value {
             Some(proto::loss_config_value::Value::Number(x)) => {
                 out.insert(k.clone(), *x);
             }
             Some(proto::loss_config_value::Value::Text(t)) => {
-                bail!("loss_fn_config.{k}: text values ({t:?}) are not supported by temper's losses")
+                bail!(
+                    "loss_fn_config.{k}: text values ({t:?}) are not supported by temper's losses"
+                )
             }
             None => {}
         }
@@ -102,7 +117,9 @@ pub fn json_tokens(v: &Value, field: &str) -> Result<Vec<i64>> {
     let mut out = vec![];
     for (k, c) in chunks.iter().enumerate() {
         if c["type"].as_str().unwrap_or("encoded_text") != "encoded_text" {
-            bail!("{field}.chunks[{k}]: only encoded_text chunks are supported (no images or audio)");
+            bail!(
+                "{field}.chunks[{k}]: only encoded_text chunks are supported (no images or audio)"
+            );
         }
         let t: Vec<i64> = serde_json::from_value(c["tokens"].clone())
             .with_context(|| format!("{field}.chunks[{k}].tokens: not token ids"))?;
@@ -117,7 +134,10 @@ pub fn sampling_params(v: &Value) -> Result<TinkerSamplingParams> {
     let num = |k: &str| -> Result<Option<f64>> {
         match &v[k] {
             Value::Null => Ok(None),
-            x => x.as_f64().map(Some).with_context(|| format!("sampling_params.{k}: not a number")),
+            x => x
+                .as_f64()
+                .map(Some)
+                .with_context(|| format!("sampling_params.{k}: not a number")),
         }
     };
     let (mut stop_tokens, mut stop_strings) = (vec![], vec![]);
@@ -128,7 +148,9 @@ pub fn sampling_params(v: &Value) -> Result<TinkerSamplingParams> {
             for (k, item) in items.iter().enumerate() {
                 match item {
                     Value::String(s) => stop_strings.push(s.clone()),
-                    Value::Number(n) if n.as_i64().is_some() => stop_tokens.push(n.as_i64().unwrap_or(0)),
+                    Value::Number(n) if n.as_i64().is_some() => {
+                        stop_tokens.push(n.as_i64().unwrap_or(0))
+                    }
                     _ => bail!("sampling_params.stop[{k}]: not a string or a token id"),
                 }
             }
@@ -165,7 +187,10 @@ pub fn checkpoint_dir(root: &Path, path: &str) -> Result<PathBuf> {
     let (model, kind, name) = parse_tinker_path(path)?;
     let dir = root.join(&model).join(&kind).join(&name);
     if !dir.is_dir() {
-        bail!("path {path:?}: no such checkpoint (looked in {})", dir.display());
+        bail!(
+            "path {path:?}: no such checkpoint (looked in {})",
+            dir.display()
+        );
     }
     Ok(dir)
 }

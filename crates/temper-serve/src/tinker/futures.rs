@@ -13,7 +13,7 @@ use serde_json::Value;
 use tokio::sync::watch;
 
 /// How long one `retrieve_future` waits before `try_again` (the SDK's own poll timeout is 45 s).
-pub const POLL_HOLD: Duration = Duration::from_secs(20);
+pub const POLL_HOLD: Duration = Duration::from_secs(30);
 
 /// A finished request.
 #[derive(Clone, Debug)]
@@ -22,7 +22,10 @@ pub enum Outcome {
     /// A protobuf body (forward_backward and sample results).
     Proto(Vec<u8>),
     /// `{"error": message, "category": "user" | "server"}`.
-    Error { message: String, user: bool },
+    Error {
+        message: String,
+        user: bool,
+    },
 }
 
 impl Outcome {
@@ -77,7 +80,9 @@ impl Futures {
             .get(id)
             .cloned();
         let Some(mut rx) = rx else {
-            return Some(Outcome::user_error(format!("request_id: no request {id:?}")));
+            return Some(Outcome::user_error(format!(
+                "request_id: no request {id:?}"
+            )));
         };
         let waited = tokio::time::timeout(hold, rx.wait_for(|v| v.is_some())).await;
         match waited {

@@ -179,7 +179,9 @@ pub struct SampleResponse {
 
 /// Little-endian blobs.
 pub fn i32_bytes(v: impl IntoIterator<Item = i64>) -> Vec<u8> {
-    v.into_iter().flat_map(|x| (x as i32).to_le_bytes()).collect()
+    v.into_iter()
+        .flat_map(|x| (x as i32).to_le_bytes())
+        .collect()
 }
 
 pub fn f32_bytes(v: impl IntoIterator<Item = f32>) -> Vec<u8> {

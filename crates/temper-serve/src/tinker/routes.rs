@@ -30,19 +30,37 @@ type S = State<Arc<AppState>>;
 pub fn routes() -> Router<Arc<AppState>> {
     Router::new()
         .route("/api/v1/client/config", post(client_config))
-        .route("/api/v1/client/dynamic_config", post(|| async { Json(json!({})) }))
+        .route(
+            "/api/v1/client/dynamic_config",
+            post(|| async { Json(json!({})) }),
+        )
         .route("/api/v1/create_session", post(create_session))
-        .route("/api/v1/session_heartbeat", post(|| async { Json(json!({"type": "session_heartbeat"})) }))
-        .route("/api/v1/telemetry", post(|| async { Json(json!({"status": "accepted"})) }))
-        .route("/api/v1/sessions/{id}/finish", post(|| async { Json(json!({})) }))
+        .route(
+            "/api/v1/session_heartbeat",
+            post(|| async { Json(json!({"type": "session_heartbeat"})) }),
+        )
+        .route(
+            "/api/v1/telemetry",
+            post(|| async { Json(json!({"status": "accepted"})) }),
+        )
+        .route(
+            "/api/v1/sessions/{id}/finish",
+            post(|| async { Json(json!({})) }),
+        )
         .route("/api/v1/create_model", post(create_model))
         .route("/api/v1/get_info", post(get_info))
         .route("/api/v1/forward_backward", post(forward_backward))
         .route("/api/v1/optim_step", post(optim_step))
         .route("/api/v1/save_weights", post(save_weights))
-        .route("/api/v1/save_weights_for_sampler", post(save_weights_for_sampler))
+        .route(
+            "/api/v1/save_weights_for_sampler",
+            post(save_weights_for_sampler),
+        )
         .route("/api/v1/load_weights", post(load_weights))
-        .route("/api/v1/create_sampling_session", post(create_sampling_session))
+        .route(
+            "/api/v1/create_sampling_session",
+            post(create_sampling_session),
+        )
         .route("/api/v1/samplers/{id}", get(get_sampler))
         .route("/api/v1/asample", post(asample))
         .route("/api/v1/retrieve_future", post(retrieve_future))
@@ -50,7 +68,11 @@ pub fn routes() -> Router<Arc<AppState>> {
 
 /// `{"error", "category": "user"}` with `status`.
 fn refuse(status: StatusCode, message: impl std::fmt::Display) -> Response {
-    (status, Json(json!({"error": message.to_string(), "category": "user"}))).into_response()
+    (
+        status,
+        Json(json!({"error": message.to_string(), "category": "user"})),
+    )
+        .into_response()
 }
 
 /// The API key check (only with `--api-key`): Tinker sends it as `X-API-Key`.
@@ -124,10 +146,12 @@ fn to_model(t: &Tinker, model_id: &str, seq: i64, job: Job) -> Result<Dispatch> 
 async fn client_config(State(state): S, headers: HeaderMap) -> Response {
     direct(&state, &headers, || {
         // Plain HTTP/1.1 + JSON, no JWT, forward_backward chunks sent in order.
-        Ok(json!({"pjwt_auth_enabled": false, "use_pyqwest_transport": false,
+        Ok(
+            json!({"pjwt_auth_enabled": false, "use_pyqwest_transport": false,
                   "proto_compress_fwdbwd": false, "parallel_fwdbwd_chunks": false,
                   "sample_use_retrieve_futures": false, "custom_loss_server_side": false,
-                  "sample_join_sampling_session": false}))
+                  "sample_join_sampling_session": false}),
+        )
     })
 }
 
@@ -155,8 +179,8 @@ struct Spec {
     answer_type: &'static str,
 }
 
-/// LoRA from Tinker's `lora_config` (rank, train_attn, train_mlp, train_unembed); alpha = rank
-/// (scale 1). The unembedding gets no adapter in temper yet.
+/// LoRA from Tinker's `lora_config` (rank, train_attn, train_mlp, train_unembed, each true by
+/// default); alpha = rank (scale 1).
 fn lora_from(v: &Value) -> Result<Option<LoraConfig>> {
     let rank = match &v["rank"] {
         Value::Null => 32,
@@ -173,8 +197,13 @@ fn lora_from(v: &Value) -> Result<Option<LoraConfig>> {
     if on("train_mlp") {
         targets.extend(["gate_proj", "up_proj", "down_proj"]);
     }
+    if on("train_unembed") {
+        targets.push(temper_model::LORA_HEAD);
+    }
     if targets.is_empty() {
-        bail!("lora_config: train_attn and train_mlp are both false: nothing to train");
+        bail!(
+            "lora_config: train_attn, train_mlp and train_unembed are all false: nothing to train"
+        );
     }
     let cfg = LoraConfig {
         rank,
@@ -248,9 +277,17 @@ async fn create_model(State(state): S, headers: HeaderMap, body: Bytes) -> Respo
     let prepared = tokio::task::spawn_blocking(move || -> Result<Spec> {
         let v = parse_json(&body)?;
         let session = v["session_id"].as_str().context("session_id: missing")?;
-        let seq = v["model_seq_id"].as_i64().context("model_seq_id: missing")?;
-        let base_model = v["base_model"].as_str().context("base_model: missing")?.to_string();
-        if v["optimizer_config"]["type"].as_str().is_some_and(|k| k != "adamw") {
+        let seq = v["model_seq_id"]
+            .as_i64()
+            .context("model_seq_id: missing")?;
+        let base_model = v["base_model"]
+            .as_str()
+            .context("base_model: missing")?
+            .to_string();
+        if v["optimizer_config"]["type"]
+            .as_str()
+            .is_some_and(|k| k != "adamw")
+        {
             bail!("optimizer_config.type: only adamw is supported");
         }
         let base_dir = temper_model::resolve::resolve_model(&base_model)
@@ -283,9 +320,18 @@ async fn get_info(State(state): S, headers: HeaderMap, body: Bytes) -> Response 
         Err(e) => return refuse(StatusCode::BAD_REQUEST, e),
     };
     let id = v["model_id"].as_str().unwrap_or_default();
-    match state.tinker.models.lock().unwrap_or_else(|e| e.into_inner()).get(id) {
+    match state
+        .tinker
+        .models
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .get(id)
+    {
         Some(m) => Json(m.info.clone()).into_response(),
-        None => refuse(StatusCode::NOT_FOUND, format!("model_id: no model {id:?} on this server")),
+        None => refuse(
+            StatusCode::NOT_FOUND,
+            format!("model_id: no model {id:?} on this server"),
+        ),
     }
 }
 
@@ -306,7 +352,10 @@ async fn forward_backward(State(state): S, headers: HeaderMap, body: Bytes) -> R
 
 /// `model_id` and `seq_id` of a JSON training request.
 fn model_and_seq(v: &Value) -> Result<(String, i64)> {
-    let id = v["model_id"].as_str().context("model_id: missing")?.to_string();
+    let id = v["model_id"]
+        .as_str()
+        .context("model_id: missing")?
+        .to_string();
     Ok((id, v["seq_id"].as_i64().unwrap_or(0)))
 }
 
@@ -323,7 +372,9 @@ async fn optim_step(State(state): S, headers: HeaderMap, body: Bytes) -> Respons
         let num = |k: &str, dflt: f64| -> Result<f64> {
             match &a[k] {
                 Value::Null => Ok(dflt),
-                x => x.as_f64().with_context(|| format!("adam_params.{k}: not a number")),
+                x => x
+                    .as_f64()
+                    .with_context(|| format!("adam_params.{k}: not a number")),
             }
         };
         let p = AdamParams {
@@ -372,13 +423,26 @@ async fn load_weights(State(state): S, headers: HeaderMap, body: Bytes) -> Respo
         let optimizer = v["optimizer"].as_bool().unwrap_or(false);
         if let Some(id) = v["model_id"].as_str() {
             let seq = v["seq_id"].as_i64().unwrap_or(0);
-            return to_model(&t, id, seq, Job::LoadState { dir, path, optimizer });
+            return to_model(
+                &t,
+                id,
+                seq,
+                Job::LoadState {
+                    dir,
+                    path,
+                    optimizer,
+                },
+            );
         }
         // create_training_client_from_state: a new model, made as the saved one was.
         let session = v["session_id"].as_str().context("session_id: missing")?;
-        let seq = v["model_seq_id"].as_i64().context("model_seq_id: missing")?;
+        let seq = v["model_seq_id"]
+            .as_i64()
+            .context("model_seq_id: missing")?;
         let meta = training::state_meta(&dir)?;
-        let base_model = meta["base_model"].as_str().context("the saved state names no base model")?;
+        let base_model = meta["base_model"]
+            .as_str()
+            .context("the saved state names no base model")?;
         let base_dir = temper_model::resolve::resolve_model(base_model)?;
         let lora = match meta["lora_rank"].as_i64() {
             Some(rank) => Some(LoraConfig {
@@ -407,7 +471,9 @@ async fn create_sampling_session(State(state): S, headers: HeaderMap, body: Byte
     direct(&state, &headers, || {
         let v = parse_json(&body)?;
         let session = v["session_id"].as_str().context("session_id: missing")?;
-        let k = v["sampling_session_seq_id"].as_i64().context("sampling_session_seq_id: missing")?;
+        let k = v["sampling_session_seq_id"]
+            .as_i64()
+            .context("sampling_session_seq_id: missing")?;
         let id = format!("{session}:sample:{k}");
         if let Some(path) = v["model_path"].as_str() {
             let (model_id, kind, _) = convert::parse_tinker_path(path)?;
@@ -415,27 +481,41 @@ async fn create_sampling_session(State(state): S, headers: HeaderMap, body: Byte
                 bail!("model_path {path:?}: sampling needs weights saved with save_weights_for_sampler");
             }
             let dir = convert::checkpoint_dir(&t.root, path)?;
-            let base = match t.models.lock().unwrap_or_else(|e| e.into_inner()).get(&model_id) {
+            let base = match t
+                .models
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .get(&model_id)
+            {
                 Some(m) => m.base_model.clone(),
                 None => dir.display().to_string(),
             };
             t.samplers.register(&id, &dir, &base, Some(path));
         } else {
-            let base = v["base_model"].as_str().context("model_path or base_model: one is needed")?;
-            let dir = temper_model::resolve::resolve_model(base).with_context(|| format!("base_model {base:?}"))?;
+            let base = v["base_model"]
+                .as_str()
+                .context("model_path or base_model: one is needed")?;
+            let dir = temper_model::resolve::resolve_model(base)
+                .with_context(|| format!("base_model {base:?}"))?;
             t.samplers.register(&id, &dir, base, None);
         }
         Ok(json!({"sampling_session_id": id, "type": "create_sampling_session"}))
     })
 }
 
-async fn get_sampler(State(state): S, headers: HeaderMap, UrlPath(id): UrlPath<String>) -> Response {
+async fn get_sampler(
+    State(state): S,
+    headers: HeaderMap,
+    UrlPath(id): UrlPath<String>,
+) -> Response {
     if !authorized(&state, &headers) {
         return refuse(StatusCode::UNAUTHORIZED, "missing or wrong X-API-Key");
     }
     match state.tinker.samplers.session(&id) {
-        Some(s) => Json(json!({"sampler_id": id, "base_model": s.base_model, "model_path": s.model_path}))
-            .into_response(),
+        Some(s) => {
+            Json(json!({"sampler_id": id, "base_model": s.base_model, "model_path": s.model_path}))
+                .into_response()
+        }
         None => refuse(StatusCode::NOT_FOUND, format!("no sampling session {id:?}")),
     }
 }
@@ -446,39 +526,48 @@ async fn asample(State(state): S, headers: HeaderMap, body: Bytes) -> Response {
     let n = v["num_samples"].as_u64().unwrap_or(1) as usize;
     let rid = state.tinker.samples.fetch_add(1, Ordering::Relaxed);
     let ids: Vec<String> = (0..n).map(|k| format!("seq-{rid}-{k}")).collect();
-    future(&state, &headers, json!({"sample_sequence_ids": ids}), || {
-        if v.is_null() {
-            bail!("request body: not JSON");
-        }
-        if v["topk_prompt_logprobs"].as_u64().unwrap_or(0) > 0
-            || v["topk_sample_logprobs"].as_u64().unwrap_or(0) > 0
-            || v["prompt_alt_tokens_k"].as_u64().unwrap_or(0) > 0
-        {
-            bail!("top-k logprobs and alternative prompt tokens are not supported by temper yet");
-        }
-        let id = v["sampling_session_id"].as_str().context("sampling_session_id: missing")?;
-        let session = t
-            .samplers
-            .session(id)
-            .with_context(|| format!("sampling_session_id: no sampling session {id:?}"))?;
-        if n == 0 {
-            bail!("num_samples: must be at least 1");
-        }
-        let prompt = convert::json_tokens(&v["prompt"], "prompt")?;
-        let params = convert::sampling_params(&v["sampling_params"])?;
-        let prompt_logprobs = v["prompt_logprobs"].as_bool().unwrap_or(false);
-        let samplers = t.samplers.clone();
-        Ok(Box::new(move |promise| {
-            samplers.submit(SampleJob {
-                dir: session.dir,
-                prompt,
-                num_samples: n,
-                params,
-                prompt_logprobs,
-                promise,
-            })
-        }))
-    })
+    future(
+        &state,
+        &headers,
+        json!({"sample_sequence_ids": ids}),
+        || {
+            if v.is_null() {
+                bail!("request body: not JSON");
+            }
+            if v["topk_prompt_logprobs"].as_u64().unwrap_or(0) > 0
+                || v["topk_sample_logprobs"].as_u64().unwrap_or(0) > 0
+                || v["prompt_alt_tokens_k"].as_u64().unwrap_or(0) > 0
+            {
+                bail!(
+                    "top-k logprobs and alternative prompt tokens are not supported by temper yet"
+                );
+            }
+            let id = v["sampling_session_id"]
+                .as_str()
+                .context("sampling_session_id: missing")?;
+            let session = t
+                .samplers
+                .session(id)
+                .with_context(|| format!("sampling_session_id: no sampling session {id:?}"))?;
+            if n == 0 {
+                bail!("num_samples: must be at least 1");
+            }
+            let prompt = convert::json_tokens(&v["prompt"], "prompt")?;
+            let params = convert::sampling_params(&v["sampling_params"])?;
+            let prompt_logprobs = v["prompt_logprobs"].as_bool().unwrap_or(false);
+            let samplers = t.samplers.clone();
+            Ok(Box::new(move |promise| {
+                samplers.submit(SampleJob {
+                    dir: session.dir,
+                    prompt,
+                    num_samples: n,
+                    params,
+                    prompt_logprobs,
+                    promise,
+                })
+            }))
+        },
+    )
 }
 
 async fn retrieve_future(State(state): S, headers: HeaderMap, body: Bytes) -> Response {
@@ -493,11 +582,15 @@ async fn retrieve_future(State(state): S, headers: HeaderMap, body: Bytes) -> Re
         return refuse(StatusCode::BAD_REQUEST, "request_id: missing");
     };
     match state.tinker.futures.wait(id, POLL_HOLD).await {
-        None => Json(json!({"type": "try_again", "request_id": id, "queue_state": "active"})).into_response(),
+        None => Json(json!({"type": "try_again", "request_id": id, "queue_state": "active"}))
+            .into_response(),
         Some(Outcome::Json(v)) => Json(v).into_response(),
-        Some(Outcome::Proto(bytes)) => ([(header::CONTENT_TYPE, "application/x-protobuf")], bytes).into_response(),
+        Some(Outcome::Proto(bytes)) => {
+            ([(header::CONTENT_TYPE, "application/x-protobuf")], bytes).into_response()
+        }
         Some(Outcome::Error { message, user }) => {
-            Json(json!({"error": message, "category": if user { "user" } else { "server" }})).into_response()
+            Json(json!({"error": message, "category": if user { "user" } else { "server" }}))
+                .into_response()
         }
     }
 }

@@ -71,14 +71,17 @@ impl Samplers {
     }
 
     pub fn register(&self, id: &str, dir: &Path, base_model: &str, model_path: Option<&str>) {
-        self.sessions.lock().unwrap_or_else(|e| e.into_inner()).insert(
-            id.to_string(),
-            Session {
-                dir: dir.to_path_buf(),
-                base_model: base_model.to_string(),
-                model_path: model_path.map(str::to_string),
-            },
-        );
+        self.sessions
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(
+                id.to_string(),
+                Session {
+                    dir: dir.to_path_buf(),
+                    base_model: base_model.to_string(),
+                    model_path: model_path.map(str::to_string),
+                },
+            );
     }
 
     pub fn session(&self, id: &str) -> Option<Session> {
@@ -137,12 +140,17 @@ fn lora_snapshot(dir: &Path) -> Result<Option<(PathBuf, LoraConfig)>> {
     if !f.exists() {
         return Ok(None);
     }
-    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&f)?)
-        .with_context(|| format!("{}", f.display()))?;
-    let base: PathBuf = serde_json::from_value(v["base_dir"].clone()).with_context(|| format!("{}: base_dir", f.display()))?;
+    let v: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&f)?).with_context(|| format!("{}", f.display()))?;
+    let base: PathBuf = serde_json::from_value(v["base_dir"].clone())
+        .with_context(|| format!("{}: base_dir", f.display()))?;
     let cfg = LoraConfig {
-        rank: v["lora_rank"].as_i64().with_context(|| format!("{}: lora_rank", f.display()))?,
-        alpha: v["lora_alpha"].as_f64().with_context(|| format!("{}: lora_alpha", f.display()))?,
+        rank: v["lora_rank"]
+            .as_i64()
+            .with_context(|| format!("{}: lora_rank", f.display()))?,
+        alpha: v["lora_alpha"]
+            .as_f64()
+            .with_context(|| format!("{}: lora_alpha", f.display()))?,
         target_modules: serde_json::from_value(v["target_modules"].clone())
             .with_context(|| format!("{}: target_modules", f.display()))?,
     };
@@ -152,12 +160,16 @@ fn lora_snapshot(dir: &Path) -> Result<Option<(PathBuf, LoraConfig)>> {
 /// The model for the weights in `dir`, loaded into the front slot: a slot that holds them
 /// already; for a LoRA snapshot, a slot with the same base and LoRA shape, its adapters swapped;
 /// else a new load (dropping the least recently used slot).
-fn model_for<'a>(loaded: &'a mut VecDeque<Slot>, dir: &Path, compute: ComputeKind) -> Result<&'a SamplingModel> {
+fn model_for<'a>(
+    loaded: &'a mut VecDeque<Slot>,
+    dir: &Path,
+    compute: ComputeKind,
+) -> Result<&'a SamplingModel> {
     let lora = lora_snapshot(dir)?;
-    let hit = loaded
-        .iter()
-        .position(|s| s.dir == dir)
-        .or_else(|| lora.as_ref().and_then(|l| loaded.iter().position(|s| s.lora.as_ref() == Some(l))));
+    let hit = loaded.iter().position(|s| s.dir == dir).or_else(|| {
+        lora.as_ref()
+            .and_then(|l| loaded.iter().position(|s| s.lora.as_ref() == Some(l)))
+    });
     match hit {
         Some(i) => {
             let mut slot = loaded.remove(i).expect("found");
@@ -169,7 +181,13 @@ fn model_for<'a>(loaded: &'a mut VecDeque<Slot>, dir: &Path, compute: ComputeKin
         }
         None => {
             let model = match &lora {
-                Some((base, cfg)) => SamplingModel::with_adapter(base, cfg, &dir.join("adapter"), tch::Device::Cpu, compute)?,
+                Some((base, cfg)) => SamplingModel::with_adapter(
+                    base,
+                    cfg,
+                    &dir.join("adapter"),
+                    tch::Device::Cpu,
+                    compute,
+                )?,
                 None => SamplingModel::load_with(dir, tch::Device::Cpu, compute)?,
             };
             loaded.push_front(Slot {
@@ -180,7 +198,10 @@ fn model_for<'a>(loaded: &'a mut VecDeque<Slot>, dir: &Path, compute: ComputeKin
             loaded.truncate(LOADED);
         }
     }
-    loaded.front().map(|s| &s.model).ok_or_else(|| anyhow!("no model"))
+    loaded
+        .front()
+        .map(|s| &s.model)
+        .ok_or_else(|| anyhow!("no model"))
 }
 
 fn answer(model: &SamplingModel, group: Vec<SampleJob>, engine_seed: u64) {
@@ -193,7 +214,9 @@ fn answer(model: &SamplingModel, group: Vec<SampleJob>, engine_seed: u64) {
         let outcome = result.and_then(|seqs| {
             let prompt_logprobs = if job.prompt_logprobs {
                 let lps = model.compute_logprobs(&job.prompt)?;
-                Some(proto::f32_bytes(lps.into_iter().map(|l| l.unwrap_or(f32::NAN))))
+                Some(proto::f32_bytes(
+                    lps.into_iter().map(|l| l.unwrap_or(f32::NAN)),
+                ))
             } else {
                 None
             };

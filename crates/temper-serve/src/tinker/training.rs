@@ -26,7 +26,9 @@ pub enum Job {
     },
     OptimStep(AdamParams),
     /// save_state: weights (adapters with LoRA) and optimizer state, under `name`.
-    SaveState { name: String },
+    SaveState {
+        name: String,
+    },
     /// save_weights_for_sampler: a named snapshot, or one for sampling session `session`.
     SaveForSampler {
         name: Option<String>,
@@ -60,7 +62,12 @@ pub struct ModelInfo {
 }
 
 /// Runs `model`'s jobs until every sender is gone.
-pub fn run(mut model: TrainingModel, info: ModelInfo, samplers: Samplers, rx: mpsc::Receiver<Queued>) {
+pub fn run(
+    mut model: TrainingModel,
+    info: ModelInfo,
+    samplers: Samplers,
+    rx: mpsc::Receiver<Queued>,
+) {
     let mut next = 1i64;
     let mut held: BTreeMap<i64, Queued> = BTreeMap::new();
     loop {
@@ -79,7 +86,9 @@ pub fn run(mut model: TrainingModel, info: ModelInfo, samplers: Samplers, rx: mp
                 }
                 Ok(q) => q,
                 // The missing request never came: go on with the earliest one held.
-                Err(mpsc::RecvTimeoutError::Timeout) => held.pop_first().expect("held is not empty").1,
+                Err(mpsc::RecvTimeoutError::Timeout) => {
+                    held.pop_first().expect("held is not empty").1
+                }
                 Err(mpsc::RecvTimeoutError::Disconnected) => match held.pop_first() {
                     Some((_, q)) => q,
                     None => return,
@@ -94,7 +103,12 @@ pub fn run(mut model: TrainingModel, info: ModelInfo, samplers: Samplers, rx: mp
     }
 }
 
-fn execute(model: &mut TrainingModel, info: &ModelInfo, samplers: &Samplers, job: Job) -> Result<Outcome> {
+fn execute(
+    model: &mut TrainingModel,
+    info: &ModelInfo,
+    samplers: &Samplers,
+    job: Job,
+) -> Result<Outcome> {
     match job {
         Job::ForwardBackward {
             data,
@@ -128,7 +142,9 @@ fn execute(model: &mut TrainingModel, info: &ModelInfo, samplers: &Samplers, job
                     n.clone()
                 }
                 (None, Some(s)) => format!("session-{}", s.replace(':', "-")),
-                (None, None) => bail!("save_weights_for_sampler: neither path nor sampling_session_seq_id"),
+                (None, None) => {
+                    bail!("save_weights_for_sampler: neither path nor sampling_session_seq_id")
+                }
             };
             let dir = info.dir.join("sampler_weights").join(&leaf);
             save_for_sampler(model, info, &dir, name.is_some())?;
@@ -136,9 +152,13 @@ fn execute(model: &mut TrainingModel, info: &ModelInfo, samplers: &Samplers, job
             match session {
                 Some(s) if name.is_none() => {
                     samplers.register(&s, &dir, &info.base_model, Some(&path));
-                    Ok(Outcome::Json(json!({"sampling_session_id": s, "path": path})))
+                    Ok(Outcome::Json(
+                        json!({"sampling_session_id": s, "path": path}),
+                    ))
                 }
-                _ => Ok(Outcome::Json(json!({"path": path, "type": "save_weights_for_sampler"}))),
+                _ => Ok(Outcome::Json(
+                    json!({"path": path, "type": "save_weights_for_sampler"}),
+                )),
             }
         }
         Job::LoadState {
@@ -147,7 +167,9 @@ fn execute(model: &mut TrainingModel, info: &ModelInfo, samplers: &Samplers, job
             optimizer,
         } => {
             model.load_state(&dir, optimizer)?;
-            Ok(Outcome::Json(json!({"path": path, "model_id": info.model_id, "type": "load_weights"})))
+            Ok(Outcome::Json(
+                json!({"path": path, "model_id": info.model_id, "type": "load_weights"}),
+            ))
         }
     }
 }
@@ -156,12 +178,19 @@ fn execute(model: &mut TrainingModel, info: &ModelInfo, samplers: &Samplers, job
 /// (PEFT's format) and `tinker_sampler.json` naming the base model, which the sampling thread
 /// swaps into a loaded copy of the base in milliseconds; a named save also holds the merged HF
 /// folder (what vLLM or transformers load). Without LoRA: the HF folder.
-fn save_for_sampler(model: &TrainingModel, info: &ModelInfo, dir: &Path, named: bool) -> Result<()> {
+fn save_for_sampler(
+    model: &TrainingModel,
+    info: &ModelInfo,
+    dir: &Path,
+    named: bool,
+) -> Result<()> {
     let parent = dir.parent().expect("a sampler folder has a parent");
     std::fs::create_dir_all(parent).with_context(|| format!("creating {}", parent.display()))?;
     let tmp = parent.join(format!(
         ".{}.tmp",
-        dir.file_name().and_then(|n| n.to_str()).unwrap_or("sampler")
+        dir.file_name()
+            .and_then(|n| n.to_str())
+            .unwrap_or("sampler")
     ));
     let _ = std::fs::remove_dir_all(&tmp);
     match model.model.lora_config() {
@@ -171,7 +200,10 @@ fn save_for_sampler(model: &TrainingModel, info: &ModelInfo, dir: &Path, named: 
                 "base_dir": info.base_dir, "lora_rank": cfg.rank, "lora_alpha": cfg.alpha,
                 "target_modules": cfg.target_modules,
             });
-            std::fs::write(tmp.join(super::samplers::LORA_SNAPSHOT), serde_json::to_vec_pretty(&meta)?)?;
+            std::fs::write(
+                tmp.join(super::samplers::LORA_SNAPSHOT),
+                serde_json::to_vec_pretty(&meta)?,
+            )?;
             if named {
                 model.model.save(&tmp.join("merged"))?;
             }
@@ -209,7 +241,10 @@ fn save_state_atomically(model: &TrainingModel, info: &ModelInfo, dir: &Path) ->
         "lora_rank": lora.map(|c| c.rank), "lora_alpha": lora.map(|c| c.alpha),
         "target_modules": lora.map(|c| c.target_modules.clone()),
     });
-    std::fs::write(tmp.join("tinker_state.json"), serde_json::to_vec_pretty(&meta)?)?;
+    std::fs::write(
+        tmp.join("tinker_state.json"),
+        serde_json::to_vec_pretty(&meta)?,
+    )?;
     if dir.exists() {
         std::fs::remove_dir_all(dir).with_context(|| format!("replacing {}", dir.display()))?;
     }
@@ -219,7 +254,8 @@ fn save_state_atomically(model: &TrainingModel, info: &ModelInfo, dir: &Path) ->
 /// The state folder's record of its model (see [`save_state_atomically`]).
 pub fn state_meta(dir: &Path) -> Result<Value> {
     let f = dir.join("tinker_state.json");
-    let text = std::fs::read_to_string(&f).with_context(|| format!("path: no saved state at {}", dir.display()))?;
+    let text = std::fs::read_to_string(&f)
+        .with_context(|| format!("path: no saved state at {}", dir.display()))?;
     Ok(serde_json::from_str(&text).with_context(|| format!("{}", f.display()))?)
 }
 
