@@ -30,6 +30,9 @@ p.add_argument("--max-tokens", type=int, default=16)
 p.add_argument("--lr", type=float, default=4e-4)
 p.add_argument("--rank", type=int, default=16)
 p.add_argument("--seed", type=int, default=0)
+p.add_argument("--keep-all", action="store_true",
+               help="train on every sample, also those whose group agrees (advantage 0): the work "
+                    "`temper bench tinker` compares with the in-process trainer")
 args = p.parse_args()
 
 rng = random.Random(args.seed)
@@ -67,7 +70,7 @@ for step in range(1, args.steps + 1):
         rewards += rs
         mean = sum(rs) / len(rs)
         for s, r in zip(seqs, rs):
-            if r == mean:  # no signal from this sample (its group agrees)
+            if r == mean and not args.keep_all:  # no signal from this sample (its group agrees)
                 continue
             full = prompt + s.tokens
             pad = [0.0] * (len(prompt) - 1)

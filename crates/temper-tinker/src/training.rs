@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use anyhow::Result;
 use tch::{Kind, Tensor};
 use temper_algo::TinkerLoss;
-use temper_model::{position_ids_from_mask, CausalLm};
+use temper_model::{logprobs_of, position_ids_from_mask, CausalLm};
 use temper_train::optim::{clip_grad_norm, zero_grad, AdamW};
 
 /// Tinker's `AdamParams` (the SDK's defaults, which differ from torch's: beta2 0.95, eps 1e-12).
@@ -153,7 +153,7 @@ impl TrainingModel {
         let mask = Tensor::from_slice(&mask).view(shape).to(device);
         let tgt = Tensor::from_slice(&tgt).view(shape).to(device);
         let pos = position_ids_from_mask(&mask);
-        let (lp, _) = self.model.token_logprobs(&ids, &mask, &pos, &tgt, 1.0);
+        let lp = self.target_logprobs(data, &loss, &ids, &mask, &pos, &tgt);
         let mut total: Option<Tensor> = None;
         let mut logprobs = Vec::with_capacity(data.len());
         for (i, d) in data.iter().enumerate() {
@@ -176,6 +176,63 @@ impl TrainingModel {
         }
         let loss_sum = total.to_kind(Kind::Double).double_value(&[]);
         Ok(ForwardOutput { logprobs, loss_sum })
+    }
+}
+
+impl TrainingModel {
+    /// (B, T) logprobs of the targets. Only the positions that contribute to the loss (a nonzero
+    /// weight or advantage; every position for dro) run the unembedding with autograd; the
+    /// others, typically the prompt, are computed without it in chunks: the loss and its gradient
+    /// are the same (their terms are zero), and the (positions, vocabulary) logits of the prompt
+    /// are never kept for a backward.
+    fn target_logprobs(
+        &self,
+        data: &[crate::Datum],
+        loss: &TinkerLoss,
+        ids: &Tensor,
+        mask: &Tensor,
+        pos: &Tensor,
+        tgt: &Tensor,
+    ) -> Tensor {
+        let hidden = self.model.forward_hidden(ids, pos, mask, None);
+        let (b, t, h) = hidden.size3().expect("hidden is (B, T, H)");
+        let flat = hidden.reshape([b * t, h]);
+        let flat_tgt = tgt.reshape([b * t]);
+        let weight_of = match loss {
+            TinkerLoss::CrossEntropy => Some("weights"),
+            TinkerLoss::Dro { .. } => None,
+            _ => Some("advantages"),
+        };
+        let (mut active, mut inactive) = (vec![], vec![]);
+        for (i, d) in data.iter().enumerate() {
+            let w = weight_of.map(|name| d.loss_fn_inputs[name].to_f64());
+            for k in 0..d.model_input.len() {
+                let at = i as i64 * t + k as i64;
+                match &w {
+                    Some(w) if w[k] == 0.0 => inactive.push(at),
+                    _ => active.push(at),
+                }
+            }
+        }
+        let device = flat.device();
+        let logprobs = |rows: &Tensor, idx: &Tensor| {
+            logprobs_of(&self.model.logits(rows), &flat_tgt.index_select(0, idx), 1.0)
+        };
+        let mut out = Tensor::zeros([b * t], (Kind::Float, device));
+        tch::no_grad(|| {
+            let detached = flat.detach();
+            for chunk in inactive.chunks(1024) {
+                let idx = Tensor::from_slice(chunk).to(device);
+                let lp = logprobs(&detached.index_select(0, &idx), &idx);
+                let _ = out.index_copy_(0, &idx, &lp);
+            }
+        });
+        if !active.is_empty() {
+            let idx = Tensor::from_slice(&active).to(device);
+            let lp = logprobs(&flat.index_select(0, &idx), &idx);
+            out = out.index_copy(0, &idx, &lp);
+        }
+        out.view([b, t])
     }
 }
 

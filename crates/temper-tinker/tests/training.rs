@@ -46,6 +46,12 @@ fn data() -> Vec<Datum> {
             let tokens: Vec<i64> = (0..n + 1).map(|_| (next() * 96.0) as i64).collect();
             let f =
                 |g: &mut dyn FnMut() -> f64| -> Vec<f32> { (0..n).map(|_| g() as f32).collect() };
+            // The first two positions carry no weight or advantage, as a prompt's: the server
+            // runs them without autograd, and the numbers must not change.
+            let prompt_like = |mut v: Vec<f32>| -> Vec<f32> {
+                v.iter_mut().take(2).for_each(|x| *x = 0.0);
+                v
+            };
             let mut inputs = BTreeMap::new();
             inputs.insert(
                 "target_tokens".into(),
@@ -53,7 +59,7 @@ fn data() -> Vec<Datum> {
             );
             inputs.insert(
                 "weights".into(),
-                TensorData::F32(f(&mut || next() * 2.0 - 0.5)),
+                TensorData::F32(prompt_like(f(&mut || next() * 2.0 - 0.5))),
             );
             // Sampler logprobs near the model's (~ -4.6 for a random 97-token model).
             inputs.insert(
@@ -62,7 +68,7 @@ fn data() -> Vec<Datum> {
             );
             inputs.insert(
                 "advantages".into(),
-                TensorData::F32(f(&mut || next() * 2.0 - 1.0)),
+                TensorData::F32(prompt_like(f(&mut || next() * 2.0 - 1.0))),
             );
             Datum {
                 model_input: tokens[..n].to_vec(),

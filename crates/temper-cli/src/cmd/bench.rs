@@ -19,6 +19,8 @@ enum What {
     Grpo(super::bench_grpo::Args),
     /// The main job's steps with rollouts in process vs on `temper serve` (with and without overlap).
     Rollouts(super::bench_rollouts::Args),
+    /// The Tinker API's server overhead: the same GRPO steps through the SDK vs in process.
+    Tinker(super::bench_tinker::Args),
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
@@ -28,5 +30,6 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         What::Grade(a) => super::bench_grade::run(a),
         What::Grpo(a) => super::bench_grpo::run(a),
         What::Rollouts(a) => super::bench_rollouts::run(a),
+        What::Tinker(a) => super::bench_tinker::run(a),
     }
 }
