@@ -16,6 +16,10 @@ use temper_tinker::{SamplingModel, TinkerSamplingParams};
 use super::futures::{Outcome, Promise};
 use super::proto;
 
+/// How long the sampling thread waits for more requests before it samples what it has.
+const LINGER: std::time::Duration = std::time::Duration::from_millis(20);
+const MAX_LINGER: std::time::Duration = std::time::Duration::from_millis(200);
+
 /// Models kept loaded (each is a whole model in memory); LoRA snapshots of one base share one.
 const LOADED: usize = 2;
 
@@ -106,9 +110,15 @@ fn run(rx: mpsc::Receiver<SampleJob>, compute: ComputeKind) {
     let mut loaded: VecDeque<Slot> = VecDeque::new();
     let mut engine_seed = 0u64;
     while let Ok(first) = rx.recv() {
+        // Clients send a batch of prompts as one request each, a few milliseconds apart: wait
+        // until none has come for LINGER (at most MAX_LINGER) so they are sampled together.
         let mut jobs = vec![first];
-        while let Ok(j) = rx.try_recv() {
+        let start = std::time::Instant::now();
+        while let Ok(j) = rx.recv_timeout(LINGER) {
             jobs.push(j);
+            if start.elapsed() > MAX_LINGER {
+                break;
+            }
         }
         // Group by snapshot, in arrival order of each group's first request.
         let mut groups: Vec<(PathBuf, Vec<SampleJob>)> = vec![];
