@@ -216,7 +216,11 @@ impl TrainingModel {
         }
         let device = flat.device();
         let logprobs = |rows: &Tensor, idx: &Tensor| {
-            logprobs_of(&self.model.logits(rows), &flat_tgt.index_select(0, idx), 1.0)
+            logprobs_of(
+                &self.model.logits(rows),
+                &flat_tgt.index_select(0, idx),
+                1.0,
+            )
         };
         let mut out = Tensor::zeros([b * t], (Kind::Float, device));
         tch::no_grad(|| {

@@ -256,7 +256,7 @@ pub fn state_meta(dir: &Path) -> Result<Value> {
     let f = dir.join("tinker_state.json");
     let text = std::fs::read_to_string(&f)
         .with_context(|| format!("path: no saved state at {}", dir.display()))?;
-    Ok(serde_json::from_str(&text).with_context(|| format!("{}", f.display()))?)
+    serde_json::from_str(&text).with_context(|| format!("{}", f.display()))
 }
 
 /// ForwardBackwardOutput: one ArrayRecord whose `logprobs` field holds every datum's target

@@ -1,5 +1,5 @@
 //! Evaluation on the held-out set: accuracy, mean@n and pass@k (unbiased estimator).
-use super::step::mix;
+use super::rollout::mix;
 use super::{StepMetrics, Trainer};
 use crate::eval_metrics::{ks_for, pass_at_k};
 use anyhow::Result;

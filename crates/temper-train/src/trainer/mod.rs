@@ -3,6 +3,7 @@
 mod batch;
 mod eval;
 mod partition;
+mod rollout;
 mod servers;
 mod stats;
 mod step;

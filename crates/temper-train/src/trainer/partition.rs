@@ -3,7 +3,7 @@
 use rand::seq::SliceRandom;
 use rand::SeedableRng;
 
-use super::step::mix;
+use super::rollout::mix;
 
 pub(crate) struct Partition {
     pub rows: usize,

@@ -18,7 +18,8 @@ use anyhow::{anyhow, Context, Result};
 use temper_rollout::remote::{RemoteConfig, RemoteSampler};
 use temper_rollout::{Request, Sample, SamplingParams};
 
-use super::step::{mix, Group, TRAIN_SEED_SALT};
+use super::rollout::{mix, Group};
+use super::step::TRAIN_SEED_SALT;
 use super::Trainer;
 use crate::config::Config;
 

@@ -1,0 +1,257 @@
+//! Rollouts: prompts through the template, requests seeded by global position, sampled in
+//! process or on the servers, decoded and scored into groups.
+use super::Trainer;
+use crate::data::Example;
+use anyhow::{bail, Context, Result};
+use std::collections::BTreeMap;
+use temper_rollout::{Engine, EngineConfig, Request, Sample, SamplingParams};
+
+/// The `n` responses to one prompt and their scores.
+#[derive(serde::Serialize, serde::Deserialize)]
+pub(crate) struct Group {
+    pub example: usize,
+    /// The trainer's optimizer steps behind the weights that sampled it.
+    #[serde(default)]
+    pub policy_version: u64,
+    pub samples: Vec<Sample>,
+    pub texts: Vec<String>,
+    pub scores: Vec<f64>,
+    pub reward_metrics: Vec<BTreeMap<String, f64>>,
+    pub reward_errors: usize,
+}
+
+impl Group {
+    pub(crate) fn zero_variance(&self) -> bool {
+        self.scores.len() > 1 && self.scores.iter().all(|s| *s == self.scores[0])
+    }
+}
+
+/// A 64-bit mix of the run seed and counters (splitmix64), for per-request sampling seeds.
+pub(crate) fn mix(seed: u64, a: u64, b: u64) -> u64 {
+    let mut z =
+        seed ^ a.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ b.wrapping_mul(0xC2B2_AE3D_27D4_EB4F);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+impl Trainer {
+    /// The prompt token ids of an example, after the template and the length policy; `None` when
+    /// `data.filter_overlong_prompts` drops it.
+    pub(crate) fn prompt_ids(&self, ex: &Example, where_: &str) -> Result<Option<Vec<i64>>> {
+        let text = self
+            .template
+            .render(&ex.prompt, &self.tokenizer)
+            .with_context(|| where_.to_string())?;
+        let mut ids = self
+            .tokenizer
+            .encode(&text, false)
+            .with_context(|| where_.to_string())?;
+        let max = self.cfg.data.max_prompt_length;
+        if ids.len() > max {
+            if self.cfg.data.filter_overlong_prompts {
+                return Ok(None);
+            }
+            match self.cfg.data.truncation.as_str() {
+                "left" => ids.drain(..ids.len() - max).for_each(drop),
+                "right" => ids.truncate(max),
+                _ => bail!(
+                    "{where_}: prompt has {} tokens > data.max_prompt_length = {max} (set data.truncation = left|right \
+                     or data.filter_overlong_prompts = true)",
+                    ids.len()
+                ),
+            }
+        }
+        if ids.is_empty() {
+            bail!("{where_}: the prompt is empty after tokenization");
+        }
+        Ok(Some(ids))
+    }
+
+    /// Samples `params.n` responses for each example and scores them. `idx` starts at position
+    /// `first_position` of the step's whole batch: a request's seed depends on its example and
+    /// its position in the whole batch, so rollouts do not depend on how the batch is sharded.
+    pub(crate) fn rollout_groups(
+        &self,
+        dataset: &crate::data::Dataset,
+        idx: &[usize],
+        params: &SamplingParams,
+        seed: u64,
+        first_position: usize,
+    ) -> Result<Vec<Group>> {
+        let (kept, requests) = self.rollout_requests(dataset, idx, params, seed, first_position)?;
+        // The servers only when they hold the trainer's weights (evaluation must score this
+        // policy, not one a few versions back or a server's own with `weight_sync = "none"`).
+        let on_servers = self.remote.as_ref().is_some_and(|r| {
+            self.cfg.rollout.weight_sync == "disk" && r.served_version == self.state.policy_version
+        });
+        let samples = self.sample(&requests, seed, on_servers)?;
+        self.groups_from(dataset, &kept, samples, self.state.policy_version)
+    }
+
+    /// The requests of [`Trainer::rollout_groups`] and the examples they are for (prompts that
+    /// `data.filter_overlong_prompts` drops are left out).
+    pub(crate) fn rollout_requests(
+        &self,
+        dataset: &crate::data::Dataset,
+        idx: &[usize],
+        params: &SamplingParams,
+        seed: u64,
+        first_position: usize,
+    ) -> Result<(Vec<usize>, Vec<Request>)> {
+        let mut kept = Vec::new();
+        let mut requests = Vec::new();
+        for (pos, &i) in idx.iter().enumerate() {
+            let where_ = format!("{} example {i}", dataset.name);
+            if let Some(ids) = self.prompt_ids(&dataset.examples[i], &where_)? {
+                let params = SamplingParams {
+                    seed: Some(mix(seed, i as u64, (first_position + pos) as u64)),
+                    ..params.clone()
+                };
+                requests.push(Request {
+                    prompt_ids: ids,
+                    params,
+                });
+                kept.push(i);
+            }
+        }
+        Ok((kept, requests))
+    }
+
+    /// Samples `requests` on the servers (`on_servers`, with a remote backend), else in process.
+    /// Every request carries its own seed, so a server's engine draws what this one would.
+    pub(crate) fn sample(
+        &self,
+        requests: &[Request],
+        seed: u64,
+        on_servers: bool,
+    ) -> Result<Vec<Sample>> {
+        if requests.is_empty() {
+            return Ok(vec![]);
+        }
+        match &self.remote {
+            Some(r) if on_servers => r.sampler.generate(requests),
+            _ => Engine::new(&self.model, self.eos_ids.clone())
+                .with_decoder(&self.tokenizer)
+                .with_config(EngineConfig {
+                    max_batch_rows: self.cfg.rollout.max_num_seqs,
+                    seed,
+                    ..EngineConfig::default()
+                })
+                .generate(requests, &mut |_| {}),
+        }
+    }
+
+    /// Decodes and scores `samples`, the answers to the requests for the examples `kept`.
+    pub(crate) fn groups_from(
+        &self,
+        dataset: &crate::data::Dataset,
+        kept: &[usize],
+        samples: Vec<Sample>,
+        policy_version: u64,
+    ) -> Result<Vec<Group>> {
+        let mut groups: Vec<Group> = kept
+            .iter()
+            .map(|&e| Group {
+                example: e,
+                policy_version,
+                samples: vec![],
+                texts: vec![],
+                scores: vec![],
+                reward_metrics: vec![],
+                reward_errors: 0,
+            })
+            .collect();
+        for s in samples {
+            let text = self.tokenizer.decode(&s.completion_ids, true)?;
+            let g = &mut groups[s.request_index];
+            g.samples.push(s);
+            g.texts.push(text);
+        }
+        self.score_groups(dataset, &mut groups)?;
+        Ok(groups)
+    }
+
+    /// Scores every response (in parallel); a panicking or non-finite reward stops the run or
+    /// scores 0, as `reward.on_error` says.
+    fn score_groups(&self, dataset: &crate::data::Dataset, groups: &mut [Group]) -> Result<()> {
+        let jobs: Vec<(usize, usize)> = groups
+            .iter()
+            .enumerate()
+            .flat_map(|(g, gr)| (0..gr.samples.len()).map(move |k| (g, k)))
+            .collect();
+        let threads = std::thread::available_parallelism()
+            .map_or(1, |n| n.get())
+            .clamp(1, 8);
+        let chunk = jobs.len().div_ceil(threads).max(1);
+        let reward = &*self.reward;
+        let groups_ref = &*groups;
+        let results: Vec<(usize, usize, Result<temper_reward::RewardOutput, String>)> =
+            std::thread::scope(|s| {
+                let handles: Vec<_> = jobs
+                    .chunks(chunk)
+                    .map(|part| {
+                        s.spawn(move || {
+                            part.iter()
+                                .map(|&(g, k)| {
+                                    let gr = &groups_ref[g];
+                                    let ex = &dataset.examples[gr.example];
+                                    let out = std::panic::catch_unwind(
+                                        std::panic::AssertUnwindSafe(|| {
+                                            reward.score(
+                                                ex.prompt.text(),
+                                                &gr.texts[k],
+                                                &ex.answer,
+                                                &ex.metadata,
+                                            )
+                                        }),
+                                    );
+                                    let out = match out {
+                                        Ok(o) if o.reward.is_finite() => Ok(o),
+                                        Ok(o) => Err(format!("reward is {}", o.reward)),
+                                        Err(p) => Err(p
+                                            .downcast_ref::<String>()
+                                            .cloned()
+                                            .or_else(|| {
+                                                p.downcast_ref::<&str>().map(|s| s.to_string())
+                                            })
+                                            .unwrap_or_else(|| "panic".into())),
+                                    };
+                                    (g, k, out)
+                                })
+                                .collect::<Vec<_>>()
+                        })
+                    })
+                    .collect();
+                handles
+                    .into_iter()
+                    .flat_map(|h| h.join().expect("reward thread"))
+                    .collect()
+            });
+        for g in groups.iter_mut() {
+            g.scores = vec![0.0; g.samples.len()];
+            g.reward_metrics = vec![BTreeMap::new(); g.samples.len()];
+        }
+        for (g, k, out) in results {
+            match out {
+                Ok(o) => {
+                    groups[g].scores[k] = o.reward;
+                    groups[g].reward_metrics[k] = o.metrics;
+                }
+                Err(e) => {
+                    let ex = groups[g].example;
+                    if self.cfg.reward.on_error == "fail" {
+                        bail!(
+                            "reward `{}` failed on {} example {ex} sample {k}: {e} (set reward.on_error = \"zero\" to \
+                             score such responses 0 and continue)",
+                            self.reward.name(),
+                            dataset.name
+                        );
+                    }
+                    groups[g].reward_errors += 1;
+                }
+            }
+        }
+        Ok(())
+    }
+}
