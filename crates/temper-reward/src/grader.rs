@@ -124,7 +124,17 @@ pub fn looks_like_answer(s: &str) -> bool {
     if plain_number(&n).is_some() {
         return true;
     }
-    !is_prose(&n) && parse(&n).is_ok()
+    // A ratio (`11:21`) or a labelled answer (`V_1:V_2=11:21`, `AB=4, CD=5`: labels are not
+    // prose) reads as one too.
+    let reads = |x: &str| {
+        top_level_split(x, ':')
+            .iter()
+            .all(|part| parse(part.trim()).is_ok())
+    };
+    if without_labels(&n).is_some_and(|v| !is_prose(&v) && reads(&v)) {
+        return true;
+    }
+    !is_prose(&n) && reads(&n)
 }
 
 /// Whether a math span is worth taking as the answer (not a lone variable like `$n$`).
@@ -237,6 +247,28 @@ impl Grader {
 
     /// Whether two extracted answers are equivalent.
     pub fn answers_match(&self, gold: &str, pred: &str) -> bool {
+        // A labelled answer against a bare one: `f(x)=1`, `(p,q)=(3,2)`, `AB=4, CD=5`,
+        // `V_1:V_2=11:21` answer `1`, `(3,2)`, `4, 5`, `11:21`.
+        if top_level_split(gold, '=').len() == 1 {
+            if let Some(values) = without_labels(pred) {
+                if self.answers_match_unlabelled(gold, &values) {
+                    return true;
+                }
+            }
+        }
+        self.answers_match_unlabelled(gold, pred)
+    }
+
+    fn answers_match_unlabelled(&self, gold: &str, pred: &str) -> bool {
+        // Matrices and vectors: the same shape, entries equal one by one (`pmatrix`, `bmatrix`
+        // and `matrix` alike). One side written another way (`\left[\begin{array}...`) goes
+        // through the general rules.
+        if let (Some(g), Some(p)) = (matrix_cells(gold), matrix_cells(pred)) {
+            return g.len() == p.len()
+                && g.iter().zip(&p).all(|(gr, pr)| {
+                    gr.len() == pr.len() && gr.iter().zip(pr).all(|(a, b)| self.answers_match(a, b))
+                });
+        }
         if let (Some(a), Some(b)) = (plain_number(gold), plain_number(pred)) {
             if let Some(eq) = plain_equal(a, b) {
                 return eq;
@@ -315,4 +347,89 @@ pub fn grade(gold: &str, pred: &str) -> Graded {
 /// Compare two extracted answers with default settings.
 pub fn answers_match(gold: &str, pred: &str) -> bool {
     Grader::default().answers_match(gold, pred)
+}
+
+/// `s` split at `sep` outside brackets, braces and parentheses.
+fn top_level_split(s: &str, sep: char) -> Vec<&str> {
+    let (mut depth, mut start, mut out) = (0i32, 0usize, vec![]);
+    for (i, c) in s.char_indices() {
+        match c {
+            '(' | '[' | '{' => depth += 1,
+            ')' | ']' | '}' => depth -= 1,
+            c if c == sep && depth == 0 => {
+                out.push(&s[start..i]);
+                start = i + c.len_utf8();
+            }
+            _ => {}
+        }
+    }
+    out.push(&s[start..]);
+    out
+}
+
+/// Whether `s` names a quantity rather than computing one: letters (and LaTeX commands),
+/// subscripts, parentheses, commas and colons, no digits outside subscripts and no operators
+/// (`f(x)`, `(p,q)`, `AB`, `V_1:V_2`, `\angle ABC`; not `2x` or `x+1`).
+fn is_label(s: &str) -> bool {
+    let s = s.trim();
+    let mut plain = String::new();
+    let mut chars = s.chars().peekable();
+    while let Some(c) = chars.next() {
+        if c == '_' {
+            // Drop a subscript: `_1`, `_{12}`.
+            if chars.peek() == Some(&'{') {
+                for d in chars.by_ref() {
+                    if d == '}' {
+                        break;
+                    }
+                }
+            } else {
+                chars.next();
+            }
+            continue;
+        }
+        plain.push(c);
+    }
+    plain.chars().any(|c| c.is_alphabetic())
+        && plain
+            .chars()
+            .all(|c| c.is_alphabetic() || "\\(),: '{}".contains(c))
+}
+
+/// The values of a labelled answer (`label = value`, or a comma list of them); `None` when it is
+/// not one.
+fn without_labels(pred: &str) -> Option<String> {
+    let items = top_level_split(pred, ',');
+    let mut values = vec![];
+    for item in &items {
+        let parts = top_level_split(item, '=');
+        if parts.len() != 2 || !is_label(parts[0]) || parts[1].trim().is_empty() {
+            return None;
+        }
+        values.push(parts[1].trim());
+    }
+    Some(values.join(", "))
+}
+
+/// The rows and cells of a `pmatrix`, `bmatrix` or `matrix` environment that is the whole
+/// answer (`$..$` allowed around it); `None` otherwise.
+fn matrix_cells(s: &str) -> Option<Vec<Vec<String>>> {
+    let t = s.trim().trim_matches('$').trim();
+    for env in ["pmatrix", "bmatrix", "matrix", "Bmatrix"] {
+        let (open, close) = (format!("\\begin{{{env}}}"), format!("\\end{{{env}}}"));
+        let Some(body) = t
+            .strip_prefix(open.as_str())
+            .and_then(|r| r.strip_suffix(close.as_str()))
+        else {
+            continue;
+        };
+        let rows: Vec<Vec<String>> = body
+            .split("\\\\")
+            .map(str::trim)
+            .filter(|r| !r.is_empty())
+            .map(|r| r.split('&').map(|c| c.trim().to_string()).collect())
+            .collect();
+        return (!rows.is_empty() && rows.iter().flatten().all(|c| !c.is_empty())).then_some(rows);
+    }
+    None
 }

@@ -38,8 +38,10 @@ pub fn plain_number(s: &str) -> Option<(i128, u32)> {
                 }
             }
             b',' if !seen_dot => {
-                // Thousands separator: 1-3 digits before the first, exactly 3 between.
+                // Thousands separator: 1-3 digits before the first, exactly 3 between; never
+                // after a lone leading 0 (`0,332` is a decimal comma, not 332).
                 if digits_in_group == 0
+                    || (!saw_comma && digits_in_group == 1 && mant == 0)
                     || (saw_comma && digits_in_group != 3)
                     || (!saw_comma && digits_in_group > 3)
                 {
