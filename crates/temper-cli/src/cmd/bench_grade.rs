@@ -14,6 +14,60 @@ pub struct Args {
     /// Passes over the data per measurement.
     #[arg(long, default_value_t = 50)]
     repeat: usize,
+    /// (gold, pred) pairs graded by temper and by math-verify for the side-by-side.
+    #[arg(
+        long,
+        default_value = "crates/temper-reward/tests/fixtures/grader_cases.jsonl"
+    )]
+    cases: PathBuf,
+    /// The Python with math-verify (default: .venv/bin/python); `none` skips the side-by-side.
+    #[arg(long, default_value = ".venv/bin/python")]
+    python: PathBuf,
+}
+
+/// temper and math-verify on the same pairs: pairs per second each, and what each accepted.
+fn side_by_side(args: &Args, grader: &Grader) -> Result<()> {
+    if args.python.as_os_str() == "none" {
+        return Ok(());
+    }
+    let text = std::fs::read_to_string(&args.cases)
+        .with_context(|| format!("reading {}", args.cases.display()))?;
+    let mut pairs = vec![];
+    for (i, line) in text.lines().enumerate() {
+        let v: Value = serde_json::from_str(line)
+            .with_context(|| format!("{}:{}: not JSON", args.cases.display(), i + 1))?;
+        let field = |k: &str| -> Result<String> {
+            v[k].as_str().map(str::to_string).with_context(|| {
+                format!(
+                    "{}:{}: missing string field {k:?}",
+                    args.cases.display(),
+                    i + 1
+                )
+            })
+        };
+        pairs.push((field("gold")?, field("pred")?));
+    }
+    let (ours, accepted) = measure(&pairs, 3, |g, p| grader.grade(g, p).correct);
+    let out = std::process::Command::new(&args.python)
+        .arg("tools/math_verify_bench.py")
+        .arg(&args.cases)
+        .output()
+        .context("running tools/math_verify_bench.py")?;
+    if !out.status.success() {
+        bail!(
+            "tools/math_verify_bench.py: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let mv: Value = serde_json::from_slice(&out.stdout).context("math_verify_bench.py output")?;
+    let theirs = mv["pairs"].as_f64().unwrap_or(0.0) / mv["seconds"].as_f64().unwrap_or(f64::NAN);
+    println!(
+        "grader cases ({}): temper {ours:.0} pairs/s ({accepted} accepted), math-verify {theirs:.0} pairs/s ({} accepted): {:.0}x",
+        pairs.len(),
+        mv["accepted"],
+        ours / theirs
+    );
+    Ok(())
 }
 
 fn measure(
@@ -96,6 +150,7 @@ pub fn run(args: Args) -> Result<()> {
     );
     println!("full text pipeline {full_rate:>12.0} pairs/s  ({full_ok}/{n} correct)");
     println!("latex expressions  {latex_rate:>12.0} pairs/s  ({latex_ok}/{n} correct)");
+    side_by_side(&args, &grader)?;
     println!(
         "{}",
         json!({"bench": "grade", "answers": n, "plain_pairs_per_s": plain_rate,
