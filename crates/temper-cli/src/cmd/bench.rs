@@ -33,3 +33,70 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         What::Tinker(a) => super::bench_tinker::run(a),
     }
 }
+
+/// The median (NaN for none).
+pub(crate) fn median(v: &[f64]) -> f64 {
+    let mut v = v.to_vec();
+    v.sort_by(|a, b| a.total_cmp(b));
+    match v.len() {
+        0 => f64::NAN,
+        n if n % 2 == 1 => v[n / 2],
+        n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
+    }
+}
+
+/// The 1, 5 and 15 minute load averages, to say how quiet the machine was.
+pub(crate) fn load_average() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+        .unwrap_or_else(|_| "?".into())
+}
+
+/// A `temper serve` child process on a free loopback port, killed on drop.
+pub(crate) struct ServeChild {
+    child: std::process::Child,
+    pub url: String,
+}
+
+impl ServeChild {
+    /// `temper serve --port 0 ARGS...`, once it listens.
+    pub(crate) fn start(args: &[String]) -> anyhow::Result<ServeChild> {
+        use anyhow::Context;
+        use std::io::{BufRead, BufReader};
+        let mut child = std::process::Command::new(std::env::current_exe()?)
+            .args(["serve", "--port", "0"])
+            .args(args)
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .context("starting temper serve")?;
+        let stderr = child.stderr.take().context("server stderr")?;
+        let mut lines = BufReader::new(stderr).lines();
+        let url = loop {
+            match lines.next() {
+                Some(Ok(line)) => {
+                    if let Some(addr) = line
+                        .strip_prefix("temper serve: ")
+                        .and_then(|l| l.split(" on ").nth(1))
+                    {
+                        break addr.trim().to_string();
+                    }
+                }
+                _ => {
+                    let _ = child.kill();
+                    let _ = child.wait();
+                    anyhow::bail!("temper serve exited before listening");
+                }
+            }
+        };
+        // Keep draining stderr so the server never blocks on a full pipe.
+        std::thread::spawn(move || for _ in lines {});
+        Ok(ServeChild { child, url })
+    }
+}
+
+impl Drop for ServeChild {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}

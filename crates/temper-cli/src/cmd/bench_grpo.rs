@@ -6,6 +6,7 @@
 //! times) so that background load hits both; each run's warm-up steps are untimed, and the
 //! result is the ratio of the median step times. Peak memory is each process's VmHWM. Not a
 //! test: see BENCHMARKS.md.
+use super::bench::median;
 use anyhow::{bail, Context, Result};
 use std::path::PathBuf;
 use std::process::Command;
@@ -64,16 +65,6 @@ fn peak_rss_mb() -> f64 {
 
 fn mean(v: &[f64]) -> f64 {
     v.iter().sum::<f64>() / v.len().max(1) as f64
-}
-
-fn median(v: &[f64]) -> f64 {
-    let mut v = v.to_vec();
-    v.sort_by(|a, b| a.total_cmp(b));
-    match v.len() {
-        0 => f64::NAN,
-        n if n % 2 == 1 => v[n / 2],
-        n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
-    }
 }
 
 /// Per-step seconds of one side over all rounds, and its phases.

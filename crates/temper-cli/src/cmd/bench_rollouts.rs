@@ -3,10 +3,9 @@
 //! step), and on that server with overlap (`rollout.async_steps = 1`). The variants alternate
 //! `--rounds` times so background load hits all of them; each run's warm-up steps are untimed;
 //! the result is each variant's median step time. Not a test: see BENCHMARKS.md.
+use super::bench::{load_average, median, ServeChild};
 use anyhow::{bail, Context, Result};
-use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
 use temper_train::config::load_config;
 use temper_train::trainer::Trainer;
 
@@ -24,67 +23,6 @@ pub struct Args {
     /// How many times the variants alternate.
     #[arg(long, default_value_t = 1)]
     pub rounds: usize,
-}
-
-/// A `temper serve` child process, killed on drop.
-struct Server {
-    child: Child,
-    url: String,
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn start_server(model: &str, dtype: &str, threads: Option<usize>) -> Result<Server> {
-    let mut child = Command::new(std::env::current_exe()?)
-        .args(["serve", "--model", model, "--port", "0", "--dtype", dtype])
-        .args(
-            threads
-                .map(|t| vec!["--threads".to_string(), t.to_string()])
-                .unwrap_or_default(),
-        )
-        .stderr(Stdio::piped())
-        .spawn()
-        .context("starting temper serve")?;
-    let mut lines = BufReader::new(child.stderr.take().context("server stderr")?).lines();
-    let url = loop {
-        match lines.next() {
-            Some(Ok(line)) => {
-                if let Some(addr) = line
-                    .strip_prefix("temper serve: ")
-                    .and_then(|l| l.split(" on ").nth(1))
-                {
-                    break addr.trim().to_string();
-                }
-            }
-            _ => {
-                let _ = child.kill();
-                bail!("temper serve exited before listening");
-            }
-        }
-    };
-    std::thread::spawn(move || for _ in lines {});
-    Ok(Server { child, url })
-}
-
-fn median(v: &[f64]) -> f64 {
-    let mut v = v.to_vec();
-    v.sort_by(|a, b| a.total_cmp(b));
-    match v.len() {
-        0 => f64::NAN,
-        n if n % 2 == 1 => v[n / 2],
-        n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
-    }
-}
-
-fn load_average() -> String {
-    std::fs::read_to_string("/proc/loadavg")
-        .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
-        .unwrap_or_else(|_| "?".into())
 }
 
 pub fn run(args: Args) -> Result<()> {
@@ -108,11 +46,26 @@ pub fn run(args: Args) -> Result<()> {
     let model_dir = temper_model::resolve::resolve_model(&cfg.model.path)?;
     let (compute, _) = temper_model::resolve_compute_kind(&cfg.model.dtype, tch::Device::Cpu)?;
     let model = model_dir.display().to_string();
-    let server = start_server(&model, &compute.to_string(), None)?;
+    let serve = |threads: Option<usize>| {
+        let mut a = vec![
+            "--model".to_string(),
+            model.clone(),
+            "--dtype".into(),
+            compute.to_string(),
+        ];
+        a.extend(
+            threads
+                .map(|t| ["--threads".to_string(), t.to_string()])
+                .into_iter()
+                .flatten(),
+        );
+        ServeChild::start(&a)
+    };
+    let server = serve(None)?;
     // The machine split in two: half the cores for the server, half for the trainer.
     let half = (std::thread::available_parallelism().map_or(2, |n| n.get()) / 2).max(1);
-    let split = start_server(&model, &compute.to_string(), Some(half))?;
-    let on = |s: &Server, extra: &[&str]| -> Vec<String> {
+    let split = serve(Some(half))?;
+    let on = |s: &ServeChild, extra: &[&str]| -> Vec<String> {
         [
             "rollout.backend=\"vllm\"".to_string(),
             format!("rollout.base_urls=[{:?}]", s.url),

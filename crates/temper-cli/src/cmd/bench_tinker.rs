@@ -5,10 +5,10 @@
 //! through temper's in-process trainer (shared-prefix updates off, as the Tinker path runs each
 //! datum in full). The sides alternate `--rounds` times; warm-up steps are untimed; the overhead
 //! is 1 - in-process / Tinker on the median step times. Not a test: see BENCHMARKS.md.
+use super::bench::{load_average, median, ServeChild};
 use anyhow::{bail, Context, Result};
-use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use temper_train::config::load_config;
 use temper_train::trainer::Trainer;
 
@@ -34,22 +34,6 @@ const GROUP: usize = 8;
 const MAX_TOKENS: usize = 16;
 const RANK: usize = 16;
 const LR: f64 = 4e-4;
-
-fn median(v: &[f64]) -> f64 {
-    let mut v = v.to_vec();
-    v.sort_by(|a, b| a.total_cmp(b));
-    match v.len() {
-        0 => f64::NAN,
-        n if n % 2 == 1 => v[n / 2],
-        n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
-    }
-}
-
-fn load_average() -> String {
-    std::fs::read_to_string("/proc/loadavg")
-        .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
-        .unwrap_or_else(|_| "?".into())
-}
 
 /// Seconds per timed step through the SDK.
 fn tinker_side(args: &Args, url: &str, python: &PathBuf) -> Result<Vec<f64>> {
@@ -153,29 +137,15 @@ pub fn run(args: Args) -> Result<()> {
     let model_dir = model_dir.display().to_string();
     let tmp = std::env::temp_dir().join(format!("temper-bench-tinker-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&tmp);
-    let mut child = Command::new(std::env::current_exe()?)
-        .args([
-            "serve", "--model", &model_dir, "--port", "0", "--dtype", "auto",
-        ])
-        .arg("--root")
-        .arg(tmp.join("tinker"))
-        .stderr(Stdio::piped())
-        .spawn()?;
-    let mut lines = BufReader::new(child.stderr.take().context("server stderr")?).lines();
-    let url = loop {
-        match lines.next() {
-            Some(Ok(l)) => {
-                if let Some(a) = l
-                    .strip_prefix("temper serve: ")
-                    .and_then(|l| l.split(" on ").nth(1))
-                {
-                    break a.trim().to_string();
-                }
-            }
-            _ => bail!("temper serve exited before listening"),
-        }
-    };
-    std::thread::spawn(move || for _ in lines {});
+    let server = ServeChild::start(&[
+        "--model".into(),
+        model_dir.clone(),
+        "--dtype".into(),
+        "auto".into(),
+        "--root".into(),
+        tmp.join("tinker").display().to_string(),
+    ])?;
+    let url = server.url.clone();
     println!("load average before: {}", load_average());
     let (mut tinker, mut local) = (vec![], vec![]);
     let result = (|| -> Result<()> {
@@ -198,8 +168,7 @@ pub fn run(args: Args) -> Result<()> {
         }
         Ok(())
     })();
-    let _ = child.kill();
-    let _ = child.wait();
+    drop(server);
     let _ = std::fs::remove_dir_all(&tmp);
     result?;
     let (t, l) = (median(&tinker), median(&local));
