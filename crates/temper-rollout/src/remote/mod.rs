@@ -20,7 +20,33 @@ use serde_json::{json, Value};
 
 pub use vllm::parse_completion;
 
-use crate::{Request, Sample};
+use crate::{Finish, Request, Sample};
+
+/// One parsed sample: a finish reason a server gave (`stop` or `length`; anything else, `abort`
+/// included, is an error naming `field`) and the tokens and logprobs already checked.
+pub(crate) fn finished_sample(
+    (index, k): (usize, usize),
+    r: &Request,
+    ids: Vec<i64>,
+    lps: Vec<f32>,
+    reason: Option<&str>,
+    field: String,
+) -> Result<Sample> {
+    let finish = match reason {
+        Some("stop") => Finish::Stop,
+        Some("length") => Finish::Length,
+        other => bail!("{field} is {other:?} (the request was not finished)"),
+    };
+    Ok(Sample {
+        request_index: index,
+        sample_index: k,
+        prompt_ids: r.prompt_ids.clone(),
+        completion_ids: ids,
+        completion_logprobs: lps,
+        finish,
+        stop_reason: None,
+    })
+}
 
 /// Which API the servers speak.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -5,7 +5,7 @@
 use anyhow::{bail, Context, Result};
 use serde_json::{json, Value};
 
-use crate::{Finish, Request, Sample};
+use crate::{Request, Sample};
 
 /// The body of one request. `no_stop_trim` keeps the stop token in `output_ids`, as temper's
 /// engine and vLLM do.
@@ -77,23 +77,14 @@ pub fn parse_generate(v: &Value, index: usize, r: &Request, url: &str) -> Result
                 }
                 lps.push(lp as f32);
             }
-            let finish = match a["meta_info"]["finish_reason"]["type"].as_str() {
-                Some("stop") => Finish::Stop,
-                Some("length") => Finish::Length,
-                other => bail!(
-                    "{} is {other:?} (the request was not finished)",
-                    field("meta_info.finish_reason.type")
-                ),
-            };
-            Ok(Sample {
-                request_index: index,
-                sample_index: k,
-                prompt_ids: r.prompt_ids.clone(),
-                completion_ids: ids,
-                completion_logprobs: lps,
-                finish,
-                stop_reason: None,
-            })
+            super::finished_sample(
+                (index, k),
+                r,
+                ids,
+                lps,
+                a["meta_info"]["finish_reason"]["type"].as_str(),
+                field("meta_info.finish_reason.type"),
+            )
         })
         .collect()
 }

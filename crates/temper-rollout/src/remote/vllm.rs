@@ -5,7 +5,7 @@
 use anyhow::{bail, Context, Result};
 use serde_json::{json, Value};
 
-use crate::{Finish, Request, Sample};
+use crate::{Request, Sample};
 
 /// The body of one request: a token-id prompt, the sampled token's logprob only (`logprobs: 0`),
 /// token ids back, stop tokens kept, nothing re-tokenized.
@@ -60,23 +60,14 @@ pub fn parse_completion(v: &Value, index: usize, r: &Request, url: &str) -> Resu
                     ids.len()
                 );
             }
-            let finish = match c["finish_reason"].as_str() {
-                Some("stop") => Finish::Stop,
-                Some("length") => Finish::Length,
-                other => bail!(
-                    "{} is {other:?} (the request was not finished)",
-                    field("finish_reason")
-                ),
-            };
-            Ok(Sample {
-                request_index: index,
-                sample_index: k,
-                prompt_ids: r.prompt_ids.clone(),
-                completion_ids: ids,
-                completion_logprobs: lps,
-                finish,
-                stop_reason: None,
-            })
+            super::finished_sample(
+                (index, k),
+                r,
+                ids,
+                lps,
+                c["finish_reason"].as_str(),
+                field("finish_reason"),
+            )
         })
         .collect()
 }
