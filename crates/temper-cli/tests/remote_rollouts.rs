@@ -10,7 +10,7 @@ mod serve_util;
 
 use std::path::{Path, PathBuf};
 
-use common::{tiny_config, AsciiFraction};
+use common::{tiny_config, weights, AsciiFraction};
 use serde_json::Value;
 use temper_train::trainer::Trainer;
 
@@ -28,14 +28,6 @@ fn metrics(run: &Path) -> Vec<Value> {
         .lines()
         .map(|l| serde_json::from_str(l).unwrap())
         .filter(|m: &Value| m["step"].as_u64().unwrap_or(0) > 0)
-        .collect()
-}
-
-fn weights(t: &Trainer) -> Vec<(String, tch::Tensor)> {
-    t.model
-        .named_parameters()
-        .into_iter()
-        .map(|(n, p)| (n, p.detach().copy()))
         .collect()
 }
 

@@ -8,20 +8,12 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use common::{tiny_config, AsciiFraction};
+use common::{tiny_config, weights, AsciiFraction};
 use temper_kernels::{Comm, Rendezvous};
 use temper_train::dist::Dist;
 use temper_train::trainer::Trainer;
 
 type Weights = Vec<(String, tch::Tensor)>;
-
-fn weights(t: &Trainer) -> Weights {
-    t.model
-        .named_parameters()
-        .into_iter()
-        .map(|(n, p)| (n, p.detach().copy()))
-        .collect()
-}
 
 fn free_port() -> u16 {
     let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();

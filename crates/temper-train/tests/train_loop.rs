@@ -1,16 +1,8 @@
 //! End-to-end loop tests on a tiny random model (seconds each).
 mod common;
-use common::{tiny_config, AsciiFraction};
+use common::{tiny_config, weights, AsciiFraction};
 use std::collections::BTreeMap;
 use temper_train::trainer::Trainer;
-
-fn weights(t: &Trainer) -> Vec<(String, tch::Tensor)> {
-    t.model
-        .named_parameters()
-        .into_iter()
-        .map(|(n, p)| (n, p.detach().copy()))
-        .collect()
-}
 
 fn same_weights(a: &[(String, tch::Tensor)], b: &[(String, tch::Tensor)]) -> bool {
     a.len() == b.len()

@@ -184,32 +184,40 @@ fn save_for_sampler(
     dir: &Path,
     named: bool,
 ) -> Result<()> {
-    let parent = dir.parent().expect("a sampler folder has a parent");
-    std::fs::create_dir_all(parent).with_context(|| format!("creating {}", parent.display()))?;
-    let tmp = parent.join(format!(
-        ".{}.tmp",
-        dir.file_name()
-            .and_then(|n| n.to_str())
-            .unwrap_or("sampler")
-    ));
-    let _ = std::fs::remove_dir_all(&tmp);
-    match model.model.lora_config() {
-        Some(cfg) => {
-            model.model.save_lora_adapter(&tmp.join("adapter"))?;
-            let meta = json!({
-                "base_dir": info.base_dir, "lora_rank": cfg.rank, "lora_alpha": cfg.alpha,
-                "target_modules": cfg.target_modules,
-            });
-            std::fs::write(
-                tmp.join(super::samplers::LORA_SNAPSHOT),
-                serde_json::to_vec_pretty(&meta)?,
-            )?;
-            if named {
-                model.model.save(&tmp.join("merged"))?;
+    write_dir_atomically(dir, |tmp| {
+        match model.model.lora_config() {
+            Some(cfg) => {
+                model.model.save_lora_adapter(&tmp.join("adapter"))?;
+                let meta = json!({
+                    "base_dir": info.base_dir, "lora_rank": cfg.rank, "lora_alpha": cfg.alpha,
+                    "target_modules": cfg.target_modules,
+                });
+                std::fs::write(
+                    tmp.join(super::samplers::LORA_SNAPSHOT),
+                    serde_json::to_vec_pretty(&meta)?,
+                )?;
+                if named {
+                    model.model.save(&tmp.join("merged"))?;
+                }
             }
+            None => model.model.save(tmp)?,
         }
-        None => model.model.save(&tmp)?,
-    }
+        Ok(())
+    })
+}
+
+/// Fill `dir` by writing into a hidden sibling folder with `fill` and renaming it into place, so
+/// `dir` is never seen half-written (a killed server leaves at most the hidden folder).
+fn write_dir_atomically(dir: &Path, fill: impl FnOnce(&Path) -> Result<()>) -> Result<()> {
+    let parent = dir.parent().expect("a checkpoint folder has a parent");
+    std::fs::create_dir_all(parent).with_context(|| format!("creating {}", parent.display()))?;
+    let name = dir
+        .file_name()
+        .and_then(|n| n.to_str())
+        .unwrap_or("checkpoint");
+    let tmp = parent.join(format!(".{name}.tmp"));
+    let _ = std::fs::remove_dir_all(&tmp);
+    fill(&tmp)?;
     if dir.exists() {
         std::fs::remove_dir_all(dir).with_context(|| format!("replacing {}", dir.display()))?;
     }
@@ -227,28 +235,20 @@ fn check_name(name: &str) -> Result<()> {
 /// save_state into a temporary folder renamed into place, with `tinker_state.json` saying what
 /// model it belongs to (so a restarted server can create a training client from it).
 fn save_state_atomically(model: &TrainingModel, info: &ModelInfo, dir: &Path) -> Result<()> {
-    let parent = dir.parent().expect("a state folder has a parent");
-    std::fs::create_dir_all(parent).with_context(|| format!("creating {}", parent.display()))?;
-    let tmp = parent.join(format!(
-        ".{}.tmp",
-        dir.file_name().and_then(|n| n.to_str()).unwrap_or("state")
-    ));
-    let _ = std::fs::remove_dir_all(&tmp);
-    model.save_state(&tmp)?;
-    let lora = model.model.lora_config();
-    let meta = json!({
-        "base_model": info.base_model, "model_id": info.model_id,
-        "lora_rank": lora.map(|c| c.rank), "lora_alpha": lora.map(|c| c.alpha),
-        "target_modules": lora.map(|c| c.target_modules.clone()),
-    });
-    std::fs::write(
-        tmp.join("tinker_state.json"),
-        serde_json::to_vec_pretty(&meta)?,
-    )?;
-    if dir.exists() {
-        std::fs::remove_dir_all(dir).with_context(|| format!("replacing {}", dir.display()))?;
-    }
-    std::fs::rename(&tmp, dir).with_context(|| format!("writing {}", dir.display()))
+    write_dir_atomically(dir, |tmp| {
+        model.save_state(tmp)?;
+        let lora = model.model.lora_config();
+        let meta = json!({
+            "base_model": info.base_model, "model_id": info.model_id,
+            "lora_rank": lora.map(|c| c.rank), "lora_alpha": lora.map(|c| c.alpha),
+            "target_modules": lora.map(|c| c.target_modules.clone()),
+        });
+        std::fs::write(
+            tmp.join("tinker_state.json"),
+            serde_json::to_vec_pretty(&meta)?,
+        )?;
+        Ok(())
+    })
 }
 
 /// The state folder's record of its model (see [`save_state_atomically`]).

@@ -160,3 +160,12 @@ pub fn tiny_overrides(root: &std::path::Path) -> Vec<String> {
         "trainer.experiment_name=run".into(),
     ]
 }
+
+/// A detached copy of every weight of the trainer's model (to compare runs).
+pub fn weights(t: &temper_train::trainer::Trainer) -> Vec<(String, tch::Tensor)> {
+    t.model
+        .named_parameters()
+        .into_iter()
+        .map(|(n, p)| (n, p.detach().copy()))
+        .collect()
+}
