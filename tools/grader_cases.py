@@ -2,14 +2,17 @@
 """Independent (gold, prediction) cases for temper's math grader, one set per family of the grader
 issue, each labelled by math-verify (pinned in scripts/setup-env.sh) and by sympy.
 
-The generator builds every pair from values it knows (seeded; fractions as sympy Rationals), either
-the same values written two ways or with one value changed, so besides math-verify's verdict each
-pair carries the construction's own verdict (`sympy`): an answer to "are these the same answer?"
-that does not depend on any parser. Malformed answers (math split across lines inside $..$, a
-renamed variable) are unequal by construction.
+Every pair is built from values the generator knows (seeded): it writes a gold and a prediction as
+LaTeX text and, alongside, builds what each one means as a sympy object (a Rational, Tuple,
+FiniteSet, Interval, Union or Matrix; None for malformed math). The `sympy` label is sympy's
+verdict on those two objects (`Eq`/structural equality after `simplify`), so it does not depend on
+any LaTeX parser, temper's or math-verify's. Two rules of docs/rewards.md enter the construction
+and are visible in it: a gold written as a rounded decimal is answered by an exact value that
+rounds to it (`round_to`), and `1,234` is one thousand two hundred thirty-four while `2,74` and
+`0,111` are decimal commas (`comma_number`).
 
-Usage: .venv/bin/python tools/grader_cases.py OUT.jsonl [--per-family 400] [--seed 0]
-Each line: {"family", "gold", "pred", "math_verify": bool, "sympy": bool}.
+Usage: .venv/bin/python tools/grader_cases.py OUT.jsonl [--per-family 2000] [--seed 0]
+Each line: {"family", "kind", "gold", "pred", "math_verify": bool, "sympy": bool}.
 """
 import argparse
 import json
@@ -19,13 +22,32 @@ import signal
 import sympy as sp
 from math_verify import parse, verify
 
+R = sp.Rational
+X = sp.Symbol("x")
+
 
 def frac_tex(q):
-    q = sp.Rational(q)
+    q = R(q)
     if q.q == 1:
         return str(q.p)
     sign = "-" if q < 0 else ""
     return f"{sign}\\frac{{{abs(q.p)}}}{{{q.q}}}"
+
+
+def round_to(q, d):
+    """q rounded half away from zero to d decimals, as a Rational."""
+    s = 1 if q >= 0 else -1
+    return s * sp.floor(abs(q) * 10**d + R(1, 2)) / 10**d
+
+
+def dec_tex(q, d):
+    """The decimal text of a Rational that has at most d decimals."""
+    q = R(q)
+    sign = "-" if q < 0 else ""
+    n = abs(q) * 10**d
+    assert n.q == 1, q
+    i, f = divmod(int(n), 10**d)
+    return f"{sign}{i}.{f:0{d}d}" if d else f"{sign}{i}"
 
 
 def num(rng, lo=-20, hi=20):
@@ -39,109 +61,219 @@ def other(rng, v, lo=-20, hi=20):
     return w
 
 
-def labels(rng):
-    a, b = num(rng), num(rng)
+def pair(rng, lo=-20, hi=20):
+    """(a, b, c, d, same): c, d equal a, b or differ in d."""
+    a, b = num(rng, lo, hi), num(rng, lo, hi)
     same = rng.random() < 0.5
-    c, d = (a, b) if same else (a, other(rng, b))
-    kind = rng.randrange(4)
-    if kind == 0:
-        return f"({a},{b})", f"(p,q)=({c},{d})", same
-    if kind == 1:
-        a, b, c = abs(a) + 1, abs(b) + 1, abs(c) + 1
-        d = abs(d) + 1
-        return f"{a}, {b}", f"AB={c}, CD={d}", same
-    if kind == 2:
-        a, b = abs(a) + 1, abs(b) + 1
-        c, d = abs(c) + 1, abs(d) + 1
-        return f"{a}:{b}", f"V_1:V_2={c}:{d}", same
-    return f"{a}", f"f(x)={c}", same
+    return a, b, a, (b if same else other(rng, b, lo, hi))
+
+
+def labels(rng):
+    a, b, c, d = pair(rng, 1, 40)
+    T = sp.Tuple
+    kinds = [
+        ("tuple_named", f"({a},{b})", f"(p,q)=({c},{d})", T(a, b), T(c, d)),
+        ("segments", f"{a}, {b}", f"AB={c}, CD={d}", T(a, b), T(c, d)),
+        ("ratio", f"{a}:{b}", f"V_1:V_2={c}:{d}", T(a, b), T(c, d)),
+        ("function", f"{b}", f"f(x)={d}", R(b), R(d)),
+        ("variable", f"{b}", f"x={d}", R(b), R(d)),
+        ("two_variables", f"({a},{b})", f"a={c}, b={d}", T(a, b), T(c, d)),
+        ("angle", f"{b}^\\circ", f"\\angle ABC = {d}^\\circ", R(b), R(d)),
+    ]
+    return rng.choice(kinds)
 
 
 def intervals(rng):
-    a = num(rng, -10, 0)
-    b = num(rng, 1, 10)
+    a, b = num(rng, -10, 0), num(rng, 1, 10)
     same = rng.random() < 0.5
-    c, d = (a, b) if same else (a, other(rng, b, 1, 10))
-    kind = rng.randrange(4)
+    c, d = (a, b) if same else ((a, other(rng, b, 1, 10)) if rng.random() < 0.5 else (other(rng, a, -10, 0), b))
+    I, oo = sp.Interval, sp.oo
+    kind = rng.randrange(8)
     if kind == 0:
-        return f"[{a},{b}]", f"x \\in [{c},{d}]", same
+        return "membership", f"[{a},{b}]", f"x \\in [{c},{d}]", I(a, b), I(c, d)
     if kind == 1:
-        return f"[{a},{b}]", f"{c} \\le x \\le {d}", same
+        return "double_inequality", f"[{a},{b}]", f"{c} \\le x \\le {d}", I(a, b), I(c, d)
     if kind == 2:
-        return f"(-\\infty,{a})\\cup({b},\\infty)", f"(-\\infty,{c})\\cup({d},\\infty)", same
-    p, q = sp.Rational(rng.randint(1, 9), 5), sp.Rational(rng.randint(11, 29), 3)
-    q2 = q if same else q + 1
-    return f"({float(p):.4g}, {float(q2):.5g}]", f"({frac_tex(p)}, {frac_tex(q)}]", same
+        return ("half_open_inequality", f"[{a},{b})", f"{c} \\le x < {d}",
+                I.Ropen(a, b), I.Ropen(c, d))
+    if kind == 3:
+        return "function_range", f"({a},{b})", f"{c}<f(x)<{d}", I.open(a, b), I.open(c, d)
+    if kind == 4:
+        return "ray", f"({b},\\infty)", f"x>{d}", I.open(b, oo), I.open(d, oo)
+    if kind == 5:
+        g = f"(-\\infty,{a})\\cup({b},\\infty)"
+        p = f"({d},\\infty)\\cup(-\\infty,{c})" if rng.random() < 0.5 else f"(-\\infty,{c})\\cup({d},\\infty)"
+        return "union", g, p, I.open(-oo, a) | I.open(b, oo), I.open(-oo, c) | I.open(d, oo)
+    if kind == 6:
+        return ("union_or", f"(-\\infty,{a}]\\cup[{b},\\infty)", f"x \\le {c} \\text{{ or }} x \\ge {d}",
+                I(-oo, a) | I(b, oo), I(-oo, c) | I(d, oo))
+    # Decimal endpoints rounded to 4 digits against the exact fractions.
+    p, q = R(rng.randint(1, 9), 5), R(rng.randint(11, 29), 3)
+    q2 = q if same else q + R(1, 3)
+    return ("decimal_endpoints", f"({dec_tex(p, 1)}, {dec_tex(round_to(q, 4), 4)}]",
+            f"({frac_tex(p)}, {frac_tex(q2)}]",
+            I.Lopen(p, round_to(q, 4)), I.Lopen(p, round_to(q2, 4)))
 
 
 def unordered(rng):
-    xs = sorted({num(rng) for _ in range(rng.randint(2, 3))})
+    xs = sorted(set(num(rng) for _ in range(rng.randint(2, 4))))
     if len(xs) < 2:
-        xs = [1, 2]
+        xs = [xs[0], xs[0] + 1]
     same = rng.random() < 0.5
     ys = list(xs) if same else xs[:-1] + [other(rng, xs[-1])]
     rng.shuffle(ys)
-    kind = rng.randrange(3)
+    S, T = sp.FiniteSet, sp.Tuple
+    kind = rng.randrange(6)
     if kind == 0:
-        gold = ", ".join(f"({x},{x + 1})" for x in xs)
-        pred = ", ".join(f"({y},{y + 1})" for y in ys)
-        return gold, pred, same
+        return ("tuples", ", ".join(f"({x},{x + 1})" for x in xs), ", ".join(f"({y},{y + 1})" for y in ys),
+                S(*[T(x, x + 1) for x in xs]), S(*[T(y, y + 1) for y in ys]))
     if kind == 1:
-        return ", ".join(map(str, xs)), " \\text{ or } ".join(f"x={y}" for y in ys), same
-    return ", ".join(map(str, xs)), " \\text{ and } ".join(map(str, ys)), same
+        word = rng.choice(["or", "and"])
+        return (f"tuples_{word}", ", ".join(f"({x},{x + 1})" for x in xs),
+                f" \\text{{ {word} }} ".join(f"({y},{y + 1})" for y in ys),
+                S(*[T(x, x + 1) for x in xs]), S(*[T(y, y + 1) for y in ys]))
+    if kind == 2:
+        return ("or_equations", ", ".join(map(str, xs)), " \\text{ or } ".join(f"x={y}" for y in ys),
+                S(*xs), S(*ys))
+    if kind == 3:
+        return "and_list", ", ".join(map(str, xs)), " \\text{ and } ".join(map(str, ys)), S(*xs), S(*ys)
+    if kind == 4:
+        return ("set_braces", "\\{" + ", ".join(map(str, xs)) + "\\}", "\\{" + ", ".join(map(str, ys)) + "\\}",
+                S(*xs), S(*ys))
+    # Tuples are ordered: the same entries in another order are another answer.
+    a, b = xs[0], xs[1]
+    if same:
+        return "tuple_order", f"({a},{b})", f"({a},{b})", T(a, b), T(a, b)
+    return "tuple_order", f"({a},{b})", f"({b},{a})", T(a, b), T(b, a)
+
+
+def matrix_tex(env, rows):
+    return f"\\begin{{{env}}}" + " \\\\ ".join(" & ".join(r) for r in rows) + f"\\end{{{env}}}"
 
 
 def matrices(rng):
-    n = rng.randint(2, 3)
-    vals = [sp.Rational(rng.randint(-99, 99), rng.choice([1, 4, 8])) for _ in range(n)]
+    env, penv = rng.choice(["pmatrix", "bmatrix"]), rng.choice(["pmatrix", "bmatrix"])
     same = rng.random() < 0.5
-    pvals = list(vals) if same else vals[:-1] + [vals[-1] + 1]
-    env = rng.choice(["pmatrix", "bmatrix"])
-    penv = rng.choice(["pmatrix", "bmatrix"])
-    gold = f"\\begin{{{env}}}" + " \\\\ ".join(frac_tex(v) for v in vals) + f"\\end{{{env}}}"
-    pred = f"\\begin{{{penv}}}" + " \\\\ ".join(f"{float(v):g}" for v in pvals) + f"\\end{{{penv}}}"
-    return gold, pred, same
+    kind = rng.randrange(3)
+    if kind == 0:
+        n = rng.randint(2, 3)
+        vals = [R(rng.randint(-99, 99), rng.choice([1, 4, 8])) for _ in range(n)]
+        pv = list(vals) if same else vals[:-1] + [vals[-1] + 1]
+        g = matrix_tex(env, [[frac_tex(v)] for v in vals])
+        p = matrix_tex(penv, [[dec_tex(v, 3)] for v in pv])
+        return "vector_decimals", g, p, sp.Matrix(vals), sp.Matrix(pv)
+    if kind == 1:
+        vals = [R(rng.randint(-9, 9)) for _ in range(4)]
+        pv = list(vals) if same else vals[:3] + [vals[3] + rng.choice([-1, 1])]
+        g = matrix_tex(env, [[frac_tex(v) for v in vals[:2]], [frac_tex(v) for v in vals[2:]]])
+        p = matrix_tex(penv, [[frac_tex(v) for v in pv[:2]], [frac_tex(v) for v in pv[2:]]])
+        return "square", g, p, sp.Matrix(2, 2, vals), sp.Matrix(2, 2, pv)
+    # The gold rounded to d decimals; the prediction exact (thirds, sevenths: never terminating).
+    d = rng.randint(2, 4)
+    n = rng.randint(2, 3)
+    exact = [R(rng.randint(-99, 99), rng.choice([3, 7, 9])) for _ in range(n)]
+    exact = [v if v.q != 1 else v + R(1, 3) for v in exact]
+    pv = list(exact) if same else exact[:-1] + [exact[-1] + R(1, 3)]
+    g = matrix_tex(env, [[dec_tex(round_to(v, d), d)] for v in exact])
+    p = matrix_tex(penv, [[frac_tex(v)] for v in pv])
+    return ("rounded_gold", g, p, sp.Matrix([round_to(v, d) for v in exact]),
+            sp.Matrix([round_to(v, d) for v in pv]))
 
 
 def freeform(rng):
-    a = num(rng, 1, 99)
+    a = num(rng, 2, 99)
     same = rng.random() < 0.5
-    b = a if same else other(rng, a, 1, 99)
-    kind = rng.randrange(3)
+    b = a if same else other(rng, a, 2, 99)
     steps = f"First we add the parts: ${a - 1} + 1 = {a}$ is not yet the end. Then we check the units."
+    kind = rng.randrange(6)
     if kind == 0:
-        return str(a), f"{steps} So the answer is $\\boxed{{{b}}}$.", same
+        return "boxed", str(a), f"{steps} So the answer is $\\boxed{{{b}}}$.", R(a), R(b)
     if kind == 1:
-        return f"{a}\\text{{ cm}}", f"{steps} The length is $\\boxed{{{b} \\text{{ cm}}}}$.", same
-    return f"{a}, {a + 1}", f"{steps} The roots are $\\boxed{{{b}}}$ and $\\boxed{{{a + 1}}}$.", same
+        return ("boxed_units", f"{a}\\text{{ cm}}", f"{steps} The length is $\\boxed{{{b} \\text{{ cm}}}}$.",
+                R(a), R(b))
+    if kind == 2:
+        return ("several_boxed", f"{a}, {a + 1}",
+                f"{steps} The roots are $\\boxed{{{b}}}$ and $\\boxed{{{a + 1}}}$.",
+                sp.FiniteSet(a, a + 1), sp.FiniteSet(b, a + 1))
+    if kind == 3:
+        return ("last_sentence", str(a), f"{steps} Hence the final value is $\\frac{{{2 * b}}}{{2}}$.",
+                R(a), R(b))
+    if kind == 4:
+        return ("last_sentence_equation", str(a), f"{steps} Therefore $y = {b}$.", R(a), R(b))
+    return ("corrected_box", str(a),
+            f"{steps} At first I found $\\boxed{{{a + 100}}}$, but that was wrong; the answer is $\\boxed{{{b}}}$.",
+            R(a), R(b))
+
+
+def comma_number(text):
+    """What a number written with commas means under docs/rewards.md: groups of exactly three
+    digits after a non-zero lead are thousands, anything else after one comma is a decimal comma."""
+    parts = text.split(",")
+    if len(parts) > 1 and parts[0] not in ("0", "-0") and all(len(p) == 3 for p in parts[1:]):
+        return R("".join(parts))
+    assert len(parts) == 2
+    return R(f"{parts[0]}.{parts[1]}")
 
 
 def decimal_commas(rng):
-    kind = rng.randrange(3)
     same = rng.random() < 0.5
+    kind = rng.randrange(6)
     if kind == 0:
         d = rng.randint(100, 999)
         e = d if same else other(rng, d, 100, 999)
-        return f"0.{d}", f"0,{e}", same
-    if kind == 1:
+        g, p = f"0.{d}", f"0,{e}"
+    elif kind == 1:
         i, d = rng.randint(1, 9), rng.randint(10, 99)
         e = d if same else other(rng, d, 10, 99)
-        return f"{i}.{d}", f"{i},{e}", same
-    k = rng.randint(1, 9)
-    m = k if same else other(rng, k, 1, 9)
-    return f"{k}000", f"{m},000", same
+        g, p = f"{i}.{d}", f"{i},{e}"
+    elif kind == 2:
+        k = rng.randint(1, 99)
+        m = k if same else other(rng, k, 1, 99)
+        g, p = f"{k}000", f"{m},000"
+    elif kind == 3:
+        v = rng.randint(1000, 99999)
+        w = v if same else other(rng, v, 1000, 99999)
+        g, p = f"{v}.5", f"{w:,}.5"
+    elif kind == 4:
+        v = rng.randint(1_000_000, 9_999_999)
+        w = v if same else other(rng, v, 1_000_000, 9_999_999)
+        g, p = str(v), f"{w:,}"
+    else:
+        # `1,234` is a thousand-grouped integer, never 1.234.
+        v = rng.randint(1001, 9999)
+        g = str(v) if same else f"{v // 1000}.{v % 1000:03d}"
+        p = f"{v:,}"
+    kinds = ["leading_zero", "two_digit_decimal", "thousands", "thousands_and_point", "millions",
+             "thousands_not_decimal"]
+    pv = comma_number(p) if "." not in p else R(p.replace(",", ""))
+    return kinds[kind], g, p, R(g), pv
 
 
 def malformed(rng):
-    a, b = num(rng, 1, 9), num(rng, 1, 9)
-    kind = rng.randrange(2)
+    a, b = num(rng, 2, 99), num(rng, 1, 99)
+    gold = a * X + b
+    kind = rng.randrange(4)
     if kind == 0:
-        return f"{a}x+{b}", f"The answer is ${a}x\n+{b}$.", False
-    return f"{a}x+{b}", f"{a}y+{b}", False
+        return "split_lines", f"{a}x+{b}", f"The answer is ${a}x\n+{b}$.", gold, None
+    if kind == 1:
+        return "renamed_variable", f"{a}x+{b}", f"{a}y+{b}", gold, a * sp.Symbol("y") + b
+    if kind == 2:
+        return "unbalanced_braces", f"\\frac{{{a}}}{{{b}}}", f"\\frac{{{a}}}{{{b}", R(a, b), None
+    return "unclosed_box", f"{a}", f"So the answer is \\boxed{{{a}", R(a), None
 
 
 FAMILIES = {"labels": labels, "intervals": intervals, "unordered": unordered, "matrices": matrices,
             "freeform": freeform, "decimal_commas": decimal_commas, "malformed": malformed}
+
+
+def sympy_same(g, p):
+    if g is None or p is None:
+        return False
+    if isinstance(g, sp.MatrixBase) or isinstance(p, sp.MatrixBase):
+        return g.shape == p.shape and (g - p).is_zero_matrix
+    if isinstance(g, sp.Expr) and isinstance(p, sp.Expr):
+        return sp.simplify(g - p) == 0
+    return g == p
 
 
 def wrap(s):
@@ -168,16 +300,20 @@ def mv(gold, pred):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("out")
-    ap.add_argument("--per-family", type=int, default=400)
+    ap.add_argument("--per-family", type=int, default=2000)
     ap.add_argument("--seed", type=int, default=0)
     a = ap.parse_args()
     rng = random.Random(a.seed)
     with open(a.out, "w") as f:
         for fam, gen in FAMILIES.items():
-            for _ in range(a.per_family):
-                gold, pred, same = gen(rng)
-                f.write(json.dumps({"family": fam, "gold": gold, "pred": pred,
-                                    "math_verify": mv(gold, pred), "sympy": bool(same)}) + "\n")
+            seen = set()
+            while len(seen) < a.per_family:
+                kind, gold, pred, gv, pv = gen(rng)
+                if (gold, pred) in seen:
+                    continue
+                seen.add((gold, pred))
+                f.write(json.dumps({"family": fam, "kind": kind, "gold": gold, "pred": pred,
+                                    "math_verify": mv(gold, pred), "sympy": sympy_same(gv, pv)}) + "\n")
 
 
 if __name__ == "__main__":

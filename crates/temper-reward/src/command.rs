@@ -179,7 +179,8 @@ impl Reward for CommandReward {
             Err(e) => {
                 let n = self.errors.fetch_add(1, Ordering::Relaxed) + 1;
                 tracing::warn!(errors = n, "reward command failed, reward 0: {e:#}");
-                RewardOutput::new(0.0).with("command_error", 1.0)
+                RewardOutput::failed(format!("command: {}", truncate(&format!("{e:#}"))))
+                    .with("command_error", 1.0)
             }
         }
     }

@@ -113,7 +113,8 @@ pub fn last_boxed(s: &str) -> Option<String> {
         first -= 1;
     }
     let parts: Vec<&str> = boxes[first..=last].iter().map(|b| b.content).collect();
-    Some(parts.join(","))
+    // ", " and not ",": `\boxed{99}, \boxed{100}` are two answers, not 99,100 (thousands).
+    Some(parts.join(", "))
 }
 
 /// Whether the text has a boxed command at all (balanced or not).

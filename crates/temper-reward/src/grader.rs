@@ -26,6 +26,79 @@ pub struct Graded {
     pub correct: bool,
     pub gold_answer: Option<String>,
     pub pred_answer: Option<String>,
+    /// Why the prediction could not be graded (it then counts as wrong): see [`Unscored`].
+    pub error: Option<Unscored>,
+}
+
+/// Why a comparison gave up instead of deciding. Each is a wrong answer for the reward, and
+/// the trainer counts it in `reward/errors` under this name.
+#[derive(Clone, Copy, Debug, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum Unscored {
+    /// The comparison ran past the grader's time limit.
+    Timeout,
+    /// Brackets nested deeper than the expression engine follows.
+    TooDeep,
+    /// An answer longer than the expression engine reads (`MAX_PARSE_LEN`).
+    TooLong,
+    /// Unbalanced braces (`\boxed{5`, `\frac{1}{2`).
+    Unbalanced,
+}
+
+impl Unscored {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Unscored::Timeout => "timeout",
+            Unscored::TooDeep => "too_deep",
+            Unscored::TooLong => "too_long",
+            Unscored::Unbalanced => "unbalanced",
+        }
+    }
+}
+
+/// Whether `{}`, `()` and `[]` each open and close the same number of times, braces in order.
+/// (Parentheses and brackets are only counted: half-open intervals mix them.)
+fn balanced(s: &str) -> bool {
+    let count = |c: char| s.chars().filter(|&x| x == c).count();
+    braces_balanced(s) && count('(') + count('[') == count(')') + count(']')
+}
+
+/// Brackets nested deeper than this are not an answer anyone writes (the parser's own limit
+/// is on its recursion, which a long answer may reach sooner).
+const MAX_NESTING: usize = 60;
+
+/// The deepest nesting of `{}`, `()` and `[]` in `s`.
+fn nesting(s: &str) -> usize {
+    let (mut depth, mut max) = (0usize, 0usize);
+    for c in s.chars() {
+        match c {
+            '{' | '(' | '[' => {
+                depth += 1;
+                max = max.max(depth);
+            }
+            '}' | ')' | ']' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+    }
+    max
+}
+
+/// Whether every `{` is closed by a later `}`.
+pub fn braces_balanced(s: &str) -> bool {
+    let mut depth = 0i64;
+    for c in s.chars() {
+        match c {
+            '{' => depth += 1,
+            '}' => {
+                depth -= 1;
+                if depth < 0 {
+                    return false;
+                }
+            }
+            _ => {}
+        }
+    }
+    depth == 0
 }
 
 /// Grader settings: the time limit per comparison.
@@ -234,15 +307,52 @@ impl Grader {
     pub fn grade(&self, gold: &str, pred: &str) -> Graded {
         let g = gold_answer(gold);
         let p = extract_answer(pred, Extraction::LastNumber);
-        let correct = match &p {
-            Some(p) => self.answers_match(&g, p),
-            None => false,
+        let (correct, mut error) = match &p {
+            Some(p) => self.judge(&g, p),
+            None => (false, None),
         };
+        // Unbalanced braces in the response (an unclosed `\boxed{`, `\frac{1}{2`): whatever
+        // was read out of it is not trusted to be the intended answer. Parentheses are not
+        // counted here: prose has `1)` lists.
+        if !correct && error.is_none() && !braces_balanced(pred) {
+            error = Some(Unscored::Unbalanced);
+        }
         Graded {
             correct,
             gold_answer: Some(g),
             pred_answer: p,
+            error,
         }
+    }
+
+    /// Whether two extracted answers are equivalent and, when they are not, whether that is
+    /// because the comparison gave up ([`Unscored`]) rather than decided.
+    pub fn judge(&self, gold: &str, pred: &str) -> (bool, Option<Unscored>) {
+        let started = Instant::now();
+        if self.answers_match(gold, pred) {
+            return (true, None);
+        }
+        (false, self.why_unscored(gold, pred, started))
+    }
+
+    /// The diagnosis of a rejected comparison, run only on the reject path.
+    fn why_unscored(&self, gold: &str, pred: &str, started: Instant) -> Option<Unscored> {
+        if started.elapsed() >= self.timeout {
+            return Some(Unscored::Timeout);
+        }
+        if !balanced(pred) {
+            return Some(Unscored::Unbalanced);
+        }
+        if nesting(gold).max(nesting(pred)) > MAX_NESTING {
+            return Some(Unscored::TooDeep);
+        }
+        let (g, p) = (normalize(gold), normalize(pred));
+        if g.len() > MAX_PARSE_LEN || p.len() > MAX_PARSE_LEN {
+            return Some(Unscored::TooLong);
+        }
+        let too_deep =
+            |s: &str| parse(s).is_err_and(|e| e.to_string().contains("nested too deeply"));
+        (too_deep(&g) || too_deep(&p)).then_some(Unscored::TooDeep)
     }
 
     /// Whether two extracted answers are equivalent.
@@ -322,7 +432,10 @@ impl Grader {
         let swap = |s: &str| -> Option<String> {
             let (a, b) = s.split_once(',')?;
             let digits = |x: &str| !x.is_empty() && x.bytes().all(|c| c.is_ascii_digit());
-            (digits(a.trim_start_matches('-')) && digits(b) && !b.contains(','))
+            let lead = a.trim_start_matches('-');
+            // Three digits after a non-zero lead (`1,234`) group thousands; they are not decimals.
+            let thousands = b.len() == 3 && lead != "0";
+            (digits(lead) && digits(b) && !b.contains(',') && !thousands)
                 .then(|| format!("{a}.{b}"))
         };
         for (x, y) in [(swap(g), p.to_string()), (swap(p), g.to_string())] {

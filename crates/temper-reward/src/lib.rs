@@ -6,7 +6,9 @@ pub mod extract;
 pub mod grader;
 pub mod normalize;
 
-pub use grader::{answers_match, extract_answer, gold_answer, grade, Extraction, Graded, Grader};
+pub use grader::{
+    answers_match, extract_answer, gold_answer, grade, Extraction, Graded, Grader, Unscored,
+};
 pub mod command;
 pub mod math_reward;
 pub mod reward;

@@ -1,7 +1,9 @@
 //! Math rewards: `r1_zero` (format + answer, ALGORITHMS.md section 6) and the answer-only
 //! `math` / `gsm8k` rewards.
 use crate::extract::{answer_block, has_boxed, last_boxed};
-use crate::grader::{extract_answer, gold_answer, looks_like_answer, Extraction, Grader};
+use crate::grader::{
+    braces_balanced, extract_answer, gold_answer, looks_like_answer, Extraction, Grader, Unscored,
+};
 use crate::reward::{opt_seconds, opt_str, Reward, RewardOutput};
 use anyhow::{bail, Result};
 use serde_json::Value;
@@ -15,6 +17,8 @@ pub struct R1ZeroScore {
     /// The answer taken from the response (None when the format is wrong or the box unbalanced).
     pub pred_answer: Option<String>,
     pub gold_answer: String,
+    /// Why the answer could not be graded (it scores 0): a timeout, nesting, an unclosed box.
+    pub error: Option<Unscored>,
 }
 
 /// r1_zero: format reward 1 iff the response has `</think> <answer>` and `</answer>`; the answer
@@ -22,31 +26,32 @@ pub struct R1ZeroScore {
 /// reward 1 iff it matches the ground truth; reward = answer reward.
 pub fn r1_zero(grader: &Grader, response: &str, ground_truth: &str) -> R1ZeroScore {
     let gold = gold_answer(ground_truth);
-    let zero = |format: f64, pred: Option<String>, gold: String| R1ZeroScore {
+    let zero = |format: f64, pred: Option<String>, gold: String, error| R1ZeroScore {
         format_reward: format,
         answer_reward: 0.0,
         reward: 0.0,
         pred_answer: pred,
         gold_answer: gold,
+        error,
     };
     if !(response.contains("</think> <answer>") && response.contains("</answer>")) {
-        return zero(0.0, None, gold);
+        return zero(0.0, None, gold, None);
     }
     let block = answer_block(response).unwrap_or_default();
     let pred = if has_boxed(&block) {
         match last_boxed(&block) {
             Some(b) => b,
-            None => return zero(1.0, None, gold),
+            None => return zero(1.0, None, gold, Some(Unscored::Unbalanced)),
         }
     } else {
         block.trim().to_string()
     };
-    let mut correct = grader.answers_match(&gold, &pred);
+    let (mut correct, mut error) = grader.judge(&gold, &pred);
     let mut taken = pred.clone();
     // Prose inside the tags ("The answer is 5."): read the answer out of it.
     if !correct && !looks_like_answer(&pred) {
         if let Some(inner) = extract_answer(&pred, Extraction::Strict) {
-            correct = grader.answers_match(&gold, &inner);
+            (correct, error) = grader.judge(&gold, &inner);
             taken = inner;
         }
     }
@@ -57,6 +62,7 @@ pub fn r1_zero(grader: &Grader, response: &str, ground_truth: &str) -> R1ZeroSco
         reward: a,
         pred_answer: Some(taken),
         gold_answer: gold,
+        error,
     }
 }
 
@@ -81,8 +87,11 @@ impl Reward for R1Zero {
 
     fn score(&self, _prompt: &str, completion: &str, gt: &str, _meta: &Value) -> RewardOutput {
         let s = r1_zero(&self.grader, completion, gt);
-        RewardOutput::new(s.reward)
-            .with("format_reward", s.format_reward)
+        let out = match s.error {
+            Some(e) => RewardOutput::failed(e.as_str()),
+            None => RewardOutput::new(s.reward),
+        };
+        out.with("format_reward", s.format_reward)
             .with("answer_reward", s.answer_reward)
     }
 }
@@ -122,12 +131,19 @@ impl Reward for AnswerReward {
     fn score(&self, _prompt: &str, completion: &str, gt: &str, _meta: &Value) -> RewardOutput {
         let gold = gold_answer(gt);
         let pred = extract_answer(completion, self.mode);
-        let correct = pred
-            .as_deref()
-            .is_some_and(|p| self.grader.answers_match(&gold, p));
+        let (correct, mut error) = match pred.as_deref() {
+            Some(p) => self.grader.judge(&gold, p),
+            None => (false, None),
+        };
+        if !correct && error.is_none() && !braces_balanced(completion) {
+            error = Some(Unscored::Unbalanced);
+        }
         let a = if correct { 1.0 } else { 0.0 };
-        RewardOutput::new(a)
-            .with("answer_reward", a)
+        let out = match error {
+            Some(e) => RewardOutput::failed(e.as_str()),
+            None => RewardOutput::new(a),
+        };
+        out.with("answer_reward", a)
             .with("answer_found", if pred.is_some() { 1.0 } else { 0.0 })
     }
 }

@@ -9,6 +9,10 @@ use std::collections::BTreeMap;
 pub struct RewardOutput {
     pub reward: f64,
     pub metrics: BTreeMap<String, f64>,
+    /// Why the response could not be scored (`timeout`, `too_deep`, `unbalanced`, a failed
+    /// command): the reward is 0 and the trainer counts it in `reward/errors`. A wrong answer
+    /// is not an error.
+    pub error: Option<String>,
 }
 
 impl RewardOutput {
@@ -16,6 +20,15 @@ impl RewardOutput {
         RewardOutput {
             reward,
             metrics: BTreeMap::new(),
+            error: None,
+        }
+    }
+
+    /// Reward 0 because the response could not be scored, for `reason`.
+    pub fn failed(reason: impl Into<String>) -> Self {
+        RewardOutput {
+            error: Some(reason.into()),
+            ..RewardOutput::new(0.0)
         }
     }
 

@@ -431,3 +431,73 @@ fn never_panics_on_odd_text() {
         }
     }
 }
+
+#[test]
+fn rounded_gold_is_answered_by_an_exact_value_that_rounds_to_it() {
+    check(&[
+        ("0.33", "\\frac13", true),
+        ("0.333", "\\frac{1}{3}", true),
+        ("2.6667", "\\frac83", true),
+        ("1.41", "\\sqrt2", true),
+        ("3.14", "\\pi", true),
+        ("-0.67", "-\\frac23", true),
+        ("0.34", "\\frac13", false),
+        // The prediction is the rounding: not accepted for an exact gold.
+        ("\\frac13", "0.33", false),
+        // A terminating exact value or a decimal compares as it is.
+        ("0.33", "\\frac{33}{100}", true),
+        ("0.33", "\\frac{331}{1000}", false),
+        ("0.33", "0.333", false),
+        // One decimal is taken as exact: 2.45 does not answer 2.5.
+        ("2.5", "\\frac{49}{20}", false),
+        ("(0.6, 2.6667]", "(\\frac35, \\frac83]", true),
+        (
+            "\\begin{pmatrix}0.33\\\\0.5\\end{pmatrix}",
+            "\\begin{pmatrix}\\frac13\\\\\\frac12\\end{pmatrix}",
+            true,
+        ),
+    ]);
+}
+
+#[test]
+fn inequalities_answer_intervals_and_unions() {
+    check(&[
+        ("(0,1)", "0<f(x)<1", true),
+        ("(0,1)", "0<f(x)\\le 1", false),
+        ("[2,5)", "2 \\le x < 5", true),
+        ("(3,\\infty)", "x>3", true),
+        ("(3,\\infty)", "x \\ge 3", false),
+        (
+            "(-\\infty,1]\\cup[2,\\infty)",
+            "x \\le 1 \\text{ or } x \\ge 2",
+            true,
+        ),
+        (
+            "(-\\infty,1]\\cup[2,\\infty)",
+            "x \\ge 2 \\text{ or } x \\le 1",
+            true,
+        ),
+        (
+            "(-\\infty,1]\\cup[2,\\infty)",
+            "x < 1 \\text{ or } x \\ge 2",
+            false,
+        ),
+    ]);
+}
+
+#[test]
+fn thousands_groups_are_not_decimal_commas() {
+    check(&[
+        ("1234", "1,234", true),
+        ("1.234", "1,234", false),
+        ("0.234", "0,234", true),
+        ("2.74", "2,74", true),
+        ("1234567", "1,234,567", true),
+        ("1234.5", "1,234.5", true),
+        (
+            "99, 100",
+            "The roots are $\\boxed{99}$ and $\\boxed{100}$.",
+            true,
+        ),
+    ]);
+}

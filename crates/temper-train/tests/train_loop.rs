@@ -278,6 +278,55 @@ fn a_crashing_reward_stops_or_scores_zero_as_configured() {
     assert!(metrics(&t)[0]["reward/errors"].as_f64().unwrap() > 0.0);
 }
 
+/// A grader that gives up on every other response (as the math grader does on a timeout or
+/// unbalanced braces): reward 0, counted in `reward/errors`, the run goes on even with
+/// `on_error = "fail"`, and the rollout log says why.
+struct GivesUp;
+impl temper_reward::Reward for GivesUp {
+    fn name(&self) -> &str {
+        "gives_up"
+    }
+    fn score(
+        &self,
+        _: &str,
+        c: &str,
+        _: &str,
+        _: &serde_json::Value,
+    ) -> temper_reward::RewardOutput {
+        if c.len().is_multiple_of(2) {
+            return temper_reward::RewardOutput::failed("too_deep");
+        }
+        temper_reward::RewardOutput::new(c.len() as f64)
+    }
+}
+
+#[test]
+fn unscorable_responses_score_zero_and_are_counted() {
+    let root = common::temp_dir("gives-up");
+    let mut t = Trainer::create(
+        tiny_config(&root, &["trainer.total_training_steps=1"]),
+        "g",
+        &[],
+    )
+    .unwrap();
+    t.reward = Box::new(GivesUp);
+    t.fit().unwrap();
+    let rollouts = std::fs::read_to_string(t.run.root.join("rollouts/step_1.jsonl")).unwrap();
+    let (mut even, mut flagged) = (0, 0);
+    for line in rollouts.lines() {
+        let v: serde_json::Value = serde_json::from_str(line).unwrap();
+        let even_len = v["completion"].as_str().unwrap().len().is_multiple_of(2);
+        even += even_len as usize;
+        if v["reward_error"] == "too_deep" {
+            flagged += 1;
+            assert_eq!(v["score"].as_f64(), Some(0.0));
+        }
+    }
+    assert!(even > 0, "some responses were unscorable");
+    assert_eq!(flagged, even);
+    assert_eq!(metrics(&t)[0]["reward/errors"].as_f64(), Some(even as f64));
+}
+
 #[test]
 fn dapo_filtering_and_off_policy_epochs_run() {
     let root = common::temp_dir("dapo");

@@ -39,6 +39,7 @@ fn grade_one(grader: &Grader, use_r1: bool, gold: &str, pred: &str) -> Value {
             "reward": s.reward,
             "gold_answer": s.gold_answer,
             "pred_answer": s.pred_answer,
+            "error": s.error,
         })
     } else {
         let g = grader.grade(gold, pred);
@@ -50,6 +51,7 @@ fn grade_one(grader: &Grader, use_r1: bool, gold: &str, pred: &str) -> Value {
             "reward": a,
             "gold_answer": g.gold_answer,
             "pred_answer": g.pred_answer,
+            "error": g.error,
         })
     }
 }
@@ -92,17 +94,32 @@ pub fn run(args: Args) -> Result<()> {
                 ))
             };
             let (mut n, mut bad, mut first_err) = (0usize, 0usize, None);
-            for (i, line) in reader.lines().enumerate() {
-                let line = line.with_context(|| format!("reading {name} line {}", i + 1))?;
+            // Grader give-ups (timeout, nesting, unbalanced braces, text that is not UTF-8):
+            // reward 0, counted by reason.
+            let mut unscored: std::collections::BTreeMap<String, usize> = Default::default();
+            for (i, bytes) in reader.split(b'\n').enumerate() {
+                let bytes = bytes.with_context(|| format!("reading {name} line {}", i + 1))?;
                 n += 1;
+                let Ok(line) = String::from_utf8(bytes) else {
+                    *unscored.entry("not_utf8".into()).or_default() += 1;
+                    let row = json!({"correct": false, "reward": 0.0, "error": "not_utf8"});
+                    writeln!(out, "{row}")?;
+                    continue;
+                };
+                let line = line.strip_suffix('\r').unwrap_or(&line);
                 let result = (|| -> Result<Value> {
-                    let v: Value = serde_json::from_str(&line).context("not a JSON object")?;
+                    let v: Value = serde_json::from_str(line).context("not a JSON object")?;
                     let g = text_field(&v, "gold")?;
                     let p = text_field(&v, "pred")?;
                     Ok(grade_one(&grader, args.r1_zero, &g, &p))
                 })();
                 let row = match result {
-                    Ok(v) => v,
+                    Ok(v) => {
+                        if let Some(e) = v["error"].as_str() {
+                            *unscored.entry(e.to_string()).or_default() += 1;
+                        }
+                        v
+                    }
                     Err(e) => {
                         // Keep one output line per input line; the run fails at the end.
                         bad += 1;
@@ -114,6 +131,14 @@ pub fn run(args: Args) -> Result<()> {
                 writeln!(out, "{row}")?;
             }
             out.flush()?;
+            if !unscored.is_empty() {
+                let total: usize = unscored.values().sum();
+                let parts: Vec<String> = unscored.iter().map(|(k, v)| format!("{k} {v}")).collect();
+                eprintln!(
+                    "temper grade: {total} of {n} lines could not be graded and score 0 ({})",
+                    parts.join(", ")
+                );
+            }
             if let Some(e) = first_err {
                 bail!("{bad} of {n} lines could not be graded; first: {e}");
             }

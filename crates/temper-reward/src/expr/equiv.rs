@@ -4,7 +4,8 @@
 use super::eval::{eval_complex, exact_value};
 use super::{Expr, RelOp};
 use num_complex::Complex64;
-use num_traits::ToPrimitive;
+use num_rational::BigRational;
+use num_traits::{One, ToPrimitive, Zero};
 use rand::{Rng, SeedableRng};
 use std::time::Instant;
 
@@ -120,6 +121,9 @@ fn equiv(g: &Expr, p: &Expr, o: &EquivOptions) -> bool {
             },
         ) => t.len() == 2 && equiv(lo, &t[0], o) && equiv(hi, &t[1], o),
         (Union(a), Union(b)) => unordered(a, b, o),
+        (Union(a), List(b)) | (List(b), Union(a)) => {
+            rels_to_union(b).is_some_and(|b| unordered(a, &b, o))
+        }
         (Set(a), Set(b)) | (Set(a), List(b)) | (List(a), Set(b)) | (List(a), List(b)) => {
             unordered(a, b, o)
         }
@@ -215,7 +219,7 @@ fn rel_to_interval(e: &Expr) -> Option<Expr> {
     let neg_inf = || Expr::Neg(Box::new(Expr::Inf));
     let closed = |op: RelOp| matches!(op, RelOp::Le | RelOp::Ge);
     match (terms.len(), ops.as_slice()) {
-        (3, [a, b]) if matches!(terms[1], Expr::Sym(_)) => {
+        (3, [a, b]) if is_variable(&terms[1]) => {
             let up = |op: &RelOp| matches!(op, RelOp::Lt | RelOp::Le);
             let down = |op: &RelOp| matches!(op, RelOp::Gt | RelOp::Ge);
             if up(a) && up(b) {
@@ -238,8 +242,8 @@ fn rel_to_interval(e: &Expr) -> Option<Expr> {
         }
         (2, [op]) => {
             let (sym_left, other) = match (&terms[0], &terms[1]) {
-                (Expr::Sym(_), x) => (true, x.clone()),
-                (x, Expr::Sym(_)) => (false, x.clone()),
+                (v, x) if is_variable(v) => (true, x.clone()),
+                (x, v) if is_variable(v) => (false, x.clone()),
                 _ => return None,
             };
             // Normalise to `x op other`.
@@ -252,6 +256,29 @@ fn rel_to_interval(e: &Expr) -> Option<Expr> {
         }
         _ => None,
     }
+}
+
+/// The bounded quantity of an inequality: a variable (`x`) or a function of variables (`f(x)`,
+/// read as a product of names).
+fn is_variable(e: &Expr) -> bool {
+    match e {
+        Expr::Sym(_) => true,
+        Expr::Mul(a, b) => is_variable(a) && is_variable(b),
+        Expr::Call(_, args) => args.iter().all(is_variable),
+        _ => false,
+    }
+}
+
+/// Inequalities joined by "or" (`x \le 1 \text{ or } x \ge 2`) as the union of their intervals.
+fn rels_to_union(items: &[Expr]) -> Option<Vec<Expr>> {
+    items
+        .iter()
+        .map(|e| match e {
+            Expr::Rel { .. } => rel_to_interval(e),
+            Expr::Interval { .. } => Some(e.clone()),
+            _ => None,
+        })
+        .collect()
 }
 
 fn interval(lo: Expr, hi: Expr, lo_closed: bool, hi_closed: bool) -> Expr {
@@ -401,6 +428,69 @@ fn has_inf(e: &Expr) -> bool {
     }
 }
 
+/// A gold written as a decimal with 2 to 5 digits after the point (`0.33`, `2.6667`) is a
+/// rounding: a prediction with no decimal point whose value never terminates (`\frac13`,
+/// `\sqrt2`, `\pi`) answers it when it rounds (half away from zero) to the gold at the gold's
+/// precision. Exact terminating values (`\frac{33}{100}`) and decimals compare as they are, and a
+/// one-digit gold (`2.5`) is taken as exact.
+fn rounds_to_gold(g: &Expr, p: &Expr) -> bool {
+    if let Expr::Neg(g) = g {
+        return rounds_to_gold(g, &Expr::Neg(Box::new(p.clone())));
+    }
+    let Expr::Num {
+        value: gold,
+        decimals: d @ 2..ROUNDED_DECIMALS,
+    } = g
+    else {
+        return false;
+    };
+    if max_decimals(p) > 0 || has_inf(p) || !p.is_scalar() {
+        return false;
+    }
+    let mut syms = vec![];
+    p.symbols(&mut syms);
+    if !syms.is_empty() {
+        return false;
+    }
+    let scale = num_bigint::BigInt::from(10u32).pow(*d);
+    let gold_scaled = gold * BigRational::from_integer(scale.clone());
+    if !gold_scaled.is_integer() {
+        return false;
+    }
+    let rounded = match exact_value(p) {
+        Some(v) => {
+            if terminates(&v) {
+                return false;
+            }
+            (v * BigRational::from_integer(scale)).round()
+        }
+        None => {
+            let z = eval_complex(p, &[]);
+            if !(finite(z) && z.im.abs() <= 1e-12 * z.re.abs().max(1.0)) {
+                return false;
+            }
+            let x = (z.re * 10f64.powi(*d as i32)).round();
+            match BigRational::from_float(x) {
+                Some(r) => r,
+                None => return false,
+            }
+        }
+    };
+    rounded == gold_scaled
+}
+
+/// Whether a rational has a finite decimal expansion (its reduced denominator is 2^a 5^b).
+fn terminates(v: &BigRational) -> bool {
+    let mut d = v.denom().clone();
+    for f in [2u32, 5] {
+        let f = num_bigint::BigInt::from(f);
+        while (&d % &f).is_zero() {
+            d /= &f;
+        }
+    }
+    d.is_one()
+}
+
 fn scalar_equiv(g: &Expr, p: &Expr, o: &EquivOptions) -> bool {
     if g == p {
         return true;
@@ -411,6 +501,9 @@ fn scalar_equiv(g: &Expr, p: &Expr, o: &EquivOptions) -> bool {
         let a = eval_complex(g, &[]);
         let b = eval_complex(p, &[]);
         return a.im == 0.0 && b.im == 0.0 && a.re.is_infinite() && a.re == b.re;
+    }
+    if rounds_to_gold(g, p) {
+        return true;
     }
     if let (Some(a), Some(b)) = (exact_value(g), exact_value(p)) {
         if a == b {

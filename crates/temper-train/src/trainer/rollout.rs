@@ -17,6 +17,8 @@ pub(crate) struct Group {
     pub texts: Vec<String>,
     pub scores: Vec<f64>,
     pub reward_metrics: Vec<BTreeMap<String, f64>>,
+    /// Per sample, why the reward could not score it (None when it could).
+    pub reward_error_reasons: Vec<Option<String>>,
     pub reward_errors: usize,
 }
 
@@ -159,6 +161,7 @@ impl Trainer {
                 texts: vec![],
                 scores: vec![],
                 reward_metrics: vec![],
+                reward_error_reasons: vec![],
                 reward_errors: 0,
             })
             .collect();
@@ -231,12 +234,20 @@ impl Trainer {
         for g in groups.iter_mut() {
             g.scores = vec![0.0; g.samples.len()];
             g.reward_metrics = vec![BTreeMap::new(); g.samples.len()];
+            g.reward_error_reasons = vec![None; g.samples.len()];
         }
         for (g, k, out) in results {
             match out {
                 Ok(o) => {
-                    groups[g].scores[k] = o.reward;
+                    // A response the reward could not score (a grader timeout, a failed
+                    // command) scores 0 and is counted; it is the response's fault, not the
+                    // reward's, so `on_error = "fail"` does not stop the run for it.
+                    if o.error.is_some() {
+                        groups[g].reward_errors += 1;
+                    }
+                    groups[g].scores[k] = if o.error.is_some() { 0.0 } else { o.reward };
                     groups[g].reward_metrics[k] = o.metrics;
+                    groups[g].reward_error_reasons[k] = o.error;
                 }
                 Err(e) => {
                     let ex = groups[g].example;

@@ -410,6 +410,7 @@ impl Trainer {
                     "score": g.scores[k],
                     "reward": seq_rewards[row],
                     "reward_metrics": g.reward_metrics[k],
+                    "reward_error": g.reward_error_reasons[k],
                     "advantage": adv[row].first().copied().unwrap_or(0.0),
                     "policy_version": g.policy_version,
                     "finish": s.finish,
