@@ -1,0 +1,79 @@
+//! Tasks: where questions come from and how a response to one is scored. A task is what a
+//! single-turn episode answers and what a debate argues about (its R1 reward is the task's).
+pub mod qa;
+pub mod sat;
+pub mod summary;
+pub mod summary_rewards;
+
+use anyhow::{bail, Result};
+use serde::Serialize;
+use serde_json::Value;
+use std::collections::BTreeMap;
+
+/// One question of a task.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct Question {
+    /// Its id (the advantage group of its episodes), stable across runs.
+    pub id: String,
+    /// The user message.
+    pub prompt: String,
+    /// The reference answer, where the task has one.
+    pub answer: Option<String>,
+    /// The text a summary is of (summary task).
+    pub article: Option<String>,
+}
+
+/// A scored response.
+#[derive(Clone, Debug, Default, Serialize, PartialEq)]
+pub struct Scored {
+    pub reward: f64,
+    pub metrics: BTreeMap<String, f64>,
+    /// The response had no answer in the task's format (counted, reward 0 or the task's penalty).
+    pub parse_failed: bool,
+    /// What the reward read out of the response (the `<SOLUTION>` content, the summary).
+    pub extracted: Option<String>,
+}
+
+pub trait Task: Send + Sync {
+    fn name(&self) -> &str;
+    fn len(&self) -> usize;
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    fn question(&self, i: usize) -> Question;
+    fn score(&self, q: &Question, response: &str) -> Scored;
+}
+
+/// Names accepted by [`task_by_name`].
+pub const TASK_NAMES: &[&str] = &["qa", "summary", "sat"];
+
+/// Build a task. `rows` are the dataset's records (`None`: the task's built-in set, where it
+/// has one); `opts` the `env.*` settings it reads.
+pub fn task_by_name(name: &str, rows: Option<Vec<Value>>, opts: &Value) -> Result<Box<dyn Task>> {
+    Ok(match name {
+        "qa" => Box::new(qa::Qa::new(rows, opts)?),
+        "summary" => Box::new(summary::Summary::new(rows, opts)?),
+        "sat" => Box::new(sat::Sat::new(opts)?),
+        other => bail!("unknown task {other:?}; known: {}", TASK_NAMES.join(", ")),
+    })
+}
+
+/// A string option with a default; a wrong type is an error naming the key.
+pub(crate) fn opt_str<'a>(opts: &'a Value, key: &str, default: &'a str) -> Result<&'a str> {
+    match opts.get(key) {
+        None | Some(Value::Null) => Ok(default),
+        Some(Value::String(s)) => Ok(s),
+        Some(v) => bail!("env.{key} must be a string, got {v}"),
+    }
+}
+
+/// A number option with a default.
+pub(crate) fn opt_f64(opts: &Value, key: &str, default: f64) -> Result<f64> {
+    match opts.get(key) {
+        None | Some(Value::Null) => Ok(default),
+        Some(v) => v
+            .as_f64()
+            .filter(|x| x.is_finite())
+            .ok_or_else(|| anyhow::anyhow!("env.{key} must be a number, got {v}")),
+    }
+}
