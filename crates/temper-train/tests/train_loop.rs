@@ -1,15 +1,8 @@
 //! End-to-end loop tests on a tiny random model (seconds each).
 mod common;
-use common::{tiny_config, weights, AsciiFraction};
+use common::{same_weights, tiny_config, weights, AsciiFraction};
 use std::collections::BTreeMap;
 use temper_train::trainer::Trainer;
-
-fn same_weights(a: &[(String, tch::Tensor)], b: &[(String, tch::Tensor)]) -> bool {
-    a.len() == b.len()
-        && a.iter()
-            .zip(b)
-            .all(|((na, ta), (nb, tb))| na == nb && ta.equal(tb))
-}
 
 fn metrics(t: &Trainer) -> Vec<BTreeMap<String, serde_json::Value>> {
     t.run.read_metrics().unwrap()

@@ -14,7 +14,8 @@
 //! + 0.15 * shape         0.3 if it holds exactly N bits
 //! + 0.10 * no_trailing   max(0, 0.2 - 0.001 * characters after the closing tag), with a tag pair
 //! + 0.05 * charset       0.1 if the tag content is only 0/1 and whitespace
-//! so a correct, clean answer scores 1 + 0.045 + 0.02 + 0.045 + 0.02 + 0.005 = 1.135.
+//!
+//! So a correct, clean answer scores 1 + 0.045 + 0.02 + 0.045 + 0.02 + 0.005 = 1.135.
 use super::{opt_f64, opt_str, Question, Scored, Task};
 use anyhow::{bail, Result};
 use rand::{Rng, SeedableRng};

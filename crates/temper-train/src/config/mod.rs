@@ -3,10 +3,12 @@
 //! A config is assembled from a TOML file plus dotted overrides (see [`load`]); every key is checked
 //! against the schema below (the serialized [`Config::default`]), so a typo is an error with a
 //! did-you-mean, never a silently ignored setting.
+mod env;
 mod load;
 mod rollout;
 mod sweep;
 
+pub use env::EnvConfig;
 pub use load::{load_config, parse_override, ConfigSource, Loaded};
 pub use rollout::RolloutConfig;
 pub use sweep::{expand_sweeps, SweepRun};
@@ -25,6 +27,7 @@ pub struct Config {
     pub reward: RewardConfig,
     pub trainer: TrainerConfig,
     pub eval: EvalConfig,
+    pub env: EnvConfig,
 }
 
 /// `model`: what to train (verl's `actor_rollout_ref.model`).
@@ -510,8 +513,10 @@ impl Config {
                 self.rollout.async_steps
             );
         }
+        self.env.validate(self.rollout.n)?;
         let d = &self.data;
-        if d.task.is_none() && d.train_files.is_empty() {
+        // Environments with a built-in question set need no data files.
+        if d.task.is_none() && d.train_files.is_empty() && !self.env.enabled() {
             bail!("data.train_files is empty and data.task is not set: nothing to train on");
         }
         one_of(

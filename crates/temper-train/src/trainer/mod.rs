@@ -1,6 +1,9 @@
 //! The GRPO loop: rollout -> reward -> advantages -> old/ref logprobs -> PPO epochs over
 //! mini-batches with gradient accumulation -> AdamW; plus evaluation, checkpoints and resume.
 mod batch;
+mod env_logs;
+mod env_runtime;
+mod env_step;
 mod eval;
 mod partition;
 mod rollout;
@@ -57,6 +60,8 @@ pub struct Trainer {
     warned: std::collections::BTreeSet<&'static str>,
     /// The rollout servers when `rollout.backend` is remote.
     pub(crate) remote: Option<servers::RolloutServers>,
+    /// The environment of an `env.name` run (None: prompts + reward).
+    pub(crate) env: Option<env_runtime::EnvRuntime>,
     /// A test seam: called with the parameters between a step's old-logprob pass and its update
     /// (to show that `trainer.check_on_policy` fires when the two passes see different weights).
     #[doc(hidden)]
@@ -277,8 +282,26 @@ impl Trainer {
         };
 
         let seed = cfg.data.seed.unwrap_or(cfg.trainer.seed);
-        let train = load_dataset(&cfg.data, seed, true)?.context("no training data")?;
-        let val = load_dataset(&cfg.data, seed, false)?;
+        let (env, train, val) = if cfg.env.enabled() {
+            if dist.world > 1 {
+                bail!(
+                    "env.name = {:?} runs in one process for now (got a world of {})",
+                    cfg.env.name,
+                    dist.world
+                );
+            }
+            let (env, questions) = env_runtime::EnvRuntime::build(
+                &cfg,
+                &tokenizer,
+                &gen.eos_token_ids,
+                device,
+                compute,
+            )?;
+            (Some(env), questions, None)
+        } else {
+            let train = load_dataset(&cfg.data, seed, true)?.context("no training data")?;
+            (None, train, load_dataset(&cfg.data, seed, false)?)
+        };
         let reward = build_reward(&cfg)?;
         let template = PromptTemplate::from_config(
             &cfg.data.prompt_template,
@@ -343,6 +366,7 @@ impl Trainer {
             warned: Default::default(),
             before_update: None,
             remote,
+            env,
         })
     }
 

@@ -13,7 +13,7 @@ use tch::{Kind, Tensor};
 use temper_rollout::{Finish, Sample, SamplingParams};
 
 impl Trainer {
-    fn train_params(&self) -> SamplingParams {
+    pub(crate) fn train_params(&self) -> SamplingParams {
         let r = &self.cfg.rollout;
         SamplingParams {
             n: r.n,
@@ -29,6 +29,9 @@ impl Trainer {
 
     /// One step (1-based `step`); returns its metrics.
     pub(crate) fn train_step(&mut self, step: usize) -> Result<StepMetrics> {
+        if self.env.is_some() {
+            return self.env_step(step);
+        }
         let t_step = Instant::now();
         let mut m = StepMetrics::new();
         let n = self.cfg.rollout.n;

@@ -169,3 +169,11 @@ pub fn weights(t: &temper_train::trainer::Trainer) -> Vec<(String, tch::Tensor)>
         .map(|(n, p)| (n, p.detach().copy()))
         .collect()
 }
+
+/// Whether two weight lists (from [`weights`]) are bitwise equal.
+pub fn same_weights(a: &[(String, tch::Tensor)], b: &[(String, tch::Tensor)]) -> bool {
+    a.len() == b.len()
+        && a.iter()
+            .zip(b)
+            .all(|((na, ta), (nb, tb))| na == nb && ta.equal(tb))
+}

@@ -1,0 +1,322 @@
+//! One training step of an environment run (`env.name`): the step's questions become episode
+//! groups (the `n` answers to a question, or its `n / 2` debates), all advanced together by the
+//! batched engine; the finished episodes become datums with per-token advantages and masks
+//! (GRPO over a question's answers for one-turn tasks, the debate training mode for debates);
+//! the policy loss trains on them; the step's files go to the run folder.
+use super::batch::{to_rows, Batch};
+use super::env_logs;
+use super::partition::Partition;
+use super::rollout::mix;
+use super::stats::{put_mmm, StepMetrics};
+use super::Trainer;
+use anyhow::{bail, Result};
+use std::time::Instant;
+use tch::{Kind, Tensor};
+use temper_env::debate::DebateGroup;
+use temper_env::single_turn::SingleTurn;
+use temper_env::train_data::{debate_datums, episode_datums};
+use temper_env::{advantage_stats, run_groups, Datum, EnvGroup, Responder, Sampler};
+use temper_rollout::{Engine, EngineConfig, Request, Sample, SamplingParams};
+
+/// The sampler the episodes see: the trainer's (in process or on the servers) for the policy,
+/// the frozen judge model in process for `Responder::Judge`.
+struct StepSampler<'a> {
+    t: &'a Trainer,
+    seed: u64,
+}
+
+impl Sampler for StepSampler<'_> {
+    fn generate(&mut self, who: Responder, requests: &[Request]) -> Result<Vec<Sample>> {
+        match who {
+            Responder::Policy => self.t.sample(requests, self.seed, true),
+            Responder::Judge => {
+                let judge = self
+                    .t
+                    .env
+                    .as_ref()
+                    .and_then(|e| e.debate.as_ref())
+                    .and_then(|d| d.judge_model.as_ref())
+                    .ok_or_else(|| anyhow::anyhow!("a judge request without env.judge_model"))?;
+                Engine::new(judge, self.t.eos_ids.clone())
+                    .with_decoder(&self.t.tokenizer)
+                    .with_config(EngineConfig {
+                        max_batch_rows: self.t.cfg.rollout.max_num_seqs,
+                        seed: self.seed,
+                        ..EngineConfig::default()
+                    })
+                    .generate(requests, &mut |_| {})
+            }
+        }
+    }
+    fn decode(&self, ids: &[i64]) -> Result<String> {
+        self.t.tokenizer.decode(ids, true)
+    }
+}
+
+impl Trainer {
+    pub(crate) fn env_step(&mut self, step: usize) -> Result<StepMetrics> {
+        let t_step = Instant::now();
+        let mut m = StepMetrics::new();
+        let batch_index = self.state.batches_drawn;
+        self.state.batches_drawn += 1;
+        let (_, questions) = self.order.batch(batch_index);
+        let seed = mix(self.cfg.trainer.seed, batch_index as u64, 0x656e_7673);
+        let env = self
+            .env
+            .as_ref()
+            .expect("env_step runs with an environment");
+        let task = env.task.as_ref();
+        let n = self.cfg.rollout.n;
+
+        // 1. Episodes.
+        let t_gen = Instant::now();
+        let mut singles: Vec<SingleTurn> = vec![];
+        let mut debates: Vec<DebateGroup> = vec![];
+        for (pos, &qi) in questions.iter().enumerate() {
+            let q = task.question(qi);
+            let qseed = mix(seed, qi as u64, pos as u64);
+            match &env.debate {
+                Some(d) => {
+                    let seeds: Vec<u64> = (0..n / 2).map(|k| mix(qseed, k as u64, 1)).collect();
+                    debates.push(DebateGroup::new(
+                        q,
+                        task,
+                        &self.tokenizer,
+                        &d.turns,
+                        &d.cfg,
+                        &seeds,
+                    )?);
+                }
+                None => {
+                    let where_ = format!("env question {qi}");
+                    let example = &self.train.examples[qi];
+                    let Some(prompt) = self.prompt_ids(example, &where_)? else {
+                        bail!("{where_}: the prompt is longer than data.max_prompt_length");
+                    };
+                    let params = SamplingParams {
+                        seed: Some(qseed),
+                        ..self.train_params()
+                    };
+                    singles.push(SingleTurn::new(q, task, prompt, params));
+                }
+            }
+        }
+        {
+            let is_debate = !debates.is_empty();
+            let mut groups: Vec<Box<dyn EnvGroup + '_>> = vec![];
+            groups.extend(singles.iter_mut().map(|g| Box::new(g) as Box<dyn EnvGroup>));
+            groups.extend(debates.iter_mut().map(|g| Box::new(g) as Box<dyn EnvGroup>));
+            let mut sampler = StepSampler { t: self, seed };
+            run_groups(&mut sampler, &mut groups, &mut |round, asks| {
+                if is_debate && self.dist.is_root() {
+                    match round {
+                        1..=3 => eprintln!("[debate] Round {round}/3: {asks} turns"),
+                        _ => eprintln!("[debate] Judge: {asks} verdicts"),
+                    }
+                }
+            })?;
+        }
+        m.insert("timing_s/gen".into(), t_gen.elapsed().as_secs_f64());
+
+        // 2. Datums.
+        let t_adv = Instant::now();
+        let mut datums: Vec<Datum> = vec![];
+        let mut rewards = vec![];
+        let mut parse_failures = 0usize;
+        if let Some(d) = &env.debate {
+            let (mut total, mut invalid) = (0, 0);
+            for g in &debates {
+                total += g.debates.len();
+                invalid += g.invalid();
+                for deb in &g.debates {
+                    rewards.extend(deb.r1_scores.iter().map(|s| s.reward));
+                    parse_failures += deb.r1_scores.iter().filter(|s| s.parse_failed).count();
+                }
+                datums.extend(debate_datums(g, d.train));
+            }
+            m.insert("env/debates".into(), total as f64);
+            m.insert("env/invalid_verdicts".into(), invalid as f64);
+        } else {
+            // One-turn groups: the configured advantage estimator over each question's answers.
+            let scores: Vec<f64> = singles
+                .iter()
+                .flat_map(|g| g.scores.iter().map(|s| s.reward))
+                .collect();
+            let index: Vec<i64> = singles
+                .iter()
+                .enumerate()
+                .flat_map(|(gi, g)| std::iter::repeat_n(gi as i64, g.episodes.len()))
+                .collect();
+            let lens: Vec<usize> = singles
+                .iter()
+                .flat_map(|g| g.episodes.iter().map(|t| t.completion().len()))
+                .collect();
+            let r = lens.iter().copied().max().unwrap_or(1).max(1);
+            let mask_rows: Vec<f32> = lens
+                .iter()
+                .flat_map(|&l| (0..r).map(move |j| if j < l { 1.0 } else { 0.0 }))
+                .collect();
+            let mask = Tensor::from_slice(&mask_rows).view([lens.len() as i64, r as i64]);
+            let score_t = Tensor::from_slice(&scores).to_kind(Kind::Float);
+            let token_rewards = temper_algo::advantage::outcome_to_token_rewards(&score_t, &mask)?;
+            let adv =
+                temper_algo::compute_advantages(&self.adv_cfg, &token_rewards, &mask, &index)?;
+            let adv_rows = to_rows(&adv.to_kind(Kind::Float));
+            let mut row = 0;
+            for g in &singles {
+                let k = g.episodes.len();
+                let a: Vec<f64> = adv_rows[row..row + k].iter().map(|r| r[0]).collect();
+                let rs: Vec<f64> = g.scores.iter().map(|s| s.reward).collect();
+                parse_failures += g.scores.iter().filter(|s| s.parse_failed).count();
+                datums.extend(episode_datums(&g.episodes, &g.question.id, &rs, &a));
+                rewards.extend(rs);
+                row += k;
+            }
+        }
+        put_mmm(&mut m, "critic/score", &rewards);
+        m.insert("env/parse_failures".into(), parse_failures as f64);
+        m.insert("env/datums".into(), datums.len() as f64);
+        m.insert("timing_s/adv".into(), t_adv.elapsed().as_secs_f64());
+
+        // 3. Logs of the episodes (debate_<k>.json, summary_<k>.json / baseline_<k>.json).
+        if self.dist.is_root() {
+            env_logs::write_episodes(&self.run.root, step, task, &singles, &debates)?;
+        }
+
+        // 4. The update.
+        let stats = advantage_stats(&datums);
+        let (loss, trained_tokens) = match &stats {
+            None if self.cfg.env.skip_zero_advantage || datums.is_empty() => {
+                eprintln!("warning: step {step}: All token advantages are 0.0 (no learning signal); skipping the update");
+                m.insert("batch/skipped_update".into(), 1.0);
+                (0.0, 0.0)
+            }
+            None => bail!(
+                "step {step}: All token advantages are 0.0 (no learning signal): every group's rewards were equal \
+                 (more rollouts per question, another reward or temperature help; env.skip_zero_advantage = true \
+                 skips such steps)"
+            ),
+            Some(line) => {
+                if self.dist.is_root() {
+                    eprintln!("{line}");
+                }
+                m.insert("batch/skipped_update".into(), 0.0);
+                self.train_on_datums(step, &datums, &mut m)?
+            }
+        };
+        let resp: Vec<f64> = datums
+            .iter()
+            .map(|d| d.completion_tokens.len() as f64)
+            .collect();
+        put_mmm(&mut m, "response_length", &resp);
+        if self.dist.is_root() {
+            env_logs::write_training_step(&self.run.root, step, loss, trained_tokens, &datums)?;
+        }
+        if m.get("batch/skipped_update") == Some(&0.0) {
+            self.state.policy_version += 1;
+            self.maybe_sync_rollout_weights()?;
+        }
+        m.insert("timing_s/step".into(), t_step.elapsed().as_secs_f64());
+        m.insert(
+            "training/epoch".into(),
+            self.order.batch(batch_index).0 as f64,
+        );
+        Ok(m)
+    }
+
+    /// The policy loss on `datums` (one mini-batch, `actor.ppo_epochs` passes): returns the
+    /// loss and the number of trained (sampled) tokens.
+    fn train_on_datums(
+        &mut self,
+        step: usize,
+        datums: &[Datum],
+        m: &mut StepMetrics,
+    ) -> Result<(f64, f64)> {
+        let device = self.model.device();
+        let rows: Vec<(&[i64], &[i64], &[f32])> = datums
+            .iter()
+            .map(|d| {
+                (
+                    d.prompt_tokens.as_slice(),
+                    d.completion_tokens.as_slice(),
+                    d.completion_logprobs.as_slice(),
+                )
+            })
+            .collect();
+        let mut batch = Batch::new(&rows, self.pad_id, device);
+        let r = batch.response_len as usize;
+        let pad = |f: &dyn Fn(&Datum) -> Vec<f32>| -> Tensor {
+            let flat: Vec<f32> = datums
+                .iter()
+                .flat_map(|d| {
+                    let mut v = f(d);
+                    v.resize(r, 0.0);
+                    v
+                })
+                .collect();
+            Tensor::from_slice(&flat)
+                .view([datums.len() as i64, r as i64])
+                .to(device)
+        };
+        // Injected tokens are context, not actions: out of the loss.
+        batch.response_mask = pad(&|d| d.completion_mask.iter().map(|&x| x as f32).collect());
+        let advantages = pad(&|d| d.completion_advantages.clone());
+        let trained = batch.response_mask.sum(Kind::Double).double_value(&[]);
+        let nrows = batch.rows;
+        let micro = self
+            .cfg
+            .actor
+            .ppo_micro_batch_size_per_gpu
+            .unwrap_or(nrows)
+            .min(nrows);
+        let partition = Partition {
+            rows: nrows,
+            mini: nrows,
+            micro,
+            shuffle: self.cfg.actor.shuffle,
+            seed: mix(self.cfg.trainer.seed, step as u64, 0x7368_7566),
+            rank: 0,
+            world: 1,
+        };
+        let first = partition.parts(0);
+        let temperature = self.cfg.rollout.temperature;
+        // Several epochs need the old log-probs before the first update changes the weights.
+        let old = if self.cfg.actor.ppo_epochs > 1 || self.cfg.trainer.check_on_policy {
+            let out = Tensor::zeros([nrows as i64, batch.response_len], (Kind::Float, device));
+            tch::no_grad(|| -> Result<()> {
+                for idx in first.iter().flat_map(|mb| &mb.mine) {
+                    let (lp, _) = batch.response_logprobs(&self.model, idx, temperature)?;
+                    let _ = out.shallow_clone().index_copy_(
+                        0,
+                        &Tensor::from_slice(idx).to(device),
+                        &lp,
+                    );
+                }
+                Ok(())
+            })?;
+            Some(out)
+        } else {
+            None
+        };
+        let lr = self.schedule.lr(step - 1);
+        m.insert("actor/lr".into(), lr);
+        let t_upd = Instant::now();
+        let mask = batch.response_mask.shallow_clone();
+        self.update(
+            step,
+            &batch,
+            &partition,
+            first,
+            old.as_ref(),
+            None,
+            &advantages,
+            &mask,
+            None,
+            lr,
+            m,
+        )?;
+        m.insert("timing_s/update".into(), t_upd.elapsed().as_secs_f64());
+        let loss = m.get("actor/pg_loss").copied().unwrap_or(0.0);
+        Ok((loss, trained))
+    }
+}

@@ -1,0 +1,242 @@
+//! Environment runs (`env.name`) on the tiny model: a debate trained by rejection sampling with
+//! the mock judge, the one-turn qa and summary tasks, the zero-advantage stop, and bad input.
+mod common;
+
+use common::{temp_dir, tiny_config};
+use serde_json::Value;
+use temper_train::trainer::Trainer;
+
+fn read(path: &std::path::Path) -> Value {
+    serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+}
+
+fn env_config(root: &std::path::Path, extra: &[&str]) -> temper_train::config::Config {
+    let mut ov = vec![
+        "trainer.total_training_steps=1",
+        "data.max_prompt_length=1024",
+        "data.train_batch_size=2",
+        "actor.ppo_mini_batch_size=1",
+        "actor.ppo_micro_batch_size_per_gpu=2",
+        "rollout.n=4",
+    ];
+    ov.extend_from_slice(extra);
+    tiny_config(root, &ov)
+}
+
+#[test]
+fn a_debate_step_trains_the_winners_and_logs_every_file() {
+    let root = temp_dir("env-debate");
+    let mut t = Trainer::create(
+        env_config(
+            &root,
+            &[
+                "env.name=debate",
+                "env.task=qa",
+                "env.judge=mock",
+                "env.debate_train=rejection",
+            ],
+        ),
+        "d",
+        &[],
+    )
+    .unwrap();
+    let before = common::weights(&t);
+    t.fit().unwrap();
+    let run = t.run.root.clone();
+    // 2 questions x 4 rollouts = 2 x 2 debates.
+    for k in 0..4 {
+        let d = read(&run.join(format!("debate_{k}.json")));
+        let v = d["verdict"].as_str().unwrap();
+        assert!(v == "A" || v == "B", "{v}");
+        for agent in d["agents"].as_array().unwrap() {
+            let rounds = agent["rounds"].as_array().unwrap();
+            assert_eq!(rounds.len(), 3);
+            // Each round's prompt extends the previous prompt and completion.
+            for r in 1..3 {
+                let prev: Vec<i64> = [
+                    &rounds[r - 1]["prompt_tokens"],
+                    &rounds[r - 1]["completion_tokens"],
+                ]
+                .iter()
+                .flat_map(|a| a.as_array().unwrap().iter().map(|x| x.as_i64().unwrap()))
+                .collect();
+                let this: Vec<i64> = rounds[r]["prompt_tokens"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|x| x.as_i64().unwrap())
+                    .collect();
+                assert!(this.len() > prev.len() && this[..prev.len()] == prev[..]);
+            }
+            assert!(agent["r1_task_reward"].is_number());
+        }
+    }
+    let step = read(&run.join("training_step_1.json"));
+    let datums = step["datums"].as_array().unwrap();
+    assert_eq!(datums.len(), 4, "one winner per debate");
+    let mut trained = 0;
+    for d in datums {
+        let len = d["completion_tokens"].as_array().unwrap().len();
+        assert!(len > 0);
+        for key in [
+            "completion_logprobs",
+            "completion_advantages",
+            "completion_mask",
+        ] {
+            assert_eq!(d[key].as_array().unwrap().len(), len, "{key}");
+        }
+        let mask: Vec<i64> = d["completion_mask"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|x| x.as_i64().unwrap())
+            .collect();
+        let t_sampled = mask.iter().sum::<i64>();
+        trained += t_sampled;
+        for (a, m) in d["completion_advantages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .zip(&mask)
+        {
+            let want = if *m == 1 { 1.0 / t_sampled as f64 } else { 0.0 };
+            assert!((a.as_f64().unwrap() - want).abs() < 1e-6);
+        }
+        assert!(d["group"].as_str().unwrap().starts_with("qa-"));
+        assert_eq!(d["reward"].as_f64(), Some(1.0));
+    }
+    assert_eq!(step["num_trained_tokens"].as_i64(), Some(trained));
+    assert!(step["loss"].as_f64().unwrap().is_finite());
+    assert!(
+        !common::same_weights(&before, &common::weights(&t)),
+        "the update changed the weights"
+    );
+    let m: Value = serde_json::from_str(
+        std::fs::read_to_string(run.join("metrics.jsonl"))
+            .unwrap()
+            .lines()
+            .next()
+            .unwrap(),
+    )
+    .unwrap();
+    assert_eq!(m["env/debates"].as_f64(), Some(4.0));
+    assert_eq!(m["env/invalid_verdicts"].as_f64(), Some(0.0));
+}
+
+#[test]
+fn one_turn_tasks_stop_on_all_zero_advantages_unless_told_to_skip() {
+    // The tiny model never writes <SOLUTION> tags: every reward is 0.
+    let root = temp_dir("env-qa");
+    let mut t = Trainer::create(env_config(&root, &["env.name=qa"]), "q", &[]).unwrap();
+    let e = format!("{:#}", t.fit().unwrap_err());
+    assert!(e.contains("All token advantages are 0.0"), "{e}");
+    // The step's episodes were logged before it stopped.
+    assert!(t.run.root.join("baseline_0.json").exists());
+    let root = temp_dir("env-qa-skip");
+    let mut t = Trainer::create(
+        env_config(&root, &["env.name=qa", "env.skip_zero_advantage=true"]),
+        "q",
+        &[],
+    )
+    .unwrap();
+    t.fit().unwrap();
+    let b = read(&t.run.root.join("baseline_7.json"));
+    assert_eq!(b["parse_failed"], true);
+    let step = read(&t.run.root.join("training_step_1.json"));
+    assert_eq!(step["num_trained_tokens"].as_i64(), Some(0));
+}
+
+#[test]
+fn a_summary_step_logs_what_the_reward_saw() {
+    let root = temp_dir("env-summary");
+    let data = root.join("articles.jsonl");
+    let mut lines = String::new();
+    for i in 0..4 {
+        let article = format!("Article {i}. ").repeat(20 + 10 * i);
+        lines.push_str(&serde_json::json!({ "article": article }).to_string());
+        lines.push('\n');
+    }
+    std::fs::create_dir_all(&root).unwrap();
+    std::fs::write(&data, lines).unwrap();
+    let files = format!("data.train_files=[{:?}]", data.display().to_string());
+    let mut t = Trainer::create(
+        env_config(
+            &root,
+            &[
+                "env.name=summary",
+                "env.reward=compression:0.5,length:0.5",
+                &files,
+            ],
+        ),
+        "s",
+        &[],
+    )
+    .unwrap();
+    t.fit().unwrap();
+    for k in 0..8 {
+        let s = read(&t.run.root.join(format!("summary_{k}.json")));
+        let (summary, article) = (
+            s["summary"].as_str().unwrap(),
+            s["article"].as_str().unwrap(),
+        );
+        // The reward, recomputed from the logged texts with the documented formula.
+        let rho = summary.chars().count() as f64 / article.chars().count() as f64;
+        let c = if summary.is_empty() {
+            0.0
+        } else if rho < 0.1 {
+            rho / 0.1
+        } else {
+            (0.1 / rho).min(1.0)
+        };
+        let n = summary.chars().count() as f64;
+        let l = if n < 50.0 {
+            n / 50.0
+        } else if n > 500.0 {
+            (1.0 - (n - 500.0) / 500.0).max(0.0)
+        } else {
+            1.0
+        };
+        assert!((s["reward"].as_f64().unwrap() - (0.5 * c + 0.5 * l)).abs() < 1e-12);
+    }
+}
+
+#[test]
+fn bad_environment_settings_are_one_line_errors() {
+    let root = temp_dir("env-bad");
+    // Caught by the config's validation or when the trainer builds the environment.
+    let err = |extra: &[&str]| {
+        let mut ov = common::tiny_overrides(&root);
+        ov.extend(
+            [
+                "data.max_prompt_length=1024",
+                "data.train_batch_size=2",
+                "actor.ppo_mini_batch_size=1",
+                "rollout.n=4",
+            ]
+            .map(String::from),
+        );
+        ov.extend(extra.iter().map(|s| s.to_string()));
+        let loaded = match temper_train::config::load_config(None, &ov) {
+            Err(e) => return format!("{e:#}"),
+            Ok(l) => l,
+        };
+        match Trainer::create(loaded.config, "b", &[]) {
+            Ok(_) => panic!("accepted {extra:?}"),
+            Err(e) => format!("{e:#}"),
+        }
+    };
+    assert!(err(&["env.name=debate", "rollout.n=3"]).contains("must be even"));
+    assert!(err(&["env.name=debate", "env.judge=model"]).contains("env.judge_model"));
+    assert!(err(&["env.name=chess"]).contains("env.name"));
+    assert!(err(&[
+        "env.name=qa",
+        "data.train_batch_size=16",
+        "actor.ppo_mini_batch_size=16"
+    ])
+    .contains("fewer than"));
+    let data = root.join("empty-article.jsonl");
+    std::fs::create_dir_all(&root).unwrap();
+    std::fs::write(&data, "{\"article\": \"  \"}\n").unwrap();
+    let files = format!("data.train_files=[{:?}]", data.display().to_string());
+    assert!(err(&["env.name=summary", &files]).contains("the article is empty"));
+}
