@@ -121,6 +121,7 @@ fn a_debate_step_trains_the_winners_and_logs_every_file() {
     .unwrap();
     assert_eq!(m["env/debates"].as_f64(), Some(4.0));
     assert_eq!(m["env/invalid_verdicts"].as_f64(), Some(0.0));
+    check_logs(&run, None);
 }
 
 #[test]
@@ -146,9 +147,8 @@ fn one_turn_tasks_stop_on_all_zero_advantages_unless_told_to_skip() {
     assert_eq!(step["num_trained_tokens"].as_i64(), Some(0));
 }
 
-#[test]
-fn a_summary_step_logs_what_the_reward_saw() {
-    let root = temp_dir("env-summary");
+/// A few articles of different lengths; the `data.train_files` override for them.
+fn articles(root: &std::path::Path) -> String {
     let data = root.join("articles.jsonl");
     let mut lines = String::new();
     for i in 0..4 {
@@ -156,9 +156,100 @@ fn a_summary_step_logs_what_the_reward_saw() {
         lines.push_str(&serde_json::json!({ "article": article }).to_string());
         lines.push('\n');
     }
-    std::fs::create_dir_all(&root).unwrap();
+    std::fs::create_dir_all(root).unwrap();
     std::fs::write(&data, lines).unwrap();
-    let files = format!("data.train_files=[{:?}]", data.display().to_string());
+    format!("data.train_files=[{:?}]", data.display().to_string())
+}
+
+/// tools/check_env_logs.py: every advantage (and, with Tinker's importance_sampling at ratio 1,
+/// the loss) recomputed in Python from the run folder's files alone.
+fn check_logs(run: &std::path::Path, loss: Option<&str>) -> String {
+    let mut cmd = std::process::Command::new(common::python());
+    cmd.arg(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tools/check_env_logs.py"))
+        .arg(run);
+    if let Some(l) = loss {
+        cmd.args(["--loss", l]);
+    }
+    let out = cmd.output().unwrap();
+    let text =
+        String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{text}");
+    assert!(text.contains("advantages match"), "{text}");
+    text
+}
+
+#[test]
+fn every_debate_training_mode_matches_a_python_recomputation() {
+    for (i, mode) in [
+        &["env.debate_train=rs_grpo"][..],
+        &["env.debate_train=rs_grpo", "env.grpo_std=true"],
+        &["env.debate_train=r1_r23", "env.r23_constant=0.25"],
+        &["env.debate_train=rejection"],
+    ]
+    .iter()
+    .enumerate()
+    {
+        let root = temp_dir(&format!("env-modes-{i}"));
+        let files = articles(&root);
+        let mut ov = vec![
+            "env.name=debate",
+            "env.task=summary",
+            "env.judge=mock",
+            "actor.policy_loss.loss_mode=importance_sampling",
+            "trainer.total_training_steps=2",
+            "rollout.n=8",
+            "env.skip_zero_advantage=true",
+            files.as_str(),
+        ];
+        ov.extend_from_slice(mode);
+        let mut t = Trainer::create(env_config(&root, &ov), "m", &[]).unwrap();
+        t.fit().unwrap();
+        let text = check_logs(&t.run.root, Some("importance_sampling"));
+        assert!(
+            text.contains("== -sum(A)"),
+            "a step trained: {mode:?}\n{text}"
+        );
+    }
+}
+
+#[test]
+fn a_judge_that_never_answers_in_format_skips_every_debate_and_counts_them() {
+    // The tiny model writes no <CONFIDENCE>: every debate is INVALID, no datum is trained.
+    let root = temp_dir("env-invalid");
+    let mut t = Trainer::create(
+        env_config(
+            &root,
+            &[
+                "env.name=debate",
+                "env.judge=confidence",
+                "env.skip_zero_advantage=true",
+            ],
+        ),
+        "i",
+        &[],
+    )
+    .unwrap();
+    t.fit().unwrap();
+    let m: Value = serde_json::from_str(
+        std::fs::read_to_string(t.run.root.join("metrics.jsonl"))
+            .unwrap()
+            .lines()
+            .next()
+            .unwrap(),
+    )
+    .unwrap();
+    assert_eq!(m["env/invalid_verdicts"].as_f64(), Some(4.0));
+    assert_eq!(m["env/datums"].as_f64(), Some(0.0));
+    assert_eq!(
+        read(&t.run.root.join("debate_0.json"))["verdict"],
+        "INVALID"
+    );
+}
+
+#[test]
+fn a_summary_step_logs_what_the_reward_saw() {
+    let root = temp_dir("env-summary");
+    let files = articles(&root);
     let mut t = Trainer::create(
         env_config(
             &root,
@@ -198,6 +289,8 @@ fn a_summary_step_logs_what_the_reward_saw() {
         };
         assert!((s["reward"].as_f64().unwrap() - (0.5 * c + 0.5 * l)).abs() < 1e-12);
     }
+    // GRPO advantages of the one-turn groups, recomputed with verl's formula.
+    check_logs(&t.run.root, None);
 }
 
 #[test]
