@@ -244,6 +244,64 @@ fn a_judge_that_never_answers_in_format_skips_every_debate_and_counts_them() {
         read(&t.run.root.join("debate_0.json"))["verdict"],
         "INVALID"
     );
+    // Sampled judges (the policy, or a frozen model) read both transcripts; their tokens are
+    // logged. The tiny model does not answer <VERDICT>: all INVALID again.
+    let judge_model = format!(
+        "env.judge_model={:?}",
+        common::tiny_model_dir().display().to_string()
+    );
+    for judge in [
+        &["env.judge=policy"][..],
+        &["env.judge=model", judge_model.as_str()],
+    ] {
+        let root = temp_dir(&format!("env-judge-{}", judge.len()));
+        let mut ov = vec![
+            "env.name=debate",
+            "env.skip_zero_advantage=true",
+            "env.judge_max_tokens=4",
+        ];
+        ov.extend_from_slice(judge);
+        let mut t = Trainer::create(env_config(&root, &ov), "j", &[]).unwrap();
+        t.fit().unwrap();
+        let d = read(&t.run.root.join("debate_3.json"));
+        assert_eq!(d["verdict"], "INVALID");
+        assert!(!d["judge"]["prompt_tokens"].as_array().unwrap().is_empty());
+        assert!(!d["judge"]["completion_tokens"]
+            .as_array()
+            .unwrap()
+            .is_empty());
+    }
+}
+
+#[test]
+fn sat_runs_and_an_environment_run_resumes() {
+    let root = temp_dir("env-sat");
+    let mut t = Trainer::create(
+        env_config(
+            &root,
+            &[
+                "env.name=sat",
+                "env.skip_zero_advantage=true",
+                "trainer.save_freq=1",
+            ],
+        ),
+        "sat",
+        &[],
+    )
+    .unwrap();
+    t.fit().unwrap();
+    let b = read(&t.run.root.join("baseline_0.json"));
+    assert!(b["question"].as_str().unwrap().starts_with("SAT Problem:"));
+    // Malformed answers: correctness -0.2 and no format credit.
+    assert_eq!(b["metrics"]["correctness"].as_f64(), Some(-0.2));
+    let run = t.run.root.clone();
+    drop(t);
+    let mut t = Trainer::resume(&run, &["trainer.total_training_steps=2".to_string()]).unwrap();
+    t.fit().unwrap();
+    let step2 = read(&run.join("training_step_2.json"));
+    assert_eq!(step2["step"], 2);
+    // Step 2 numbers its records after step 1's (2 questions x 4 answers each).
+    assert_eq!(read(&run.join("baseline_8.json"))["step"], 2);
 }
 
 #[test]
