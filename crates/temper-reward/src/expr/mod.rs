@@ -4,6 +4,7 @@ mod equiv;
 mod eval;
 mod lexer;
 mod parser;
+mod parser_atoms;
 
 pub use equiv::{equivalent, EquivOptions};
 pub use eval::{eval_complex, exact_value};
