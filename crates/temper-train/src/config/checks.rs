@@ -1,0 +1,234 @@
+//! The checks a config must pass beyond its types (each error names the key), and the
+//! quantities derived from it.
+use super::Config;
+
+impl Config {
+    /// Value checks that serde cannot express. Returns the first problem, naming the key.
+    /// What a data-parallel run over `world` ranks needs of the batch sizes: every rank gets the
+    /// same number of prompts and of responses in each mini-batch.
+    pub fn check_world_size(&self, world: usize) -> anyhow::Result<()> {
+        if world <= 1 {
+            return Ok(());
+        }
+        let d = &self.data;
+        if !d.train_batch_size.is_multiple_of(world) {
+            anyhow::bail!(
+                "data.train_batch_size = {} is not divisible by the world size {world}",
+                d.train_batch_size
+            );
+        }
+        let mini = self.actor.ppo_mini_batch_size * self.rollout.n;
+        let rows = d.train_batch_size * self.rollout.n;
+        if !mini.is_multiple_of(world) || !(rows % mini).is_multiple_of(world) {
+            anyhow::bail!(
+                "actor.ppo_mini_batch_size x rollout.n = {mini} responses per mini-batch (of {rows}) do not \
+                 split evenly over the world size {world}"
+            );
+        }
+        if self.algorithm.filter_groups.enable {
+            anyhow::bail!(
+                "algorithm.filter_groups (DAPO dynamic sampling) does not run data-parallel yet (world size {world})"
+            );
+        }
+        Ok(())
+    }
+
+    pub fn validate(&self) -> anyhow::Result<()> {
+        use anyhow::bail;
+        let one_of = |key: &str, v: &str, allowed: &[&str]| -> anyhow::Result<()> {
+            if !allowed.contains(&v) {
+                bail!("{key} = {v:?}: expected one of {}", allowed.join(", "));
+            }
+            Ok(())
+        };
+        if self.model.path.is_empty() {
+            bail!("model.path is required (a model folder, `smollm2`, or `random:<config.json>`)");
+        }
+        one_of(
+            "model.dtype",
+            &self.model.dtype,
+            &["float32", "bfloat16", "auto"],
+        )?;
+        self.rollout.validate()?;
+        if self.rollout.async_steps > 0 && self.trainer.check_on_policy {
+            bail!(
+                "trainer.check_on_policy needs rollout.async_steps = 0 (with overlap the rollouts are up to \
+                 {} policy versions old)",
+                self.rollout.async_steps
+            );
+        }
+        self.env.validate(self.rollout.n)?;
+        let d = &self.data;
+        // Environments with a built-in question set need no data files.
+        if d.task.is_none() && d.train_files.is_empty() && !self.env.enabled() {
+            bail!("data.train_files is empty and data.task is not set: nothing to train on");
+        }
+        one_of(
+            "data.truncation",
+            &d.truncation,
+            &["error", "left", "right"],
+        )?;
+        one_of("data.answer_extract", &d.answer_extract, &["none", "gsm8k"])?;
+        if !["chat", "r1_zero", "raw"].contains(&d.prompt_template.as_str())
+            && !d.prompt_template.contains("{prompt}")
+        {
+            bail!(
+                "data.prompt_template = {:?}: expected chat, r1_zero, raw or a template containing {{prompt}}",
+                d.prompt_template
+            );
+        }
+        for (k, v) in [
+            ("data.train_batch_size", d.train_batch_size),
+            ("data.max_response_length", d.max_response_length),
+            ("data.max_prompt_length", d.max_prompt_length),
+            ("actor.ppo_mini_batch_size", self.actor.ppo_mini_batch_size),
+            ("actor.ppo_epochs", self.actor.ppo_epochs),
+            ("rollout.n", self.rollout.n),
+            ("rollout.max_num_seqs", self.rollout.max_num_seqs),
+            ("eval.n", self.eval.n),
+        ] {
+            if v == 0 {
+                bail!("{k} must be at least 1");
+            }
+        }
+        if !d
+            .train_batch_size
+            .is_multiple_of(self.actor.ppo_mini_batch_size)
+        {
+            bail!(
+                "data.train_batch_size ({}) must be a multiple of actor.ppo_mini_batch_size ({})",
+                d.train_batch_size,
+                self.actor.ppo_mini_batch_size
+            );
+        }
+        if let Some(m) = self.actor.ppo_micro_batch_size_per_gpu {
+            let mini = self.actor.ppo_mini_batch_size * self.rollout.n;
+            if m == 0 || !mini.is_multiple_of(m) {
+                bail!(
+                    "actor.ppo_micro_batch_size_per_gpu ({m}) must divide the mini-batch of \
+                     ppo_mini_batch_size x rollout.n = {mini} responses"
+                );
+            }
+        }
+        let o = &self.actor.optim;
+        if o.lr.is_nan() || o.lr < 0.0 || !o.lr.is_finite() {
+            bail!("actor.optim.lr = {}: must be a finite number >= 0", o.lr);
+        }
+        if !(0.0..1.0).contains(&o.betas[0]) || !(0.0..1.0).contains(&o.betas[1]) {
+            bail!("actor.optim.betas = {:?}: each must be in [0, 1)", o.betas);
+        }
+        if o.eps.is_nan() || o.eps <= 0.0 {
+            bail!("actor.optim.eps = {}: must be > 0", o.eps);
+        }
+        one_of(
+            "actor.optim.lr_scheduler_type",
+            &o.lr_scheduler_type,
+            &["constant", "cosine"],
+        )?;
+        if !(0.0..=1.0).contains(&o.lr_warmup_steps_ratio) {
+            bail!(
+                "actor.optim.lr_warmup_steps_ratio = {}: must be in [0, 1]",
+                o.lr_warmup_steps_ratio
+            );
+        }
+        if !(0.0..=1.0).contains(&o.min_lr_ratio) {
+            bail!(
+                "actor.optim.min_lr_ratio = {}: must be in [0, 1]",
+                o.min_lr_ratio
+            );
+        }
+        for (k, v) in [
+            ("actor.clip_ratio", Some(self.actor.clip_ratio)),
+            ("actor.clip_ratio_low", self.actor.clip_ratio_low),
+            ("actor.clip_ratio_high", self.actor.clip_ratio_high),
+        ] {
+            if let Some(v) = v {
+                if v.is_nan() || v < 0.0 {
+                    bail!("{k} = {v}: must be >= 0");
+                }
+            }
+        }
+        if self.rollout.temperature.is_nan() || self.rollout.temperature < 0.0 {
+            bail!(
+                "rollout.temperature = {}: must be >= 0",
+                self.rollout.temperature
+            );
+        }
+        if self.rollout.top_p.is_nan() || self.rollout.top_p <= 0.0 || self.rollout.top_p > 1.0 {
+            bail!("rollout.top_p = {}: must be in (0, 1]", self.rollout.top_p);
+        }
+        one_of("reward.on_error", &self.reward.on_error, &["fail", "zero"])?;
+        one_of(
+            "trainer.device",
+            &self.trainer.device,
+            &["cpu", "cuda", "auto"],
+        )?;
+        one_of(
+            "algorithm.kl_ctrl.type",
+            &self.algorithm.kl_ctrl.kind,
+            &["fixed", "adaptive"],
+        )?;
+        self.check_algorithm_names()?;
+        if self.rollout.min_tokens > d.max_response_length {
+            bail!(
+                "rollout.min_tokens ({}) exceeds data.max_response_length ({})",
+                self.rollout.min_tokens,
+                d.max_response_length
+            );
+        }
+        if self.trainer.max_ckpt_to_keep == Some(0) {
+            bail!("trainer.max_ckpt_to_keep must be at least 1 (or unset to keep all)");
+        }
+        if self.trainer.check_on_policy && self.algorithm.rollout_correction.bypass_mode {
+            bail!(
+                "trainer.check_on_policy = true cannot hold with algorithm.rollout_correction.bypass_mode \
+                 (old logprobs come from the sampler, so the first ratio is not exactly 1)"
+            );
+        }
+        Ok(())
+    }
+
+    /// Every algorithm name parses with temper-algo's parser (the error lists the known names).
+    fn check_algorithm_names(&self) -> anyhow::Result<()> {
+        use anyhow::Context;
+        let a = &self.actor;
+        a.policy_loss
+            .loss_mode
+            .parse::<temper_algo::PolicyLossMode>()
+            .context("actor.policy_loss.loss_mode")?;
+        a.loss_agg_mode
+            .parse::<temper_algo::AggMode>()
+            .context("actor.loss_agg_mode")?;
+        a.kl_loss_type
+            .parse::<temper_algo::KlType>()
+            .context("actor.kl_loss_type")?;
+        let al = &self.algorithm;
+        al.adv_estimator
+            .parse::<temper_algo::AdvEstimator>()
+            .context("algorithm.adv_estimator")?;
+        al.kl_penalty
+            .parse::<temper_algo::KlType>()
+            .context("algorithm.kl_penalty")?;
+        let rc = &al.rollout_correction;
+        for (k, v) in [
+            ("rollout_is", &rc.rollout_is),
+            ("rollout_rs", &rc.rollout_rs),
+        ] {
+            if let Some(v) = v {
+                v.parse::<temper_algo::CorrectionLevel>()
+                    .with_context(|| format!("algorithm.rollout_correction.{k}"))?;
+            }
+        }
+        if rc.rollout_is.is_some() && rc.rollout_is_threshold <= 1.0 {
+            anyhow::bail!("algorithm.rollout_correction.rollout_is_threshold must be > 1");
+        }
+        Ok(())
+    }
+
+    /// Number of optimizer-batch steps of the run (`total_training_steps` or epochs x batches).
+    pub fn total_steps(&self, train_examples: usize) -> usize {
+        self.trainer.total_training_steps.unwrap_or_else(|| {
+            (train_examples / self.data.train_batch_size).max(1) * self.trainer.total_epochs
+        })
+    }
+}
