@@ -40,6 +40,7 @@
 //! - The same [`CausalLm::forward_hidden`] serves training (no cache, autograd) and sampling
 //!   (`tch::no_grad`, [`KvCache`]): identical kernels and mask handling, so sampler and trainer
 //!   logprobs agree to float rounding.
+pub mod attention;
 pub mod chat_template;
 pub mod config;
 pub mod dtype;
@@ -58,6 +59,7 @@ pub mod save;
 pub mod shared_prefix;
 pub mod tokenizer;
 
+pub use attention::{attention_mask_4d, position_ids_from_mask};
 pub use chat_template::{ChatMessage, ChatTemplate};
 pub use config::{Arch, ModelConfig, RopeScaling};
 pub use dtype::{bf16_is_native, kernel_report, resolve_compute_kind, ComputeKind};
@@ -65,6 +67,6 @@ pub use generation_config::GenerationConfig;
 pub use kv_cache::KvCache;
 pub use logprobs::{logprobs_and_entropy, logprobs_of};
 pub use lora::{LoraConfig, LORA_HEAD};
-pub use model::{attention_mask_4d, position_ids_from_mask, CausalLm};
+pub use model::CausalLm;
 pub use shared_prefix::SharedPrefixRows;
 pub use tokenizer::Tokenizer;

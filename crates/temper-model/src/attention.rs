@@ -1,0 +1,65 @@
+//! Attention and its masks: scaled dot-product attention as training computes it, decode-time
+//! attention over the KV cache, and the 4-D mask and position ids built from a padding mask.
+use tch::{Kind, Tensor};
+
+/// `softmax(q k^T / sqrt(d) + mask) v` with grouped-query heads, as the training path computes it.
+pub(crate) fn sdpa(q: &Tensor, k: &Tensor, v: &Tensor, mask: &Tensor) -> Tensor {
+    Tensor::scaled_dot_product_attention(q, k, v, Some(mask), 0.0, false, None, true)
+}
+
+/// Attention over a KV cache on CPU, in f32: q (B, Hq, T, d) in the compute dtype, k and v
+/// (B, Hkv, S, d) f32 views of the cache. Returns (B, Hq, T, d) f32.
+///
+/// Why f32: with bf16 compute, libtorch's CPU flash attention multiplies q and k through MKL's
+/// generic bf16 gemv (a third of a bf16 decode step on this project's AMD CPU); f32 values of the
+/// same bf16 numbers take optimised paths and round less. For one new token (`decode_bias`, the
+/// mask as a (B, S) additive bias) the query heads that share a kv head are batched into one
+/// matmul against it (flash attention runs a gemv per head); on CPUs with AVX-512,
+/// [`temper_kernels::decode_attention`] does the same in one pass over the cache.
+pub(crate) fn attend_cached(
+    q: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
+    mask: &Tensor,
+    decode_bias: Option<&Tensor>,
+) -> Tensor {
+    let q = q.to_kind(Kind::Float);
+    let Some(bias) = decode_bias else {
+        return sdpa(&q, k, v, mask);
+    };
+    let [b, n_q, t, d] = q.size()[..] else {
+        unreachable!("q is 4-D")
+    };
+    let scale = 1.0 / (d as f64).sqrt();
+    if temper_kernels::decode_attention_is_fast() && temper_kernels::decode_attention_supports(d) {
+        let out = temper_kernels::decode_attention(&q.reshape([b, n_q, d]), k, v, bias, scale);
+        return out.unwrap_or_else(|e| panic!("{e}")).view([b, n_q, t, d]);
+    }
+    // The same formula in matmuls; query head h uses kv head h / group
+    // (transformers' repeat_kv), so (B, Hq, 1, d) viewed as (B, Hkv, group, d) lines them up.
+    let n_kv = k.size()[1];
+    let q = q.reshape([b, n_kv, n_q / n_kv, d]);
+    let scores = q.matmul(&k.transpose(-1, -2)) * scale + bias.view([b, 1, 1, -1]);
+    scores
+        .softmax(-1, Kind::Float)
+        .matmul(v)
+        .reshape([b, n_q, t, d])
+}
+
+/// Boolean (B, 1, T, S) mask, true where query i (at absolute position past+i) may attend key j:
+/// `j <= past + i && (key j is real || j == past + i)`.
+pub fn attention_mask_4d(attention_mask: &Tensor, t: i64, past: i64) -> Tensor {
+    let (b, s) = attention_mask.size2().expect("attention_mask must be 2-D");
+    let dev = attention_mask.device();
+    let q_pos = Tensor::arange_start(past, past + t, (Kind::Int64, dev)).view([t, 1]);
+    let k_pos = Tensor::arange(s, (Kind::Int64, dev)).view([1, s]);
+    let causal = k_pos.le_tensor(&q_pos).view([1, 1, t, s]);
+    let own = k_pos.eq_tensor(&q_pos).view([1, 1, t, s]);
+    let real = attention_mask.ne(0).view([b, 1, 1, s]);
+    causal.logical_and(&real).logical_or(&own)
+}
+
+/// Position ids (B, T) for a 0/1 mask (B, T): `cumsum(mask) - 1`, clamped at 0 on left padding.
+pub fn position_ids_from_mask(attention_mask: &Tensor) -> Tensor {
+    (attention_mask.to_kind(Kind::Int64).cumsum(1, Kind::Int64) - 1).clamp_min(0)
+}
