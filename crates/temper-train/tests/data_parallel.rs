@@ -38,19 +38,48 @@ const EXTRA: [&str; 2] = ["trainer.total_training_steps=3", "trainer.save_freq=3
 
 /// (run folder of rank 0, final weights of every rank).
 fn run(world: usize, root: &Path) -> (PathBuf, Vec<Weights>) {
+    run_with(world, root, &[], false)
+}
+
+/// A reward that is 1 when the completion starts with an ASCII character: often equal across a
+/// group, so DAPO's filter has groups to drop.
+struct FirstCharAscii;
+impl temper_reward::Reward for FirstCharAscii {
+    fn name(&self) -> &str {
+        "first_char_ascii"
+    }
+    fn score(
+        &self,
+        _: &str,
+        c: &str,
+        _: &str,
+        _: &serde_json::Value,
+    ) -> temper_reward::RewardOutput {
+        temper_reward::RewardOutput::new(c.chars().next().is_some_and(|x| x.is_ascii()) as u8 as f64)
+    }
+}
+
+fn run_with(world: usize, root: &Path, extra: &[&str], binary: bool) -> (PathBuf, Vec<Weights>) {
+    let extra: Vec<String> = EXTRA.iter().chain(extra).map(|s| s.to_string()).collect();
     let port = free_port();
     let handles: Vec<_> = (0..world)
         .map(|rank| {
             let root = root.to_path_buf();
+            let extra = extra.clone();
             std::thread::spawn(move || {
                 let dist = if world == 1 {
                     Dist::single()
                 } else {
                     connect(port, rank, world)
                 };
+                let extra: Vec<&str> = extra.iter().map(String::as_str).collect();
                 let mut t =
-                    Trainer::create_with(tiny_config(&root, &EXTRA), "dp", &[], dist).unwrap();
-                t.reward = Box::new(AsciiFraction);
+                    Trainer::create_with(tiny_config(&root, &extra), "dp", &[], dist).unwrap();
+                t.reward = if binary {
+                    Box::new(FirstCharAscii)
+                } else {
+                    Box::new(AsciiFraction)
+                };
                 t.fit().unwrap();
                 (t.run.root.clone(), weights(&t))
             })
@@ -101,8 +130,26 @@ fn two_ranks_train_like_one() {
             assert_eq!(x["prompt_ids"], y["prompt_ids"], "step {step}");
         }
     }
-    // The same metrics (timings aside).
-    let (ma, mb) = (metrics(&one_dir), metrics(&two_dir));
+    same_metrics(&one_dir, &two_dir);
+    // One checkpoint, written by rank 0; a 2-rank run resumes with one rank.
+    let ckpts: Vec<_> = std::fs::read_dir(two_dir.join("checkpoints"))
+        .unwrap()
+        .collect();
+    assert_eq!(ckpts.len(), 1);
+    let mut t = Trainer::resume_with(
+        &two_dir,
+        &["trainer.total_training_steps=4".into()],
+        Dist::single(),
+    )
+    .unwrap();
+    t.reward = Box::new(AsciiFraction);
+    t.fit().unwrap();
+    assert_eq!(metrics(&two_dir).len(), 4);
+}
+
+/// The metrics of two runs agree (timings aside).
+fn same_metrics(one: &Path, two: &Path) {
+    let (ma, mb) = (metrics(one), metrics(two));
     assert_eq!(ma.len(), mb.len());
     for (a, b) in ma.iter().zip(&mb) {
         for (k, va) in a {
@@ -121,20 +168,34 @@ fn two_ranks_train_like_one() {
             }
         }
     }
-    // One checkpoint, written by rank 0; a 2-rank run resumes with one rank.
-    let ckpts: Vec<_> = std::fs::read_dir(two_dir.join("checkpoints"))
-        .unwrap()
-        .collect();
-    assert_eq!(ckpts.len(), 1);
-    let mut t = Trainer::resume_with(
-        &two_dir,
-        &["trainer.total_training_steps=4".into()],
-        Dist::single(),
-    )
-    .unwrap();
-    t.reward = Box::new(AsciiFraction);
-    t.fit().unwrap();
-    assert_eq!(metrics(&two_dir).len(), 4);
+}
+
+#[test]
+fn dapo_filtering_and_sharded_evaluation_run_data_parallel_like_one_rank() {
+    let extra = [
+        "algorithm.filter_groups.enable=true",
+        "algorithm.filter_groups.max_num_gen_batches=3",
+        "trainer.test_freq=1",
+        "eval.n=2",
+    ];
+    let (one_dir, one) = run_with(1, &common::temp_dir("dp-dapo-one"), &extra, true);
+    let (two_dir, two) = run_with(2, &common::temp_dir("dp-dapo-two"), &extra, true);
+    assert_eq!(rel_diff(&two[0], &two[1]), 0.0);
+    let rel = rel_diff(&one[0], &two[0]);
+    assert!(rel <= 1e-5, "weights differ by {rel:e} (relative)");
+    same_metrics(&one_dir, &two_dir);
+    let m = metrics(&one_dir);
+    assert!(
+        m.iter()
+            .any(|s| s.get("batch/zero_adv_groups").and_then(|v| v.as_f64()) > Some(0.0)),
+        "the filter dropped groups"
+    );
+    assert!(m.iter().any(|s| s.contains_key("val/accuracy")));
+    // One evaluation file per evaluation, written by rank 0, equal to the 1-rank one.
+    let eval = |d: &Path| -> serde_json::Value {
+        serde_json::from_str(&std::fs::read_to_string(d.join("eval/step_3.json")).unwrap()).unwrap()
+    };
+    assert_eq!(eval(&one_dir)["records"], eval(&two_dir)["records"]);
 }
 
 #[test]

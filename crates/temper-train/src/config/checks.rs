@@ -25,11 +25,6 @@ impl Config {
                  split evenly over the world size {world}"
             );
         }
-        if self.algorithm.filter_groups.enable {
-            anyhow::bail!(
-                "algorithm.filter_groups (DAPO dynamic sampling) does not run data-parallel yet (world size {world})"
-            );
-        }
         Ok(())
     }
 

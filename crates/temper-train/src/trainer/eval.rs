@@ -17,6 +17,9 @@ pub const CORRECT_THRESHOLD: f64 = 1.0;
 
 impl Trainer {
     /// Evaluates the current policy; writes `eval/step_<step>.json` and returns `val/*` metrics.
+    /// Data-parallel, every rank calls it: each samples a contiguous share of the prompts (seeded
+    /// by global position, so the draws are those of one rank), the groups are gathered in order,
+    /// and rank 0 writes the file.
     pub fn evaluate(&self, step: usize) -> Result<StepMetrics> {
         let mut m = StepMetrics::new();
         let Some(val) = &self.val else {
@@ -25,7 +28,9 @@ impl Trainer {
         let t0 = Instant::now();
         let e = &self.cfg.eval;
         let count = e.max_prompts.map_or(val.len(), |k| k.min(val.len()));
-        let idx: Vec<usize> = (0..count).collect();
+        let (rank, world) = (self.dist.rank, self.dist.world);
+        let (lo, hi) = (rank * count / world, (rank + 1) * count / world);
+        let idx: Vec<usize> = (lo..hi).collect();
         let params = SamplingParams {
             n: e.n,
             temperature: if e.do_sample { e.temperature } else { 0.0 },
@@ -35,13 +40,19 @@ impl Trainer {
             stop: self.cfg.rollout.stop.clone(),
             ..SamplingParams::default()
         };
-        let groups = self.rollout_groups(
+        let mine = self.rollout_groups(
             val,
             &idx,
             &params,
             mix(self.cfg.trainer.seed, EVAL_SEED_SALT, 0),
-            0,
+            lo,
         )?;
+        let groups: Vec<_> = self
+            .dist
+            .all_gather_json(&mine)?
+            .into_iter()
+            .flatten()
+            .collect();
         let n = e.n;
         let ks = ks_for(n);
         let (mut correct_total, mut reward_total, mut samples_total) = (0usize, 0.0, 0usize);
@@ -103,7 +114,9 @@ impl Trainer {
             "seconds": secs,
             "records": records,
         });
-        crate::rundir::write_json(&self.run.eval(step), &doc)?;
+        if self.dist.is_root() {
+            crate::rundir::write_json(&self.run.eval(step), &doc)?;
+        }
         Ok(m)
     }
 }

@@ -374,15 +374,13 @@ impl Trainer {
     /// configured. Returns the last step's metrics.
     pub fn fit(&mut self) -> Result<StepMetrics> {
         let start_step = self.state.step;
-        // Evaluation runs on rank 0 alone (the others wait at the next step's first collective).
+        // Evaluation is sharded over the ranks; rank 0 writes it.
         let root = self.dist.is_root();
-        if root
-            && start_step == 0
-            && self.cfg.trainer.val_before_train
-            && self.cfg.trainer.test_freq > 0
-        {
+        if start_step == 0 && self.cfg.trainer.val_before_train && self.cfg.trainer.test_freq > 0 {
             let m = self.evaluate(0)?;
-            self.run.append_metrics(0, &m)?;
+            if root {
+                self.run.append_metrics(0, &m)?;
+            }
         }
         // The servers start from the trainer's weights (a resumed run's, too).
         self.sync_rollout_weights()?;
@@ -396,7 +394,7 @@ impl Trainer {
             let step = self.state.step + 1;
             let mut m = self.train_step(step)?;
             let tf = self.cfg.trainer.test_freq;
-            if root && tf > 0 && (step.is_multiple_of(tf as usize) || step == self.total_steps) {
+            if tf > 0 && (step.is_multiple_of(tf as usize) || step == self.total_steps) {
                 m.extend(self.evaluate(step)?);
             }
             self.state.step = step;

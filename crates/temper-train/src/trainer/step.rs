@@ -78,6 +78,10 @@ impl Trainer {
             }
         }
         groups.truncate(want);
+        // DAPO may end with fewer groups than asked for; data-parallel, keep a multiple of the
+        // world size so that every rank gets the same share of each mini-batch.
+        let world = self.dist.world;
+        groups.truncate(groups.len() - groups.len() % world);
         m.insert("timing_s/gen".into(), t_gen.elapsed().as_secs_f64());
         // Overlap: the next steps' batches go to the servers now, sampled while this one trains.
         self.generate_ahead(self.state.batches_drawn, &params)?;
@@ -175,7 +179,6 @@ impl Trainer {
         // 2. The mini/micro-batch partition of the first epoch; old logprobs use exactly these
         // micro-batches so that the first update sees ratio == 1 bitwise.
         let mini = self.cfg.actor.ppo_mini_batch_size * n;
-        let world = self.dist.world;
         let micro = self
             .cfg
             .actor
