@@ -576,3 +576,51 @@ fn lora_trains_only_adapters_and_resumes_bitwise() {
     );
     assert!(same_weights(&weights(&a), &base));
 }
+
+#[test]
+fn sampling_from_a_copy_on_rollout_device_matches_sampling_from_the_policy() {
+    // `rollout.device = "cpu"` keeps a separate sampling copy (what sampling on another GPU does),
+    // refreshed after every optimizer step: the rollouts and weights equal the shared-model run.
+    let runs: Vec<_> = [None, Some("rollout.device=cpu")]
+        .iter()
+        .map(|extra| {
+            let root = common::temp_dir("rollout-device");
+            let mut ov = vec!["trainer.total_training_steps=3"];
+            ov.extend(extra.iter());
+            let mut t = Trainer::create(tiny_config(&root, &ov), "rd", &[]).unwrap();
+            t.reward = Box::new(AsciiFraction);
+            t.fit().unwrap();
+            let rollouts: Vec<String> = (1..=3)
+                .map(|s| {
+                    std::fs::read_to_string(t.run.root.join(format!("rollouts/step_{s}.jsonl")))
+                        .unwrap()
+                })
+                .collect();
+            (weights(&t), rollouts)
+        })
+        .collect();
+    assert!(same_weights(&runs[0].0, &runs[1].0));
+    for (a, b) in runs[0].1.iter().zip(&runs[1].1) {
+        let ids = |t: &str| -> Vec<serde_json::Value> {
+            t.lines()
+                .map(|l| {
+                    serde_json::from_str::<serde_json::Value>(l).unwrap()["completion_ids"].clone()
+                })
+                .collect()
+        };
+        assert_eq!(ids(a), ids(b));
+    }
+    // A device this build does not have is refused before anything runs.
+    let e = temper_train::config::load_config(
+        None,
+        &[
+            common::tiny_overrides(&common::temp_dir("rd-bad")),
+            vec!["rollout.device=cuda:3".into()],
+        ]
+        .concat(),
+    )
+    .err()
+    .map(|e| format!("{e:#}"))
+    .unwrap_or_default();
+    assert!(e.contains("rollout.device = \"cuda:3\""), "{e}");
+}

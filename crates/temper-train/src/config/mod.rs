@@ -11,7 +11,7 @@ mod sweep;
 
 pub use env::EnvConfig;
 pub use load::{load_config, parse_override, ConfigSource, Loaded};
-pub use rollout::RolloutConfig;
+pub use rollout::{parse_device, RolloutConfig};
 pub use sweep::{expand_sweeps, SweepRun};
 
 use serde::{Deserialize, Serialize};

@@ -39,6 +39,11 @@ pub struct RolloutConfig {
     pub async_steps: usize,
     /// Seconds a remote rollout request may take before it is retried on another server.
     pub request_timeout_s: u64,
+    /// Where the in-process engine samples: `""` (the trainer's model, on `trainer.device`) or a
+    /// device of its own (`cpu`, `cuda`, `cuda:N`): a copy of the policy lives there and is
+    /// refreshed after every optimizer step (sample on one GPU, train on another, as the CS336
+    /// and grail guides do).
+    pub device: String,
 }
 
 impl Default for RolloutConfig {
@@ -58,6 +63,7 @@ impl Default for RolloutConfig {
             vllm_reload_method: "reload_weights".into(),
             async_steps: 0,
             request_timeout_s: 600,
+            device: String::new(),
         }
     }
 }
@@ -105,9 +111,41 @@ impl RolloutConfig {
                 self.async_steps
             );
         }
+        if !self.device.is_empty() {
+            parse_device(&self.device)?;
+            if self.is_remote() {
+                bail!(
+                    "rollout.device = {:?} is for the in-process engine; with rollout.backend = {:?} the servers \
+                     choose their own devices",
+                    self.device,
+                    self.backend
+                );
+            }
+        }
         if self.vllm_reload_method.trim().is_empty() {
             bail!("rollout.vllm_reload_method is empty");
         }
         Ok(())
+    }
+}
+
+/// `cpu`, `cuda` (device 0) or `cuda:N`; CUDA must be present with that many devices.
+pub fn parse_device(s: &str) -> anyhow::Result<tch::Device> {
+    let cuda = |i: usize| -> anyhow::Result<tch::Device> {
+        let n = tch::Cuda::device_count() as usize;
+        if i >= n {
+            anyhow::bail!(
+                "rollout.device = {s:?}: this build sees {n} CUDA device(s) (a CPU-only libtorch sees none)"
+            );
+        }
+        Ok(tch::Device::Cuda(i))
+    };
+    match s {
+        "cpu" => Ok(tch::Device::Cpu),
+        "cuda" => cuda(0),
+        _ => match s.strip_prefix("cuda:").map(str::parse::<usize>) {
+            Some(Ok(i)) => cuda(i),
+            _ => anyhow::bail!("rollout.device = {s:?}: expected \"\", cpu, cuda or cuda:N"),
+        },
     }
 }

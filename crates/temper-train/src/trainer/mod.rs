@@ -62,6 +62,9 @@ pub struct Trainer {
     pub(crate) remote: Option<servers::RolloutServers>,
     /// The environment of an `env.name` run (None: prompts + reward).
     pub(crate) env: Option<env_runtime::EnvRuntime>,
+    /// `rollout.device`: the policy's copy the in-process engine samples with, refreshed after
+    /// every optimizer step (None: the engine uses `model`).
+    pub(crate) sampler_model: Option<CausalLm>,
     /// A test seam: called with the parameters between a step's old-logprob pass and its update
     /// (to show that `trainer.check_on_policy` fires when the two passes see different weights).
     #[doc(hidden)]
@@ -235,6 +238,22 @@ impl Trainer {
                 model.load_lora_adapter(dir)?;
             }
         }
+        let sampler_model = if cfg.rollout.device.is_empty() {
+            None
+        } else {
+            if cfg.model.lora_rank > 0 {
+                bail!("rollout.device with LoRA (model.lora_rank > 0) is not supported yet");
+            }
+            let d = crate::config::parse_device(&cfg.rollout.device)?;
+            let copy = CausalLm::load(weights_dir, d, compute).with_context(|| {
+                format!(
+                    "loading the sampling copy on rollout.device = {:?}",
+                    cfg.rollout.device
+                )
+            })?;
+            copy_weights(&model, &copy);
+            Some(copy)
+        };
         let tok_dir = cfg
             .model
             .tokenizer_path
@@ -367,6 +386,7 @@ impl Trainer {
             before_update: None,
             remote,
             env,
+            sampler_model,
         })
     }
 
@@ -582,6 +602,31 @@ impl Drop for Trainer {
     fn drop(&mut self) {
         if !self.dist.is_root() {
             let _ = std::fs::remove_dir_all(&self.run.root);
+        }
+    }
+}
+
+/// Copies every parameter of `from` into `to` (any devices; the same architecture).
+fn copy_weights(from: &CausalLm, to: &CausalLm) {
+    let (src, dst) = (from.named_parameters(), to.named_parameters());
+    assert_eq!(
+        src.len(),
+        dst.len(),
+        "the sampling copy has the policy's parameters"
+    );
+    tch::no_grad(|| {
+        for ((ns, s), (nd, mut d)) in src.into_iter().zip(dst) {
+            debug_assert_eq!(ns, nd);
+            d.copy_(&s);
+        }
+    });
+}
+
+impl Trainer {
+    /// After an optimizer step: the sampling copy (`rollout.device`) gets the new weights.
+    pub(crate) fn sync_sampler_model(&self) {
+        if let Some(copy) = &self.sampler_model {
+            copy_weights(&self.model, copy);
         }
     }
 }

@@ -133,14 +133,17 @@ impl Trainer {
         }
         match &self.remote {
             Some(r) if on_servers => r.sampler.generate(requests),
-            _ => Engine::new(&self.model, self.eos_ids.clone())
-                .with_decoder(&self.tokenizer)
-                .with_config(EngineConfig {
-                    max_batch_rows: self.cfg.rollout.max_num_seqs,
-                    seed,
-                    ..EngineConfig::default()
-                })
-                .generate(requests, &mut |_| {}),
+            _ => Engine::new(
+                self.sampler_model.as_ref().unwrap_or(&self.model),
+                self.eos_ids.clone(),
+            )
+            .with_decoder(&self.tokenizer)
+            .with_config(EngineConfig {
+                max_batch_rows: self.cfg.rollout.max_num_seqs,
+                seed,
+                ..EngineConfig::default()
+            })
+            .generate(requests, &mut |_| {}),
         }
     }
 

@@ -176,6 +176,7 @@ impl Trainer {
     /// (atomically, LoRA merged) to `<run>/rollout_weights` and has every server reload them.
     /// Returns whether it synced.
     pub(crate) fn maybe_sync_rollout_weights(&mut self) -> Result<bool> {
+        self.sync_sampler_model();
         let every = self.cfg.rollout.sync_every as u64;
         if self.remote.is_none()
             || self.cfg.rollout.weight_sync != "disk"
