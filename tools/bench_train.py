@@ -32,6 +32,7 @@ def main():
     ap.add_argument("--intermediate", type=int, default=1024)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--threads", type=int, default=0, help="torch.set_num_threads (0: PyTorch's default)")
+    ap.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N")
     args = ap.parse_args()
     torch.manual_seed(args.seed)
     if args.threads > 0:
@@ -40,16 +41,18 @@ def main():
                       num_hidden_layers=args.layers, num_attention_heads=args.heads,
                       num_key_value_heads=args.kv_heads, tie_word_embeddings=True, max_position_embeddings=4096,
                       rope_parameters={"rope_type": "default", "rope_theta": 1000000.0})
-    model = AutoModelForCausalLM.from_config(cfg, dtype=torch.float32, attn_implementation="sdpa")
+    dev = torch.device(args.device)
+    cuda = dev.type == "cuda"
+    model = AutoModelForCausalLM.from_config(cfg, dtype=torch.float32, attn_implementation="sdpa").to(dev)
     model.train()
     opt = torch.optim.AdamW(model.parameters(), lr=1e-5, weight_decay=0.01)
     n_params = sum(p.numel() for p in model.parameters())
-    ids = torch.randint(0, args.vocab, (args.batch, args.seq))
+    ids = torch.randint(0, args.vocab, (args.batch, args.seq), device=dev)
     mask = torch.ones_like(ids)
     targets = ids[:, 1:]
 
     def step(autocast):
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+        with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=autocast):
             logits = model(input_ids=ids, attention_mask=mask).logits[:, :-1]
         z = logits.float()
         logp = z.gather(-1, targets[..., None])[..., 0] - z.logsumexp(-1)
@@ -70,6 +73,8 @@ def main():
         t0, c0 = time.perf_counter(), time.process_time()
         for _ in range(steps):
             step(mode == "autocast_bf16")
+        if cuda:
+            torch.cuda.synchronize(dev)
         secs, cpu_secs = time.perf_counter() - t0, time.process_time() - c0
         print(json.dumps({"mode": mode, "steps": steps, "secs": secs, "cpu_secs": cpu_secs,
                           "tok_s": steps * args.batch * args.seq / secs}), flush=True)

@@ -62,6 +62,16 @@ fn main() {
             build.include(&gloo);
         }
         build.define("USE_C10D_GLOO", None).file("csrc/comm.cpp");
+        // NCCL (CUDA builds): libtorch_cuda exports ProcessGroupNCCL; its header needs nccl.h and
+        // CUDA's runtime and crt headers, which the CUDA wheels put under site-packages/nvidia
+        // (TEMPER_CUDA=1 scripts/setup-env.sh installs nvidia-cuda-crt for crt/host_config.h).
+        if let Some(dirs) = nccl_includes(&libtorch, &include) {
+            for d in dirs {
+                build.include(d);
+            }
+            build.define("USE_C10D_NCCL", None);
+            println!("cargo:rustc-link-lib=dylib=torch_cuda");
+        }
     } else {
         println!(
             "cargo:warning=gloo headers not found under {}: temper is built without c10d \
@@ -71,4 +81,42 @@ fn main() {
         build.file("csrc/comm_stub.cpp");
     }
     build.compile("temper_kernels");
+}
+
+/// The include folders a NCCL-enabled c10d shim needs, when this is a CUDA libtorch and they are
+/// all present; `None` otherwise (a CPU build, or headers missing: Gloo only, said at run time).
+fn nccl_includes(libtorch: &std::path::Path, include: &std::path::Path) -> Option<Vec<PathBuf>> {
+    if !libtorch.join("lib/libtorch_cuda.so").exists()
+        || !include
+            .join("torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp")
+            .exists()
+    {
+        return None;
+    }
+    // libtorch is site-packages/torch in a CUDA venv; the NVIDIA wheels sit beside it.
+    let nvidia = libtorch.join("../nvidia");
+    let wanted = ["nccl.h", "cuda_runtime_api.h", "crt/host_config.h"];
+    let mut dirs: Vec<PathBuf> = vec![];
+    for w in wanted {
+        let found = std::fs::read_dir(&nvidia)
+            .ok()?
+            .flatten()
+            .map(|e| e.path().join("include"))
+            .find(|inc| inc.join(w).exists());
+        match found {
+            Some(d) => {
+                if !dirs.contains(&d) {
+                    dirs.push(d)
+                }
+            }
+            None => {
+                println!(
+                    "cargo:warning=CUDA libtorch found but no {w} under {}: temper is built without NCCL",
+                    nvidia.display()
+                );
+                return None;
+            }
+        }
+    }
+    Some(dirs)
 }

@@ -1,12 +1,18 @@
-// torch.distributed's c10d from Rust: a TCPStore rendezvous and a Gloo process group (CPU), and the
-// three collectives temper needs (all_reduce sum, broadcast, all_gather). Every function returns 0
-// on success, or 1 with `*err` set to a malloc'ed message (freed by temper_kernels_free_error).
-// Built only when the gloo headers are present (scripts/setup-env.sh installs Debian's
-// libgloo-dev); the c10d code itself is libtorch_cpu's.
+// torch.distributed's c10d from Rust: a TCPStore rendezvous and a Gloo (CPU) or NCCL (CUDA)
+// process group, and the collectives temper needs (all_reduce sum, broadcast, all_gather,
+// barrier). Every function returns 0 on success, or 1 with `*err` set to a malloc'ed message
+// (freed by temper_kernels_free_error). Built only when the gloo headers are present
+// (scripts/setup-env.sh installs Debian's libgloo-dev); NCCL only when libtorch_cuda, nccl.h and
+// CUDA's headers were found too (USE_C10D_NCCL, build.rs). The c10d code itself is libtorch's.
 #include <ATen/ATen.h>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
+#ifdef USE_C10D_NCCL
+#include <c10/cuda/CUDAFunctions.h>
+#include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
+#endif
+#include <stdexcept>
 
 #include <chrono>
 #include <cstdlib>
@@ -22,11 +28,25 @@ using temper::guarded;
 
 struct Comm {
   c10::intrusive_ptr<c10d::Store> store;
-  c10::intrusive_ptr<c10d::ProcessGroupGloo> pg;
+  c10::intrusive_ptr<c10d::Backend> pg;
   std::chrono::milliseconds timeout;
+  // NCCL works on CUDA tensors of this rank's device; others are staged through it.
+  bool nccl;
+  int device;
 };
 
 void wait(Comm* c, const c10::intrusive_ptr<c10d::Work>& work) { work->wait(c->timeout); }
+
+// The tensor a collective runs on: `t` itself, or (NCCL, `t` on the CPU) a copy on the rank's GPU.
+at::Tensor staged(Comm* c, const at::Tensor& t) {
+  if (!c->nccl || t.is_cuda()) return t;
+  return t.to(at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(c->device)));
+}
+
+// Copies a staged result back into `t` when staging made a copy.
+void unstage(const at::Tensor& staged_t, at::Tensor& t) {
+  if (!staged_t.is_same(t)) t.copy_(staged_t);
+}
 
 }  // namespace
 
@@ -34,11 +54,19 @@ extern "C" {
 
 int temper_comm_available() { return 1; }
 
+int temper_comm_nccl_available() {
+#ifdef USE_C10D_NCCL
+  return 1;
+#else
+  return 0;
+#endif
+}
+
 // Rendezvous at host:port (rank 0 hosts the store unless `store_is_external`, as under torchrun's
-// agent store) and join a Gloo group of `world` ranks. `timeout_ms` bounds the rendezvous and every
-// collective.
+// agent store) and join a group of `world` ranks: Gloo (`backend` 0) or NCCL (`backend` 1, on CUDA
+// device `device`). `timeout_ms` bounds the rendezvous and every collective.
 int temper_comm_new(const char* host, int port, int rank, int world, int store_is_external,
-                    long timeout_ms, void** out, char** err) {
+                    long timeout_ms, int backend, int device, void** out, char** err) {
   return guarded(err, [&] {
     auto timeout = std::chrono::milliseconds(timeout_ms);
     c10d::TCPStoreOptions opts;
@@ -49,6 +77,20 @@ int temper_comm_new(const char* host, int port, int rank, int world, int store_i
     opts.timeout = timeout;
     auto tcp = c10::make_intrusive<c10d::TCPStore>(std::string(host), opts);
     auto store = c10::make_intrusive<c10d::PrefixStore>("temper", tcp);
+    if (backend == 1) {
+#ifdef USE_C10D_NCCL
+      c10::cuda::set_device(static_cast<c10::DeviceIndex>(device));
+      auto nopts = c10d::ProcessGroupNCCL::Options::create();
+      nopts->timeout = timeout;
+      auto pg = c10::make_intrusive<c10d::ProcessGroupNCCL>(store, rank, world, nopts);
+      *out = new Comm{store, pg, timeout, true, device};
+      return;
+#else
+      throw std::runtime_error(
+          "this temper was built without NCCL (no libtorch_cuda, nccl.h or CUDA headers at build "
+          "time; a CPU-only build uses gloo)");
+#endif
+    }
     auto options = c10d::ProcessGroupGloo::Options::create(timeout);
     options->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1"));
     if (std::string(host) != "127.0.0.1" && std::string(host) != "localhost") {
@@ -56,7 +98,7 @@ int temper_comm_new(const char* host, int port, int rank, int world, int store_i
       options->devices.push_back(c10d::ProcessGroupGloo::createDefaultDevice());
     }
     auto pg = c10::make_intrusive<c10d::ProcessGroupGloo>(store, rank, world, options);
-    *out = new Comm{store, pg, timeout};
+    *out = new Comm{store, pg, timeout, false, -1};
   });
 }
 
@@ -66,8 +108,10 @@ void temper_comm_free(void* comm) { delete static_cast<Comm*>(comm); }
 int temper_comm_all_reduce(void* comm, void* tensor, char** err) {
   return guarded(err, [&] {
     auto* c = static_cast<Comm*>(comm);
-    std::vector<at::Tensor> ts{*static_cast<at::Tensor*>(tensor)};
+    auto& t = *static_cast<at::Tensor*>(tensor);
+    std::vector<at::Tensor> ts{staged(c, t)};
     wait(c, c->pg->allreduce(ts));
+    unstage(ts[0], t);
   });
 }
 
@@ -75,10 +119,12 @@ int temper_comm_all_reduce(void* comm, void* tensor, char** err) {
 int temper_comm_broadcast(void* comm, void* tensor, int root, char** err) {
   return guarded(err, [&] {
     auto* c = static_cast<Comm*>(comm);
-    std::vector<at::Tensor> ts{*static_cast<at::Tensor*>(tensor)};
+    auto& t = *static_cast<at::Tensor*>(tensor);
+    std::vector<at::Tensor> ts{staged(c, t)};
     c10d::BroadcastOptions o;
     o.rootRank = root;
     wait(c, c->pg->broadcast(ts, o));
+    unstage(ts[0], t);
   });
 }
 
@@ -86,13 +132,14 @@ int temper_comm_broadcast(void* comm, void* tensor, int root, char** err) {
 int temper_comm_all_gather(void* comm, void* tensor, void** out, char** err) {
   return guarded(err, [&] {
     auto* c = static_cast<Comm*>(comm);
-    auto t = static_cast<at::Tensor*>(tensor)->contiguous();
+    auto original = static_cast<at::Tensor*>(tensor);
+    auto t = staged(c, original->contiguous());
     std::vector<at::Tensor> parts;
     for (int i = 0; i < c->pg->getSize(); i++) parts.push_back(at::empty_like(t));
     std::vector<std::vector<at::Tensor>> outs{parts};
     std::vector<at::Tensor> in{t};
     wait(c, c->pg->allgather(outs, in));
-    *out = new at::Tensor(at::stack(outs[0], 0));
+    *out = new at::Tensor(at::stack(outs[0], 0).to(original->device()));
   });
 }
 

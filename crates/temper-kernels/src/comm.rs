@@ -11,6 +11,7 @@ use tch::Tensor;
 
 extern "C" {
     fn temper_comm_available() -> c_int;
+    fn temper_comm_nccl_available() -> c_int;
     fn temper_comm_new(
         host: *const c_char,
         port: c_int,
@@ -18,6 +19,8 @@ extern "C" {
         world: c_int,
         store_is_external: c_int,
         timeout_ms: c_long,
+        backend: c_int,
+        device: c_int,
         out: *mut *mut c_void,
         err: *mut *mut c_char,
     ) -> c_int;
@@ -44,6 +47,24 @@ pub fn comm_available() -> bool {
     unsafe { temper_comm_available() != 0 }
 }
 
+/// Whether this build has c10d's NCCL process group (libtorch_cuda, nccl.h and CUDA's headers at
+/// build time).
+pub fn nccl_available() -> bool {
+    // SAFETY: a constant query.
+    unsafe { temper_comm_nccl_available() != 0 }
+}
+
+/// The process group's transport: Gloo (CPU tensors, any machine) or NCCL (CUDA tensors).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    Gloo,
+    /// NCCL on the given CUDA device (the rank's `LOCAL_RANK` by default); CPU tensors are
+    /// staged through it.
+    Nccl {
+        device: usize,
+    },
+}
+
 /// Where and how to rendezvous: torchrun's `MASTER_ADDR`/`MASTER_PORT`, `RANK`, `WORLD_SIZE`.
 #[derive(Debug, Clone)]
 pub struct Rendezvous {
@@ -57,6 +78,7 @@ pub struct Rendezvous {
     /// Bounds the rendezvous and every collective: a rank that died makes the others fail with
     /// an error after this long instead of hanging.
     pub timeout: Duration,
+    pub backend: Backend,
 }
 
 /// One rank's membership in a Gloo process group.
@@ -93,6 +115,23 @@ impl Comm {
                 r.rank
             );
         }
+        if let Backend::Nccl { device } = r.backend {
+            if !nccl_available() {
+                bail!(
+                    "rank {}: NCCL was requested but this temper was built without it (a CPU-only libtorch, or no \
+                     nccl.h / CUDA headers at build time: TEMPER_CUDA=1 scripts/setup-env.sh installs them); use \
+                     TEMPER_DIST_BACKEND=gloo",
+                    r.rank
+                );
+            }
+            let n = tch::Cuda::device_count() as usize;
+            if device >= n {
+                bail!(
+                    "rank {}: NCCL on CUDA device {device}, but {n} device(s) are visible",
+                    r.rank
+                );
+            }
+        }
         if r.world == 0 || r.rank >= r.world {
             bail!("rank {} is not below world size {}", r.rank, r.world);
         }
@@ -107,6 +146,14 @@ impl Comm {
                 r.world as c_int,
                 r.store_is_external as c_int,
                 r.timeout.as_millis() as c_long,
+                match r.backend {
+                    Backend::Gloo => 0,
+                    Backend::Nccl { .. } => 1,
+                },
+                match r.backend {
+                    Backend::Gloo => -1,
+                    Backend::Nccl { device } => device as c_int,
+                },
                 &mut out,
                 &mut err,
             )

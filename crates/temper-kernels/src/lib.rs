@@ -10,7 +10,7 @@
 pub mod comm;
 pub mod cpu;
 
-pub use comm::{comm_available, Comm, Rendezvous};
+pub use comm::{comm_available, nccl_available, Backend, Comm, Rendezvous};
 pub use cpu::{sampling_linear_kernel, CpuFeatures, LinearKernel};
 
 use std::ffi::{c_char, c_int, c_void, CStr};

@@ -20,6 +20,7 @@ fn rendezvous(port: u16, rank: usize, world: usize, secs: u64) -> Rendezvous {
         world,
         store_is_external: false,
         timeout: Duration::from_secs(secs),
+        backend: temper_kernels::Backend::Gloo,
     }
 }
 
@@ -98,4 +99,21 @@ fn a_rank_outside_the_world_is_refused() {
         .unwrap()
         .to_string();
     assert!(e.contains("rank 2") || e.contains("without c10d"), "{e}");
+}
+
+#[test]
+fn nccl_on_a_build_without_it_is_a_one_line_error() {
+    if temper_kernels::nccl_available() {
+        return; // a CUDA build: scripts/gpu-check.sh runs NCCL for real
+    }
+    let r = Rendezvous {
+        backend: temper_kernels::Backend::Nccl { device: 0 },
+        ..rendezvous(free_port(), 1, 2, 5)
+    };
+    let e = format!("{:#}", Comm::connect(&r).err().unwrap());
+    assert!(
+        e.starts_with("rank 1: NCCL was requested but this temper was built without it")
+            && !e.contains('\n'),
+        "{e}"
+    );
 }

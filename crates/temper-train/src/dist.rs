@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 use tch::{Kind, Tensor};
-use temper_kernels::{Comm, Rendezvous};
+use temper_kernels::{Backend, Comm, Rendezvous};
 
 /// This process's place in the job.
 pub struct Dist {
@@ -249,7 +249,29 @@ pub fn rendezvous_from(var: &dyn Fn(&str) -> Option<String>) -> Result<Option<Re
         bail!("rank {rank}: MASTER_PORT = {port} is not a TCP port");
     }
     let timeout = num("TEMPER_DIST_TIMEOUT")?.unwrap_or(DEFAULT_TIMEOUT_S as usize) as u64;
+    // NCCL where CUDA is (the rank's GPU is its LOCAL_RANK, as torchrun sets it), else Gloo;
+    // TEMPER_DIST_BACKEND = gloo | nccl chooses.
+    let local = match num("LOCAL_RANK")? {
+        Some(l) => l,
+        None => num("SLURM_LOCALID")?.unwrap_or(rank),
+    };
+    let nccl = Backend::Nccl { device: local };
+    let backend = match var("TEMPER_DIST_BACKEND").as_deref().map(str::trim) {
+        None | Some("") | Some("auto") => {
+            if temper_kernels::nccl_available() && tch::Cuda::is_available() {
+                nccl
+            } else {
+                Backend::Gloo
+            }
+        }
+        Some("gloo") => Backend::Gloo,
+        Some("nccl") => nccl,
+        Some(other) => {
+            bail!("rank {rank}: TEMPER_DIST_BACKEND = {other:?}: expected gloo, nccl or auto")
+        }
+    };
     Ok(Some(Rendezvous {
+        backend,
         host: var("MASTER_ADDR").unwrap_or_else(|| "127.0.0.1".into()),
         port: port as u16,
         rank,

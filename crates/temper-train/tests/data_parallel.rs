@@ -29,6 +29,7 @@ fn connect(port: u16, rank: usize, world: usize) -> Dist {
             world,
             store_is_external: false,
             timeout: Duration::from_secs(60),
+            backend: temper_kernels::Backend::Gloo,
         })
         .unwrap(),
     )

@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use tch::{Device, Kind, Tensor};
-use temper_kernels::{Comm, Rendezvous};
+use temper_kernels::{Backend, Comm, Rendezvous};
 use temper_train::dist::{rendezvous_from, Dist};
 
 fn env(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
@@ -57,6 +57,25 @@ fn the_launch_environment() {
         err(&[("WORLD_SIZE", "2"), ("RANK", "0"), ("MASTER_PORT", "70000")])
             .contains("not a TCP port")
     );
+    // The backend: NCCL on the rank's LOCAL_RANK GPU when asked (or, by default, when this is a
+    // CUDA build on a machine with GPUs), else Gloo.
+    let two = [("WORLD_SIZE", "2"), ("RANK", "1"), ("MASTER_PORT", "29500")];
+    let backend = |extra: &[(&str, &str)]| {
+        let mut p = two.to_vec();
+        p.extend_from_slice(extra);
+        rendezvous_from(&env(&p)).unwrap().unwrap().backend
+    };
+    assert_eq!(backend(&[("TEMPER_DIST_BACKEND", "gloo")]), Backend::Gloo);
+    assert_eq!(
+        backend(&[("TEMPER_DIST_BACKEND", "nccl"), ("LOCAL_RANK", "3")]),
+        Backend::Nccl { device: 3 }
+    );
+    if !tch::Cuda::is_available() {
+        assert_eq!(backend(&[]), Backend::Gloo);
+    }
+    let mut p = two.to_vec();
+    p.push(("TEMPER_DIST_BACKEND", "mpi"));
+    assert!(err(&p).contains("TEMPER_DIST_BACKEND = \"mpi\""));
 }
 
 #[test]
@@ -107,6 +126,7 @@ fn gradients_are_summed_in_buckets() {
                     world: 2,
                     store_is_external: false,
                     timeout: Duration::from_secs(60),
+                    backend: temper_kernels::Backend::Gloo,
                 })
                 .unwrap();
                 let dist = Dist::from_comm(comm);

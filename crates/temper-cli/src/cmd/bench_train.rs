@@ -50,6 +50,9 @@ pub struct Args {
     /// Only time temper.
     #[arg(long)]
     pub no_python: bool,
+    /// Where both sides train: cpu, cuda or cuda:N.
+    #[arg(long, default_value = "cpu")]
+    pub device: String,
     /// The Python with torch + transformers (default: .venv/bin/python of the repository).
     #[arg(long)]
     pub python: Option<PathBuf>,
@@ -71,10 +74,11 @@ impl TorchWorker {
             ("--intermediate", args.intermediate),
             ("--threads", i64::from(args.threads)),
         ];
-        let worker_args: Vec<String> = flags
+        let mut worker_args: Vec<String> = flags
             .iter()
             .flat_map(|(flag, v)| [flag.to_string(), v.to_string()])
             .collect();
+        worker_args.extend(["--device".to_string(), args.device.clone()]);
         let (worker, ready) =
             PyWorker::start(args.python.as_deref(), "bench_train.py", &worker_args)?;
         Ok((TorchWorker(worker), ready))
@@ -132,12 +136,13 @@ impl RustSide {
             args.kv_heads,
             true,
         );
-        let model = CausalLm::random(cfg, 0, Device::Cpu, ComputeKind::F32);
+        let device = device_of(&args.device).expect("checked in run");
+        let model = CausalLm::random(cfg, 0, device, ComputeKind::F32);
         let params = model.named_parameters();
         let opt = AdamW::new(&params, 1e-5, (0.9, 0.999), 1e-8, 0.01);
         let (b, t) = (args.batch, args.seq);
-        let input = Tensor::randint(args.vocab, [b, t], (Kind::Int64, Device::Cpu));
-        let pos = Tensor::arange(t, (Kind::Int64, Device::Cpu))
+        let input = Tensor::randint(args.vocab, [b, t], (Kind::Int64, device));
+        let pos = Tensor::arange(t, (Kind::Int64, device))
             .unsqueeze(0)
             .repeat([b, 1]);
         let mask = input.ones_like();
@@ -169,6 +174,9 @@ impl RustSide {
                 p.zero_grad();
             }
         }
+        if let Device::Cuda(i) = self.input.device() {
+            tch::Cuda::synchronize(i as i64);
+        }
         Ok(Timing {
             wall: start.elapsed().as_secs_f64(),
             cpu: process_cpu_secs() - cpu0,
@@ -180,6 +188,7 @@ pub fn run(args: Args) -> Result<()> {
     if args.steps == 0 || args.rounds == 0 || args.seq < 2 {
         bail!("--steps and --rounds must be positive and --seq at least 2");
     }
+    device_of(&args.device)?;
     if args.threads > 0 {
         tch::set_num_threads(args.threads);
     }
@@ -216,7 +225,7 @@ pub fn run(args: Args) -> Result<()> {
         let head_dim = rust.model.config().head_dim;
         println!(
             "kernels, temper {kind}: {}",
-            temper_model::kernel_report(kind, Device::Cpu, head_dim)
+            temper_model::kernel_report(kind, device_of(&args.device)?, head_dim)
         );
     }
     // Per configuration: summed timings and steps, in first-run order.
@@ -287,4 +296,23 @@ pub fn run(args: Args) -> Result<()> {
         println!("{label:<24} {wall:>10.1} {cpu:>10.1} {r_wall:>14} {r_cpu:>14}");
     }
     Ok(())
+}
+
+/// `cpu`, `cuda` or `cuda:N`, present on this machine.
+pub fn device_of(s: &str) -> Result<Device> {
+    let d = match s {
+        "cpu" => Device::Cpu,
+        "cuda" => Device::Cuda(0),
+        _ => match s.strip_prefix("cuda:").map(str::parse::<usize>) {
+            Some(Ok(i)) => Device::Cuda(i),
+            _ => bail!("--device {s:?}: expected cpu, cuda or cuda:N"),
+        },
+    };
+    if let Device::Cuda(i) = d {
+        let n = tch::Cuda::device_count() as usize;
+        if i >= n {
+            bail!("--device {s}: {n} CUDA device(s) visible (a CPU-only build sees none)");
+        }
+    }
+    Ok(d)
 }

@@ -8,7 +8,7 @@ use temper_rollout::verify::{compare, compare_rows, trainer_logprobs, LogprobDif
 use temper_rollout::{LogprobKind, Request};
 
 use super::sample::{
-    generate_with_progress, load, name_request, read_prompts, tokenize_prompts, PromptArgs,
+    generate_with_progress, load_on, name_request, read_prompts, tokenize_prompts, PromptArgs,
     SamplingArgs,
 };
 
@@ -25,6 +25,9 @@ pub struct Args {
     /// A model folder, a hub id (ORG/NAME, from the local HF cache) or an alias (smollm2).
     #[arg(long)]
     pub model: String,
+    /// Where sampling and the teacher-forced pass run: cpu, cuda or cuda:N.
+    #[arg(long, default_value = "cpu")]
+    pub device: String,
     #[command(flatten)]
     pub prompts: CheckPrompts,
     #[command(flatten)]
@@ -80,7 +83,8 @@ pub fn run(args: Args) -> Result<()> {
         chat: a.chat,
     };
     let prompts = read_prompts(&p)?;
-    let mut loaded = load(&args.model, s.dtype)?;
+    let device = super::bench_train::device_of(&args.device)?;
+    let mut loaded = load_on(&args.model, s.dtype, device)?;
     let ids = tokenize_prompts(loaded.tokenizer.as_ref(), &prompts, p.chat)?;
     let requests: Vec<Request> = ids
         .into_iter()

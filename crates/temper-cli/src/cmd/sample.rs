@@ -139,8 +139,13 @@ pub struct Loaded {
 }
 
 pub fn load(spec: &str, dtype: ComputeKind) -> Result<Loaded> {
+    load_on(spec, dtype, Device::Cpu)
+}
+
+/// [`load`] onto `device`.
+pub fn load_on(spec: &str, dtype: ComputeKind, device: Device) -> Result<Loaded> {
     let dir = temper_model::resolve::resolve_model(spec)?;
-    let model = CausalLm::load(&dir, Device::Cpu, dtype)?;
+    let model = CausalLm::load(&dir, device, dtype)?;
     let tokenizer = if dir.join("tokenizer.json").is_file() {
         Some(Tokenizer::from_dir(&dir)?)
     } else {

@@ -72,10 +72,16 @@ pub struct Trainer {
     pub before_update: Option<Box<dyn FnMut(&[(String, tch::Tensor)])>>,
 }
 
+/// The training device; with several ranks on a machine each takes the GPU of its `LOCAL_RANK`
+/// (torchrun's and `--nproc`'s), as DDP does.
 fn device_of(cfg: &Config) -> Device {
+    let local = std::env::var("LOCAL_RANK")
+        .ok()
+        .and_then(|v| v.trim().parse::<usize>().ok())
+        .unwrap_or(0);
     match cfg.trainer.device.as_str() {
-        "cuda" => Device::Cuda(0),
-        "auto" => Device::cuda_if_available(),
+        "cuda" => Device::Cuda(local),
+        "auto" if tch::Cuda::is_available() => Device::Cuda(local),
         _ => Device::Cpu,
     }
 }
