@@ -56,6 +56,7 @@ pub mod rope;
 pub mod safetensors_io;
 pub mod sampling_weights;
 pub mod save;
+pub mod seeded;
 pub mod shared_prefix;
 pub mod tokenizer;
 

@@ -140,6 +140,12 @@ impl CausalLm {
         Ok(())
     }
 
+    /// [`Self::add_lora`] with the adapters' `A` drawn right after seeding with `seed`, so the
+    /// same seed gives the same adapters whatever other threads draw meanwhile.
+    pub fn add_lora_seeded(&mut self, cfg: &LoraConfig, seed: u64) -> Result<()> {
+        crate::seeded::with_seed(seed, || self.add_lora(cfg))
+    }
+
     /// The `(name, tensor)` the optimizer updates: the adapters with LoRA, else every parameter.
     pub fn trainable_parameters(&self) -> Vec<(String, Tensor)> {
         match self.lora_store() {

@@ -295,18 +295,19 @@ impl CausalLm {
     }
 
     /// A model with random weights (normal, std 0.02; norms at one), reproducible from `seed`.
-    /// Note: seeds libtorch's global generator.
+    /// Note: seeds libtorch's global generator (under [`crate::seeded::with_seed`]).
     pub fn random(config: ModelConfig, seed: u64, device: Device, compute: ComputeKind) -> Self {
-        tch::manual_seed(seed as i64);
-        Self::build(
-            config,
-            device,
-            compute,
-            nn::Init::Randn {
-                mean: 0.0,
-                stdev: 0.02,
-            },
-        )
+        crate::seeded::with_seed(seed, || {
+            Self::build(
+                config,
+                device,
+                compute,
+                nn::Init::Randn {
+                    mean: 0.0,
+                    stdev: 0.02,
+                },
+            )
+        })
     }
 
     /// Load a Hugging Face folder (config.json + model.safetensors or a sharded index).

@@ -171,3 +171,46 @@ fn bad_lora_configs_are_errors() {
     let e = m.add_lora(&bad(4, &["q_proj"])).unwrap_err().to_string();
     assert!(e.contains("already"), "{e}");
 }
+
+/// The same seed gives the same adapters even when other threads create seeded models at the same
+/// time (a server creating two clients' LoRA models at once draws from one global generator).
+#[test]
+fn seeded_adapters_do_not_depend_on_other_threads() {
+    let cfg = ModelConfig::qwen2_like(97, 32, 48, 2, 4, 2, false);
+    let lora = LoraConfig {
+        rank: 4,
+        alpha: 8.0,
+        target_modules: vec!["all-linear".into()],
+    };
+    let adapters = |seed: u64| {
+        let mut m = CausalLm::random(cfg.clone(), 3, Device::Cpu, ComputeKind::F32);
+        m.add_lora_seeded(&lora, seed).unwrap();
+        let mut params = m.trainable_parameters();
+        params.sort_by(|a, b| a.0.cmp(&b.0));
+        Tensor::cat(
+            &params
+                .iter()
+                .map(|(_, t)| t.reshape([-1]))
+                .collect::<Vec<_>>(),
+            0,
+        )
+    };
+    let alone = adapters(5);
+    let racing: Vec<Tensor> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..4u64)
+            .map(|k| s.spawn(move || (0..10).map(|_| adapters(5 + k % 2)).collect::<Vec<_>>()))
+            .collect();
+        handles
+            .into_iter()
+            .enumerate()
+            .filter(|(k, _)| k % 2 == 0)
+            .flat_map(|(_, h)| h.join().unwrap())
+            .collect()
+    });
+    for t in &racing {
+        assert!(
+            t.equal(&alone),
+            "seed 5 gave different adapters while other threads drew"
+        );
+    }
+}

@@ -390,4 +390,19 @@ fn bad_environment_settings_are_one_line_errors() {
     std::fs::write(&data, "{\"article\": \"  \"}\n").unwrap();
     let files = format!("data.train_files=[{:?}]", data.display().to_string());
     assert!(err(&["env.name=summary", &files]).contains("the article is empty"));
+    // A model whose tokenizer has no chat template cannot close and open debate turns.
+    let bare = root.join("no-template");
+    std::fs::create_dir_all(&bare).unwrap();
+    for f in std::fs::read_dir(common::tiny_model_dir()).unwrap() {
+        let f = f.unwrap().path();
+        std::fs::copy(&f, bare.join(f.file_name().unwrap())).unwrap();
+    }
+    std::fs::write(
+        bare.join("tokenizer_config.json"),
+        r#"{"eos_token": "<|im_end|>", "pad_token": "<|endoftext|>"}"#,
+    )
+    .unwrap();
+    let model = format!("model.path={:?}", bare.display().to_string());
+    let e = err(&["env.name=debate", &model]);
+    assert!(e.contains("no chat template"), "{e}");
 }

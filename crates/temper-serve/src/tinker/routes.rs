@@ -240,10 +240,10 @@ fn start_model(t: &Arc<Tinker>, spec: Spec, created: super::futures::Promise) {
             let mut model = CausalLm::load(&spec.base_dir, tch::Device::Cpu, compute)
                 .with_context(|| format!("base_model {:?}", spec.base_model))?;
             if let Some(cfg) = &spec.lora {
-                if let Some(seed) = spec.seed {
-                    tch::manual_seed(seed as i64);
+                match spec.seed {
+                    Some(seed) => model.add_lora_seeded(cfg, seed)?,
+                    None => model.add_lora(cfg)?,
                 }
-                model.add_lora(cfg)?;
             }
             let mut tm = TrainingModel::new(model);
             if let Some((dir, optimizer)) = &spec.state {

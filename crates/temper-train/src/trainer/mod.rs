@@ -235,10 +235,9 @@ impl Trainer {
                 alpha: cfg.model.lora_alpha,
                 target_modules: cfg.model.target_modules.clone(),
             };
-            // The adapters' initial A comes from libtorch's generator: seed it with the run.
-            tch::manual_seed(cfg.trainer.seed as i64);
+            // The adapters' initial A comes from libtorch's generator, seeded with the run.
             model
-                .add_lora(&lora)
+                .add_lora_seeded(&lora, cfg.trainer.seed)
                 .context("model.lora_rank / lora_alpha / target_modules")?;
             if let Some(dir) = lora_adapter {
                 model.load_lora_adapter(dir)?;
