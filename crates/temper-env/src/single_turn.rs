@@ -1,43 +1,40 @@
-//! The one-turn case: the `n` responses to one question, scored by its task; they share an
-//! advantage baseline.
+//! The one-turn case: `n` responses to one prompt that share an advantage baseline.
+//!
+//! [`OneTurn`] is the bare episode group (a prompt in, `n` samples and their texts out): it is
+//! what `temper train` runs for every data set row (rewards from the `reward` section), and
+//! [`SingleTurn`] is the same group scored by an environment task (`env.task`).
 use crate::driver::{Answer, Ask, EnvGroup, Responder};
 use crate::tasks::{Question, Scored, Task};
 use crate::transcript::Transcript;
 use anyhow::{bail, Result};
-use temper_rollout::SamplingParams;
+use temper_rollout::{Sample, SamplingParams};
 
-pub struct SingleTurn<'a> {
-    pub question: Question,
-    task: &'a dyn Task,
+/// `params.n` samples of one prompt, seeded by `params.seed`.
+pub struct OneTurn {
     prompt: Vec<i64>,
     params: SamplingParams,
     asked: bool,
-    pub episodes: Vec<Transcript>,
-    pub scores: Vec<Scored>,
+    pub samples: Vec<Sample>,
+    pub texts: Vec<String>,
 }
 
-impl<'a> SingleTurn<'a> {
-    /// `params.n` responses to `prompt` (the question through the chat template), seeded by
-    /// `params.seed`.
-    pub fn new(
-        question: Question,
-        task: &'a dyn Task,
-        prompt: Vec<i64>,
-        params: SamplingParams,
-    ) -> Self {
-        SingleTurn {
-            question,
-            task,
+impl OneTurn {
+    pub fn new(prompt: Vec<i64>, params: SamplingParams) -> Self {
+        OneTurn {
             prompt,
             params,
             asked: false,
-            episodes: vec![],
-            scores: vec![],
+            samples: vec![],
+            texts: vec![],
         }
+    }
+
+    pub fn prompt(&self) -> &[i64] {
+        &self.prompt
     }
 }
 
-impl EnvGroup for SingleTurn<'_> {
+impl EnvGroup for OneTurn {
     fn asks(&mut self) -> Result<Vec<Ask>> {
         if self.asked {
             return Ok(vec![]);
@@ -56,10 +53,51 @@ impl EnvGroup for SingleTurn<'_> {
         if a.samples.len() != self.params.n {
             bail!("{} samples for n = {}", a.samples.len(), self.params.n);
         }
-        for (s, text) in a.samples.iter().zip(a.texts) {
-            let mut t = Transcript::new(self.prompt.clone());
-            self.scores.push(self.task.score(&self.question, &text));
-            t.act(s, text)?;
+        self.samples = a.samples;
+        self.texts = a.texts;
+        Ok(())
+    }
+}
+
+/// A [`OneTurn`] group about a task's question, each response scored by the task.
+pub struct SingleTurn<'a> {
+    pub question: Question,
+    task: &'a dyn Task,
+    turn: OneTurn,
+    pub episodes: Vec<Transcript>,
+    pub scores: Vec<Scored>,
+}
+
+impl<'a> SingleTurn<'a> {
+    /// `params.n` responses to `prompt` (the question through the chat template), seeded by
+    /// `params.seed`.
+    pub fn new(
+        question: Question,
+        task: &'a dyn Task,
+        prompt: Vec<i64>,
+        params: SamplingParams,
+    ) -> Self {
+        SingleTurn {
+            question,
+            task,
+            turn: OneTurn::new(prompt, params),
+            episodes: vec![],
+            scores: vec![],
+        }
+    }
+}
+
+impl EnvGroup for SingleTurn<'_> {
+    fn asks(&mut self) -> Result<Vec<Ask>> {
+        self.turn.asks()
+    }
+
+    fn answer(&mut self, answers: Vec<Answer>) -> Result<()> {
+        self.turn.answer(answers)?;
+        for (s, text) in self.turn.samples.iter().zip(&self.turn.texts) {
+            let mut t = Transcript::new(self.turn.prompt.clone());
+            self.scores.push(self.task.score(&self.question, text));
+            t.act(s, text.clone())?;
             self.episodes.push(t);
         }
         Ok(())

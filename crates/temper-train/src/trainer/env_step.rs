@@ -5,6 +5,7 @@
 //! the policy loss trains on them; the step's files go to the run folder.
 use super::batch::{to_rows, Batch};
 use super::env_logs;
+use super::episodes::TrainerSampler;
 use super::partition::Partition;
 use super::rollout::mix;
 use super::stats::{put_mmm, StepMetrics};
@@ -15,43 +16,8 @@ use tch::{Kind, Tensor};
 use temper_env::debate::DebateGroup;
 use temper_env::single_turn::SingleTurn;
 use temper_env::train_data::{debate_datums, episode_datums};
-use temper_env::{advantage_stats, run_groups, Datum, EnvGroup, Responder, Sampler};
-use temper_rollout::{Engine, EngineConfig, Request, Sample, SamplingParams};
-
-/// The sampler the episodes see: the trainer's (in process or on the servers) for the policy,
-/// the frozen judge model in process for `Responder::Judge`.
-struct StepSampler<'a> {
-    t: &'a Trainer,
-    seed: u64,
-}
-
-impl Sampler for StepSampler<'_> {
-    fn generate(&mut self, who: Responder, requests: &[Request]) -> Result<Vec<Sample>> {
-        match who {
-            Responder::Policy => self.t.sample(requests, self.seed, true),
-            Responder::Judge => {
-                let judge = self
-                    .t
-                    .env
-                    .as_ref()
-                    .and_then(|e| e.debate.as_ref())
-                    .and_then(|d| d.judge_model.as_ref())
-                    .ok_or_else(|| anyhow::anyhow!("a judge request without env.judge_model"))?;
-                Engine::new(judge, self.t.eos_ids.clone())
-                    .with_decoder(&self.t.tokenizer)
-                    .with_config(EngineConfig {
-                        max_batch_rows: self.t.cfg.rollout.max_num_seqs,
-                        seed: self.seed,
-                        ..EngineConfig::default()
-                    })
-                    .generate(requests, &mut |_| {})
-            }
-        }
-    }
-    fn decode(&self, ids: &[i64]) -> Result<String> {
-        self.t.tokenizer.decode(ids, true)
-    }
-}
+use temper_env::{advantage_stats, run_groups, Datum, EnvGroup};
+use temper_rollout::SamplingParams;
 
 impl Trainer {
     pub(crate) fn env_step(&mut self, step: usize) -> Result<StepMetrics> {
@@ -106,7 +72,11 @@ impl Trainer {
             let mut groups: Vec<Box<dyn EnvGroup + '_>> = vec![];
             groups.extend(singles.iter_mut().map(|g| Box::new(g) as Box<dyn EnvGroup>));
             groups.extend(debates.iter_mut().map(|g| Box::new(g) as Box<dyn EnvGroup>));
-            let mut sampler = StepSampler { t: self, seed };
+            let mut sampler = TrainerSampler {
+                t: self,
+                seed,
+                on_servers: true,
+            };
             run_groups(&mut sampler, &mut groups, &mut |round, asks| {
                 if is_debate && self.dist.is_root() {
                     match round {

@@ -4,6 +4,7 @@ mod batch;
 mod env_logs;
 mod env_runtime;
 mod env_step;
+mod episodes;
 mod eval;
 mod partition;
 mod rollout;

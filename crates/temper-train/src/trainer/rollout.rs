@@ -1,5 +1,5 @@
 //! Rollouts: prompts through the template, requests seeded by global position, sampled in
-//! process or on the servers, decoded and scored into groups.
+//! process or on the servers as one-turn episode groups (`episodes.rs`), scored into groups.
 use super::Trainer;
 use crate::data::Example;
 use anyhow::{bail, Context, Result};
@@ -87,8 +87,14 @@ impl Trainer {
         let on_servers = self.remote.as_ref().is_some_and(|r| {
             self.cfg.rollout.weight_sync == "disk" && r.served_version == self.state.policy_version
         });
-        let samples = self.sample(&requests, seed, on_servers)?;
-        self.groups_from(dataset, &kept, samples, self.state.policy_version)
+        let (samples, texts) = self.one_turn_rollouts(requests, seed, on_servers)?;
+        self.groups_from(
+            dataset,
+            &kept,
+            samples,
+            Some(texts),
+            self.state.policy_version,
+        )
     }
 
     /// The requests of [`Trainer::rollout_groups`] and the examples they are for (prompts that
@@ -147,14 +153,23 @@ impl Trainer {
         }
     }
 
-    /// Decodes and scores `samples`, the answers to the requests for the examples `kept`.
+    /// Scores `samples`, the answers to the requests for the examples `kept`; `texts` are their
+    /// decoded completions (decoded here when `None`).
     pub(crate) fn groups_from(
         &self,
         dataset: &crate::data::Dataset,
         kept: &[usize],
         samples: Vec<Sample>,
+        texts: Option<Vec<String>>,
         policy_version: u64,
     ) -> Result<Vec<Group>> {
+        let texts = match texts {
+            Some(t) => t,
+            None => samples
+                .iter()
+                .map(|s| self.tokenizer.decode(&s.completion_ids, true))
+                .collect::<Result<_>>()?,
+        };
         let mut groups: Vec<Group> = kept
             .iter()
             .map(|&e| Group {
@@ -168,8 +183,7 @@ impl Trainer {
                 reward_errors: 0,
             })
             .collect();
-        for s in samples {
-            let text = self.tokenizer.decode(&s.completion_ids, true)?;
+        for (s, text) in samples.into_iter().zip(texts) {
             let g = &mut groups[s.request_index];
             g.samples.push(s);
             g.texts.push(text);

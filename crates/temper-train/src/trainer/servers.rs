@@ -122,13 +122,13 @@ impl Trainer {
                 .samples
                 .wait()
                 .with_context(|| format!("rollouts of data batch {batch} (generated ahead)"))?;
-            return self.groups_from(&self.train, &p.kept, samples, p.version);
+            return self.groups_from(&self.train, &p.kept, samples, None, p.version);
         }
         let (kept, requests) = self.train_batch_requests(batch, params)?;
         let version = self.sampling_version();
         let seed = mix(self.cfg.trainer.seed, batch as u64, TRAIN_SEED_SALT);
-        let samples = self.sample(&requests, seed, true)?;
-        self.groups_from(&self.train, &kept, samples, version)
+        let (samples, texts) = self.one_turn_rollouts(requests, seed, true)?;
+        self.groups_from(&self.train, &kept, samples, Some(texts), version)
     }
 
     /// Sends the batches of the next `rollout.async_steps` steps to the servers (those not yet

@@ -1,0 +1,82 @@
+//! How the trainer runs episode groups ([`temper_env`]): the sampler the episodes see (the
+//! trainer's policy, in process or on the servers, and a debate's frozen judge model), and the
+//! one-turn rollouts of `temper train` as [`OneTurn`] groups run by the same driver as debates.
+use super::Trainer;
+use anyhow::Result;
+use temper_env::single_turn::OneTurn;
+use temper_env::{run_groups, EnvGroup, Responder, Sampler};
+use temper_rollout::{Engine, EngineConfig, Request, Sample};
+
+/// The sampler episodes see. `on_servers`: the policy's requests go to the rollout servers when
+/// the run has them.
+pub(crate) struct TrainerSampler<'a> {
+    pub t: &'a Trainer,
+    pub seed: u64,
+    pub on_servers: bool,
+}
+
+impl Sampler for TrainerSampler<'_> {
+    fn generate(&mut self, who: Responder, requests: &[Request]) -> Result<Vec<Sample>> {
+        match who {
+            Responder::Policy => self.t.sample(requests, self.seed, self.on_servers),
+            Responder::Judge => {
+                let judge = self
+                    .t
+                    .env
+                    .as_ref()
+                    .and_then(|e| e.debate.as_ref())
+                    .and_then(|d| d.judge_model.as_ref())
+                    .ok_or_else(|| anyhow::anyhow!("a judge request without env.judge_model"))?;
+                Engine::new(judge, self.t.eos_ids.clone())
+                    .with_decoder(&self.t.tokenizer)
+                    .with_config(EngineConfig {
+                        max_batch_rows: self.t.cfg.rollout.max_num_seqs,
+                        seed: self.seed,
+                        ..EngineConfig::default()
+                    })
+                    .generate(requests, &mut |_| {})
+            }
+        }
+    }
+
+    fn decode(&self, ids: &[i64]) -> Result<String> {
+        self.t.tokenizer.decode(ids, true)
+    }
+}
+
+impl Trainer {
+    /// Each request as a one-turn episode group, all sampled in one batched call: the samples
+    /// (with `request_index` the request's position) and their texts.
+    pub(crate) fn one_turn_rollouts(
+        &self,
+        requests: Vec<Request>,
+        seed: u64,
+        on_servers: bool,
+    ) -> Result<(Vec<Sample>, Vec<String>)> {
+        let mut turns: Vec<OneTurn> = requests
+            .into_iter()
+            .map(|r| OneTurn::new(r.prompt_ids, r.params))
+            .collect();
+        {
+            let mut groups: Vec<Box<dyn EnvGroup + '_>> = turns
+                .iter_mut()
+                .map(|g| Box::new(g) as Box<dyn EnvGroup>)
+                .collect();
+            let mut sampler = TrainerSampler {
+                t: self,
+                seed,
+                on_servers,
+            };
+            run_groups(&mut sampler, &mut groups, &mut |_, _| {})?;
+        }
+        let (mut samples, mut texts) = (vec![], vec![]);
+        for (k, turn) in turns.into_iter().enumerate() {
+            for mut s in turn.samples {
+                s.request_index = k;
+                samples.push(s);
+            }
+            texts.extend(turn.texts);
+        }
+        Ok((samples, texts))
+    }
+}
