@@ -13,10 +13,10 @@ use crate::debate::judge::Verdict;
 use crate::debate::DebateGroup;
 use crate::transcript::Transcript;
 use anyhow::{bail, Result};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// One training sequence, in the shape of `training_step_<k>.json`.
-#[derive(Clone, Debug, Serialize, PartialEq)]
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 pub struct Datum {
     pub prompt_tokens: Vec<i64>,
     pub completion_tokens: Vec<i64>,

@@ -259,3 +259,119 @@ fn a_world_size_that_does_not_divide_the_batch_is_refused() {
         "data.train_batch_size = 3 is not divisible by the world size 2"
     );
 }
+
+/// Environment runs data-parallel: each rank runs the episodes of its share of the questions and
+/// trains its share of the datums. A debate (mock judge, rejection sampling) and the one-turn
+/// summary task (GRPO over each article's answers), 1 rank vs 2: the same datums and episode
+/// files, the same metrics and the same weights.
+#[test]
+fn environment_runs_train_data_parallel_like_one_rank() {
+    let articles = |root: &Path| -> String {
+        let data = root.join("articles.jsonl");
+        let lines: String = (0..4)
+            .map(|i| {
+                let article = format!("Article {i}. ").repeat(20 + 10 * i);
+                serde_json::json!({ "article": article }).to_string() + "\n"
+            })
+            .collect();
+        std::fs::create_dir_all(root).unwrap();
+        std::fs::write(&data, lines).unwrap();
+        format!("data.train_files=[{:?}]", data.display().to_string())
+    };
+    let read = |p: PathBuf| -> serde_json::Value {
+        serde_json::from_str(&std::fs::read_to_string(&p).unwrap()).unwrap()
+    };
+    for (name, env, files) in [
+        (
+            "debate",
+            &[
+                "env.name=debate",
+                "env.task=qa",
+                "env.debate_train=rejection",
+            ][..],
+            &["debate_0.json", "debate_5.json"][..],
+        ),
+        (
+            "summary",
+            &["env.name=summary", "env.skip_zero_advantage=true"],
+            &["summary_0.json", "summary_11.json"],
+        ),
+    ] {
+        let dirs = [
+            common::temp_dir(&format!("dp-env-{name}-one")),
+            common::temp_dir(&format!("dp-env-{name}-two")),
+        ];
+        let data = articles(&dirs[0]);
+        let mut extra = vec![
+            "data.max_prompt_length=1024",
+            "data.train_batch_size=2",
+            "actor.ppo_mini_batch_size=1",
+            "actor.ppo_micro_batch_size_per_gpu=2",
+            "rollout.n=4",
+        ];
+        if name == "summary" {
+            extra.push(data.as_str());
+        }
+        extra.extend_from_slice(env);
+        let (one_dir, one) = run_with(1, &dirs[0], &extra, false);
+        let (two_dir, two) = run_with(2, &dirs[1], &extra, false);
+        assert_eq!(rel_diff(&two[0], &two[1]), 0.0, "{name}");
+        let rel = rel_diff(&one[0], &two[0]);
+        assert!(rel <= 1e-5, "{name}: weights differ by {rel:e} (relative)");
+        assert!(
+            rel_diff(&one[0], &weights_of_fresh()) > 0.0,
+            "{name}: trained"
+        );
+        for step in 1..=3 {
+            let f = format!("training_step_{step}.json");
+            let (a, b) = (read(one_dir.join(&f)), read(two_dir.join(&f)));
+            assert!(!a["datums"].as_array().unwrap().is_empty(), "{name}");
+            close(&a["datums"], &b["datums"], &format!("{name} step {step}"));
+        }
+        for f in files {
+            close(
+                &read(one_dir.join(f)),
+                &read(two_dir.join(f)),
+                &format!("{name} {f}"),
+            );
+        }
+        same_metrics(&one_dir, &two_dir);
+    }
+}
+
+/// `a` and `b` are equal, numbers within 1e-5 relative (the weights after an update differ in
+/// the last bits with the order of the all-reduce, and so do later logprobs): tokens, texts,
+/// verdicts and masks exactly.
+fn close(a: &serde_json::Value, b: &serde_json::Value, at: &str) {
+    use serde_json::Value;
+    match (a, b) {
+        (Value::Array(x), Value::Array(y)) => {
+            assert_eq!(x.len(), y.len(), "{at}: lengths");
+            for (i, (p, q)) in x.iter().zip(y).enumerate() {
+                close(p, q, &format!("{at}[{i}]"));
+            }
+        }
+        (Value::Object(x), Value::Object(y)) => {
+            assert_eq!(
+                x.keys().collect::<Vec<_>>(),
+                y.keys().collect::<Vec<_>>(),
+                "{at}"
+            );
+            for (k, p) in x {
+                close(p, &y[k], &format!("{at}.{k}"));
+            }
+        }
+        (Value::Number(p), Value::Number(q)) if p.is_f64() || q.is_f64() => {
+            let (p, q) = (p.as_f64().unwrap(), q.as_f64().unwrap());
+            assert!((p - q).abs() <= 1e-5 * p.abs().max(1.0), "{at}: {p} vs {q}");
+        }
+        _ => assert_eq!(a, b, "{at}"),
+    }
+}
+
+/// The tiny model's weights before any training.
+fn weights_of_fresh() -> Weights {
+    let root = common::temp_dir("dp-env-fresh");
+    let t = Trainer::create_with(tiny_config(&root, &[]), "fresh", &[], Dist::single()).unwrap();
+    weights(&t)
+}

@@ -13,6 +13,7 @@
 use crate::rundir::write_json;
 use anyhow::Result;
 use serde_json::{json, Value};
+use std::collections::BTreeMap;
 use std::path::Path;
 use temper_env::debate::DebateGroup;
 use temper_env::single_turn::SingleTurn;
@@ -32,15 +33,15 @@ fn rounds(t: &Transcript) -> Value {
         .collect()
 }
 
-pub(crate) fn write_episodes(
-    root: &Path,
+/// The step's episode records, `(kind, record)` with kind `debate`, `summary` or `baseline`, in
+/// episode order (each rank makes its own; rank 0 writes all of them, [`write_records`]).
+pub(crate) fn episode_records(
     step: usize,
     task: &dyn Task,
     singles: &[SingleTurn],
     debates: &[DebateGroup],
-) -> Result<()> {
-    let per_step: usize = debates.iter().map(|g| g.debates.len()).sum();
-    let mut k = (step - 1) * per_step;
+) -> Vec<(String, Value)> {
+    let mut out = vec![];
     for g in debates {
         for d in &g.debates {
             let agents: Vec<Value> = (0..2)
@@ -54,9 +55,9 @@ pub(crate) fn write_episodes(
                 })
                 .collect();
             let verdict = d.verdict.map(|v| v.name());
-            write_json(
-                &root.join(format!("debate_{k}.json")),
-                &json!({
+            out.push((
+                "debate".to_string(),
+                json!({
                     "step": step,
                     "group": g.question.id,
                     "question": g.question.prompt,
@@ -69,12 +70,9 @@ pub(crate) fn write_episodes(
                     },
                     "agents": agents,
                 }),
-            )?;
-            k += 1;
+            ));
         }
     }
-    let per_step: usize = singles.iter().map(|g| g.episodes.len()).sum();
-    let mut k = (step - 1) * per_step;
     let kind = if task.name() == "summary" {
         "summary"
     } else {
@@ -104,9 +102,27 @@ pub(crate) fn write_episodes(
                     "metrics": s.metrics,
                 })
             };
-            write_json(&root.join(format!("{kind}_{k}.json")), &record)?;
-            k += 1;
+            out.push((kind.to_string(), record));
         }
+    }
+    out
+}
+
+/// Writes the step's records (all ranks', in order) as `<kind>_<k>.json`, `k` counting per kind
+/// from `(step - 1) * per_step`.
+pub(crate) fn write_records(root: &Path, step: usize, records: &[(String, Value)]) -> Result<()> {
+    let mut per_step: BTreeMap<&str, usize> = BTreeMap::new();
+    for (kind, _) in records {
+        *per_step.entry(kind).or_insert(0) += 1;
+    }
+    let mut next: BTreeMap<&str, usize> = per_step
+        .iter()
+        .map(|(&kind, &n)| (kind, (step - 1) * n))
+        .collect();
+    for (kind, record) in records {
+        let k = next.get_mut(kind.as_str()).expect("counted above");
+        write_json(&root.join(format!("{kind}_{k}.json")), record)?;
+        *k += 1;
     }
     Ok(())
 }

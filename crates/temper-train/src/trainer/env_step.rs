@@ -19,6 +19,34 @@ use temper_env::train_data::{debate_datums, episode_datums};
 use temper_env::{advantage_stats, run_groups, Datum, EnvGroup};
 use temper_rollout::SamplingParams;
 
+/// What one rank's episodes give the step: per question group its datums, and the numbers
+/// and records the step logs. Data-parallel, every rank gathers every rank's (in rank order,
+/// which is question order).
+#[derive(serde::Serialize, serde::Deserialize, Default)]
+struct Episodes {
+    groups: Vec<Vec<Datum>>,
+    rewards: Vec<f64>,
+    parse_failures: usize,
+    debates: usize,
+    invalid_verdicts: usize,
+    records: Vec<(String, serde_json::Value)>,
+}
+
+impl Episodes {
+    fn merge(all: Vec<Episodes>) -> Episodes {
+        let mut out = Episodes::default();
+        for e in all {
+            out.groups.extend(e.groups);
+            out.rewards.extend(e.rewards);
+            out.parse_failures += e.parse_failures;
+            out.debates += e.debates;
+            out.invalid_verdicts += e.invalid_verdicts;
+            out.records.extend(e.records);
+        }
+        out
+    }
+}
+
 impl Trainer {
     pub(crate) fn env_step(&mut self, step: usize) -> Result<StepMetrics> {
         let t_step = Instant::now();
@@ -27,18 +55,101 @@ impl Trainer {
         self.state.batches_drawn += 1;
         let (_, questions) = self.order.batch(batch_index);
         let seed = mix(self.cfg.trainer.seed, batch_index as u64, 0x656e_7673);
+
+        // 1. Episodes: this rank's share of the questions (seeded by their position in the
+        // whole batch, so episodes do not depend on the world size), then every rank's.
+        let t_gen = Instant::now();
+        let mine = self.dist.shard(&questions, "data.train_batch_size")?;
+        let first_position = self.dist.rank * mine.len();
+        let local = self.run_episodes(step, mine, first_position, seed)?;
+        let mut all = Episodes::merge(self.dist.all_gather_json(&local)?);
+        m.insert("timing_s/gen".into(), t_gen.elapsed().as_secs_f64());
+
+        // 2. Datums. One-turn groups: the configured advantage estimator over each question's
+        // answers, computed on the whole batch (an estimator may normalise over it).
+        let t_adv = Instant::now();
+        let is_debate = self.env.as_ref().is_some_and(|e| e.debate.is_some());
+        if !is_debate {
+            self.one_turn_advantages(&mut all.groups)?;
+        }
+        let datums: Vec<Datum> = all.groups.into_iter().flatten().collect();
+        put_mmm(&mut m, "critic/score", &all.rewards);
+        m.insert("env/parse_failures".into(), all.parse_failures as f64);
+        if is_debate {
+            m.insert("env/debates".into(), all.debates as f64);
+            m.insert("env/invalid_verdicts".into(), all.invalid_verdicts as f64);
+        }
+        m.insert("env/datums".into(), datums.len() as f64);
+        m.insert("timing_s/adv".into(), t_adv.elapsed().as_secs_f64());
+
+        // 3. Logs of the episodes (debate_<k>.json, summary_<k>.json / baseline_<k>.json).
+        if self.dist.is_root() {
+            env_logs::write_records(&self.run.root, step, &all.records)?;
+        }
+
+        // 4. The update.
+        let stats = advantage_stats(&datums);
+        let (loss, trained_tokens) = match &stats {
+            None if self.cfg.env.skip_zero_advantage || datums.is_empty() => {
+                if self.dist.is_root() {
+                    eprintln!("warning: step {step}: All token advantages are 0.0 (no learning signal); skipping the update");
+                }
+                m.insert("batch/skipped_update".into(), 1.0);
+                (0.0, 0.0)
+            }
+            None => bail!(
+                "step {step}: All token advantages are 0.0 (no learning signal): every group's rewards were equal \
+                 (more rollouts per question, another reward or temperature help; env.skip_zero_advantage = true \
+                 skips such steps)"
+            ),
+            Some(line) => {
+                if self.dist.is_root() {
+                    eprintln!("{line}");
+                }
+                m.insert("batch/skipped_update".into(), 0.0);
+                self.train_on_datums(step, &datums, &mut m)?
+            }
+        };
+        let resp: Vec<f64> = datums
+            .iter()
+            .map(|d| d.completion_tokens.len() as f64)
+            .collect();
+        put_mmm(&mut m, "response_length", &resp);
+        if self.dist.is_root() {
+            env_logs::write_training_step(&self.run.root, step, loss, trained_tokens, &datums)?;
+        }
+        if m.get("batch/skipped_update") == Some(&0.0) {
+            self.state.policy_version += 1;
+            self.maybe_sync_rollout_weights()?;
+        }
+        m.insert("timing_s/step".into(), t_step.elapsed().as_secs_f64());
+        m.insert(
+            "training/epoch".into(),
+            self.order.batch(batch_index).0 as f64,
+        );
+        Ok(m)
+    }
+
+    /// Runs the episodes of `questions` (at `first_position` of the step's batch) and turns
+    /// them into datums (one-turn datums with advantage 0, set by [`Self::one_turn_advantages`]
+    /// once every rank's are in) and records.
+    fn run_episodes(
+        &self,
+        step: usize,
+        questions: &[usize],
+        first_position: usize,
+        seed: u64,
+    ) -> Result<Episodes> {
         let env = self
             .env
             .as_ref()
             .expect("env_step runs with an environment");
         let task = env.task.as_ref();
         let n = self.cfg.rollout.n;
-
-        // 1. Episodes.
-        let t_gen = Instant::now();
         let mut singles: Vec<SingleTurn> = vec![];
         let mut debates: Vec<DebateGroup> = vec![];
-        for (pos, &qi) in questions.iter().enumerate() {
+        for (k, &qi) in questions.iter().enumerate() {
+            let pos = first_position + k;
             let q = task.question(qi);
             let qseed = mix(seed, qi as u64, pos as u64);
             match &env.debate {
@@ -86,112 +197,64 @@ impl Trainer {
                 }
             })?;
         }
-        m.insert("timing_s/gen".into(), t_gen.elapsed().as_secs_f64());
-
-        // 2. Datums.
-        let t_adv = Instant::now();
-        let mut datums: Vec<Datum> = vec![];
-        let mut rewards = vec![];
-        let mut parse_failures = 0usize;
-        if let Some(d) = &env.debate {
-            let (mut total, mut invalid) = (0, 0);
-            for g in &debates {
-                total += g.debates.len();
-                invalid += g.invalid();
-                for deb in &g.debates {
-                    rewards.extend(deb.r1_scores.iter().map(|s| s.reward));
-                    parse_failures += deb.r1_scores.iter().filter(|s| s.parse_failed).count();
-                }
-                datums.extend(debate_datums(g, d.train));
-            }
-            m.insert("env/debates".into(), total as f64);
-            m.insert("env/invalid_verdicts".into(), invalid as f64);
-        } else {
-            // One-turn groups: the configured advantage estimator over each question's answers.
-            let scores: Vec<f64> = singles
-                .iter()
-                .flat_map(|g| g.scores.iter().map(|s| s.reward))
-                .collect();
-            let index: Vec<i64> = singles
-                .iter()
-                .enumerate()
-                .flat_map(|(gi, g)| std::iter::repeat_n(gi as i64, g.episodes.len()))
-                .collect();
-            let lens: Vec<usize> = singles
-                .iter()
-                .flat_map(|g| g.episodes.iter().map(|t| t.completion().len()))
-                .collect();
-            let r = lens.iter().copied().max().unwrap_or(1).max(1);
-            let mask_rows: Vec<f32> = lens
-                .iter()
-                .flat_map(|&l| (0..r).map(move |j| if j < l { 1.0 } else { 0.0 }))
-                .collect();
-            let mask = Tensor::from_slice(&mask_rows).view([lens.len() as i64, r as i64]);
-            let score_t = Tensor::from_slice(&scores).to_kind(Kind::Float);
-            let token_rewards = temper_algo::advantage::outcome_to_token_rewards(&score_t, &mask)?;
-            let adv =
-                temper_algo::compute_advantages(&self.adv_cfg, &token_rewards, &mask, &index)?;
-            let adv_rows = to_rows(&adv.to_kind(Kind::Float));
-            let mut row = 0;
-            for g in &singles {
-                let k = g.episodes.len();
-                let a: Vec<f64> = adv_rows[row..row + k].iter().map(|r| r[0]).collect();
-                let rs: Vec<f64> = g.scores.iter().map(|s| s.reward).collect();
-                parse_failures += g.scores.iter().filter(|s| s.parse_failed).count();
-                datums.extend(episode_datums(&g.episodes, &g.question.id, &rs, &a));
-                rewards.extend(rs);
-                row += k;
-            }
-        }
-        put_mmm(&mut m, "critic/score", &rewards);
-        m.insert("env/parse_failures".into(), parse_failures as f64);
-        m.insert("env/datums".into(), datums.len() as f64);
-        m.insert("timing_s/adv".into(), t_adv.elapsed().as_secs_f64());
-
-        // 3. Logs of the episodes (debate_<k>.json, summary_<k>.json / baseline_<k>.json).
-        if self.dist.is_root() {
-            env_logs::write_episodes(&self.run.root, step, task, &singles, &debates)?;
-        }
-
-        // 4. The update.
-        let stats = advantage_stats(&datums);
-        let (loss, trained_tokens) = match &stats {
-            None if self.cfg.env.skip_zero_advantage || datums.is_empty() => {
-                eprintln!("warning: step {step}: All token advantages are 0.0 (no learning signal); skipping the update");
-                m.insert("batch/skipped_update".into(), 1.0);
-                (0.0, 0.0)
-            }
-            None => bail!(
-                "step {step}: All token advantages are 0.0 (no learning signal): every group's rewards were equal \
-                 (more rollouts per question, another reward or temperature help; env.skip_zero_advantage = true \
-                 skips such steps)"
-            ),
-            Some(line) => {
-                if self.dist.is_root() {
-                    eprintln!("{line}");
-                }
-                m.insert("batch/skipped_update".into(), 0.0);
-                self.train_on_datums(step, &datums, &mut m)?
-            }
+        let mut out = Episodes {
+            records: env_logs::episode_records(step, task, &singles, &debates),
+            ..Episodes::default()
         };
-        let resp: Vec<f64> = datums
+        if let Some(d) = &env.debate {
+            for g in &debates {
+                out.debates += g.debates.len();
+                out.invalid_verdicts += g.invalid();
+                for deb in &g.debates {
+                    out.rewards.extend(deb.r1_scores.iter().map(|s| s.reward));
+                    out.parse_failures += deb.r1_scores.iter().filter(|s| s.parse_failed).count();
+                }
+                out.groups.push(debate_datums(g, d.train));
+            }
+        } else {
+            for g in &singles {
+                let rs: Vec<f64> = g.scores.iter().map(|s| s.reward).collect();
+                out.parse_failures += g.scores.iter().filter(|s| s.parse_failed).count();
+                let zero = vec![0.0; rs.len()];
+                out.groups
+                    .push(episode_datums(&g.episodes, &g.question.id, &rs, &zero));
+                out.rewards.extend(rs);
+            }
+        }
+        Ok(out)
+    }
+
+    /// One-turn groups: every sampled token of an answer gets the answer's advantage under
+    /// `algorithm.adv_estimator`, computed from the datums' rewards with one group per question.
+    fn one_turn_advantages(&self, groups: &mut [Vec<Datum>]) -> Result<()> {
+        let datums: Vec<&Datum> = groups.iter().flatten().collect();
+        if datums.is_empty() {
+            return Ok(());
+        }
+        let scores: Vec<f64> = datums.iter().map(|d| d.reward).collect();
+        let index: Vec<i64> = groups
             .iter()
-            .map(|d| d.completion_tokens.len() as f64)
+            .enumerate()
+            .flat_map(|(gi, g)| std::iter::repeat_n(gi as i64, g.len()))
             .collect();
-        put_mmm(&mut m, "response_length", &resp);
-        if self.dist.is_root() {
-            env_logs::write_training_step(&self.run.root, step, loss, trained_tokens, &datums)?;
+        let lens: Vec<usize> = datums.iter().map(|d| d.completion_tokens.len()).collect();
+        let r = lens.iter().copied().max().unwrap_or(1).max(1);
+        let mask_rows: Vec<f32> = lens
+            .iter()
+            .flat_map(|&l| (0..r).map(move |j| if j < l { 1.0 } else { 0.0 }))
+            .collect();
+        let mask = Tensor::from_slice(&mask_rows).view([lens.len() as i64, r as i64]);
+        let score_t = Tensor::from_slice(&scores).to_kind(Kind::Float);
+        let token_rewards = temper_algo::advantage::outcome_to_token_rewards(&score_t, &mask)?;
+        let adv = temper_algo::compute_advantages(&self.adv_cfg, &token_rewards, &mask, &index)?;
+        let adv_rows = to_rows(&adv.to_kind(Kind::Float));
+        for (d, row) in groups.iter_mut().flatten().zip(adv_rows) {
+            let a = row[0] as f32;
+            for (x, &m) in d.completion_advantages.iter_mut().zip(&d.completion_mask) {
+                *x = if m == 1 { a } else { 0.0 };
+            }
         }
-        if m.get("batch/skipped_update") == Some(&0.0) {
-            self.state.policy_version += 1;
-            self.maybe_sync_rollout_weights()?;
-        }
-        m.insert("timing_s/step".into(), t_step.elapsed().as_secs_f64());
-        m.insert(
-            "training/epoch".into(),
-            self.order.batch(batch_index).0 as f64,
-        );
-        Ok(m)
+        Ok(())
     }
 
     /// The policy loss on `datums` (one mini-batch, `actor.ppo_epochs` passes): returns the
@@ -233,20 +296,23 @@ impl Trainer {
         let advantages = pad(&|d| d.completion_advantages.clone());
         let trained = batch.response_mask.sum(Kind::Double).double_value(&[]);
         let nrows = batch.rows;
+        // One mini-batch of every datum; data-parallel, each rank takes its share (the datum
+        // count varies with the verdicts, so shares may differ by one row).
+        let share = nrows.div_ceil(self.dist.world).max(1);
         let micro = self
             .cfg
             .actor
             .ppo_micro_batch_size_per_gpu
-            .unwrap_or(nrows)
-            .min(nrows);
+            .unwrap_or(share)
+            .min(share);
         let partition = Partition {
             rows: nrows,
             mini: nrows,
             micro,
             shuffle: self.cfg.actor.shuffle,
             seed: mix(self.cfg.trainer.seed, step as u64, 0x7368_7566),
-            rank: 0,
-            world: 1,
+            rank: self.dist.rank,
+            world: self.dist.world,
         };
         let first = partition.parts(0);
         let temperature = self.cfg.rollout.temperature;
@@ -264,6 +330,8 @@ impl Trainer {
                 }
                 Ok(())
             })?;
+            // Each rank filled its own rows.
+            self.dist.sum_tensor(&out)?;
             Some(out)
         } else {
             None

@@ -308,13 +308,6 @@ impl Trainer {
 
         let seed = cfg.data.seed.unwrap_or(cfg.trainer.seed);
         let (env, train, val) = if cfg.env.enabled() {
-            if dist.world > 1 {
-                bail!(
-                    "env.name = {:?} runs in one process for now (got a world of {})",
-                    cfg.env.name,
-                    dist.world
-                );
-            }
             let (env, questions) = env_runtime::EnvRuntime::build(
                 &cfg,
                 &tokenizer,

@@ -27,10 +27,11 @@ pub(crate) struct MiniBatch {
 
 impl Partition {
     /// The mini-batches of `epoch` (rows shuffled per epoch when `shuffle`). Each mini-batch is
-    /// split into `world` equal contiguous shares (rank r takes the r-th) and a share into
-    /// micro-batches of `micro` rows; with one rank that is the plain split. With `micro`
-    /// dividing a share, the micro-batches are the same whatever the world size, which is what
-    /// makes a 2-rank step equal to a 1-rank one.
+    /// split into `world` contiguous shares (rank r takes the r-th; equal when `world` divides
+    /// the mini-batch, else they differ by one row and every row is still some rank's) and a
+    /// share into micro-batches of `micro` rows; with one rank that is the plain split. With
+    /// `micro` dividing a share, the micro-batches are the same whatever the world size, which is
+    /// what makes a 2-rank step equal to a 1-rank one.
     pub fn parts(&self, epoch: usize) -> Vec<MiniBatch> {
         let mut order: Vec<i64> = (0..self.rows as i64).collect();
         if self.shuffle {
@@ -40,8 +41,8 @@ impl Partition {
         order
             .chunks(self.mini)
             .map(|mb| {
-                let share = mb.len() / self.world;
-                let mine = &mb[self.rank * share..(self.rank + 1) * share];
+                let bound = |r: usize| r * mb.len() / self.world;
+                let mine = &mb[bound(self.rank)..bound(self.rank + 1)];
                 MiniBatch {
                     all: mb.to_vec(),
                     mine: mine.chunks(self.micro.max(1)).map(|c| c.to_vec()).collect(),
@@ -91,5 +92,13 @@ mod tests {
         );
         assert_eq!(a[0].all, b[0].all);
         assert_eq!([a[0].mine.concat(), b[0].mine.concat()].concat(), a[0].all);
+        // A mini-batch the world does not divide: every row is one rank's.
+        let odd = |rank| Partition {
+            rows: 5,
+            mini: 5,
+            ..p(rank, 2, 2)
+        };
+        assert_eq!(odd(0).parts(0)[0].mine, vec![vec![0, 1]]);
+        assert_eq!(odd(1).parts(0)[0].mine, vec![vec![2, 3], vec![4]]);
     }
 }
