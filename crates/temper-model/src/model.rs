@@ -14,7 +14,9 @@ use crate::kv_cache::KvCache;
 use crate::logprobs::logprobs_and_entropy;
 use crate::lora::{LoraAdapter, LoraConfig};
 use crate::rope::{apply_rope, Rope};
-use crate::sampling_weights::{FrozenLayer, FrozenLinear, SamplingWeights};
+use crate::sampling_weights::SamplingWeights;
+
+mod sampling;
 
 #[derive(Debug)]
 struct Linear {
@@ -532,62 +534,6 @@ impl CausalLm {
             cache.advance(t);
         }
         (rms_norm(&h, &self.norm, c.rms_norm_eps), collected)
-    }
-
-    /// Run `f` (a sampling call, under `tch::no_grad`) with inference copies of the weights: q/k/v
-    /// and gate/up fused, in the compute dtype, and on CPU in oneDNN's prepacked layout (see
-    /// [`crate::sampling_weights`]). Every forward inside `f` uses them; numbers differ from the
-    /// training path by float rounding only. The copies are detached and dropped when `f`
-    /// returns, so they never outlive a weight update. Nested calls reuse the outer copies.
-    pub fn with_sampling_weights<T>(&self, f: impl FnOnce() -> T) -> T {
-        if self.sampling.borrow().is_some() {
-            return f();
-        }
-        struct Thaw<'a>(&'a CausalLm);
-        impl Drop for Thaw<'_> {
-            fn drop(&mut self) {
-                *self.0.sampling.borrow_mut() = None;
-            }
-        }
-        let frozen = tch::no_grad(|| self.freeze());
-        *self.sampling.borrow_mut() = Some(frozen);
-        let _thaw = Thaw(self);
-        f()
-    }
-
-    /// How matmuls run right now: `None` outside [`CausalLm::with_sampling_weights`], else
-    /// `Some("onednn-packed")` (CPU with oneDNN), `Some("fbgemm-fp16")` (bf16 on a CPU without a
-    /// bf16 dot product) or `Some("fused")` (fused plain copies).
-    pub fn sampling_weights_layout(&self) -> Option<&'static str> {
-        self.sampling.borrow().as_ref().map(|s| match s.head {
-            FrozenLinear::Packed(_) => "onednn-packed",
-            FrozenLinear::Fp16(_) => "fbgemm-fp16",
-            FrozenLinear::Plain { .. } => "fused",
-        })
-    }
-
-    /// The kernels this model's training forward and sampling run on this machine, in one line
-    /// (`temper bench train`/`bench sample` and `temper train` print it).
-    pub fn kernel_report(&self) -> String {
-        crate::dtype::kernel_report(self.compute, self.device(), self.config.head_dim)
-    }
-
-    fn freeze(&self) -> SamplingWeights {
-        let kind = self.compute;
-        let layers = self
-            .layers
-            .iter()
-            .map(|l| FrozenLayer {
-                qkv: FrozenLinear::fuse(&[l.q_proj.part(), l.k_proj.part(), l.v_proj.part()], kind),
-                o: FrozenLinear::fuse(&[l.o_proj.part()], kind),
-                gate_up: FrozenLinear::fuse(&[l.gate_proj.part(), l.up_proj.part()], kind),
-                down: FrozenLinear::fuse(&[l.down_proj.part()], kind),
-            })
-            .collect();
-        SamplingWeights {
-            layers,
-            head: FrozenLinear::fuse(&[(self.head_weight(), None)], kind),
-        }
     }
 
     /// Logits (..., V) in f32 from final hidden states (e.g. only the last position when sampling).

@@ -5,6 +5,7 @@
 
 mod json;
 mod ops;
+mod run_ops;
 
 use std::collections::BTreeMap;
 use std::fmt;

@@ -2,7 +2,8 @@
 //! rational numbers, by evaluation at random points otherwise, structure by structure (tuples in
 //! order, sets in any order, intervals with their brackets, equations up to a constant factor).
 use super::eval::{eval_complex, exact_value};
-use super::{Expr, RelOp};
+use super::relations::*;
+use super::Expr;
 use num_complex::Complex64;
 use num_rational::BigRational;
 use num_traits::{One, ToPrimitive, Zero};
@@ -45,11 +46,11 @@ pub fn equivalent(gold: &Expr, pred: &Expr, o: &EquivOptions) -> bool {
     equiv(&g, &p, o)
 }
 
-fn timed_out(o: &EquivOptions) -> bool {
+pub(super) fn timed_out(o: &EquivOptions) -> bool {
     Instant::now() >= o.deadline
 }
 
-fn equiv(g: &Expr, p: &Expr, o: &EquivOptions) -> bool {
+pub(super) fn equiv(g: &Expr, p: &Expr, o: &EquivOptions) -> bool {
     if timed_out(o) {
         return false;
     }
@@ -136,7 +137,7 @@ fn equiv(g: &Expr, p: &Expr, o: &EquivOptions) -> bool {
     }
 }
 
-fn ordered(a: &[Expr], b: &[Expr], o: &EquivOptions) -> bool {
+pub(super) fn ordered(a: &[Expr], b: &[Expr], o: &EquivOptions) -> bool {
     a.len() == b.len() && a.iter().zip(b).all(|(x, y)| equiv(x, y, o))
 }
 
@@ -173,232 +174,15 @@ fn text_of(e: &Expr) -> Option<String> {
     Some(t.to_lowercase())
 }
 
-/// A name, or a tuple of names: the left side of `x = 3`, `(a, b) = (1, 2)`.
-fn is_name(e: &Expr) -> bool {
-    match e {
-        Expr::Sym(_) => true,
-        Expr::Tuple(v) | Expr::List(v) => v.iter().all(|x| matches!(x, Expr::Sym(_))),
-        _ => false,
-    }
-}
-
-/// A chain `a = b = ... = z` read as one equation: from the last bare name on the left (or the
-/// first term) to the last term, as math-verify does for `x = 5 + 6 = 11`.
-fn reduce_chain(terms: &[Expr], ops: &[RelOp]) -> (Expr, RelOp, Expr) {
-    let n = terms.len();
-    if ops.iter().all(|&op| op == RelOp::Eq) {
-        let lhs = terms[..n - 1]
-            .iter()
-            .rev()
-            .find(|t| is_name(t))
-            .unwrap_or(&terms[0]);
-        return (lhs.clone(), RelOp::Eq, terms[n - 1].clone());
-    }
-    // Mixed chain such as `x = 1/3 \approx 0.33`: the first relation that is not approximate.
-    (terms[0].clone(), ops[0], terms[1].clone())
-}
-
-/// The value of an equation whose left side is a bare name (`x = 3` answers `3`).
-fn named_value(e: &Expr) -> Option<&Expr> {
-    let Expr::Rel { terms, ops } = e else {
-        return None;
-    };
-    if ops.iter().any(|&op| op != RelOp::Eq) {
-        return None;
-    }
-    let n = terms.len();
-    terms[..n - 1].iter().any(is_name).then(|| &terms[n - 1])
-}
-
-/// `a <= x < b` and `x > a` as intervals (for comparing against interval answers).
-fn rel_to_interval(e: &Expr) -> Option<Expr> {
-    let Expr::Rel { terms, ops } = e else {
-        return None;
-    };
-    let inf = || Expr::Inf;
-    let neg_inf = || Expr::Neg(Box::new(Expr::Inf));
-    let closed = |op: RelOp| matches!(op, RelOp::Le | RelOp::Ge);
-    match (terms.len(), ops.as_slice()) {
-        (3, [a, b]) if is_variable(&terms[1]) => {
-            let up = |op: &RelOp| matches!(op, RelOp::Lt | RelOp::Le);
-            let down = |op: &RelOp| matches!(op, RelOp::Gt | RelOp::Ge);
-            if up(a) && up(b) {
-                Some(interval(
-                    terms[0].clone(),
-                    terms[2].clone(),
-                    closed(*a),
-                    closed(*b),
-                ))
-            } else if down(a) && down(b) {
-                Some(interval(
-                    terms[2].clone(),
-                    terms[0].clone(),
-                    closed(*b),
-                    closed(*a),
-                ))
-            } else {
-                None
-            }
-        }
-        (2, [op]) => {
-            let (sym_left, other) = match (&terms[0], &terms[1]) {
-                (v, x) if is_variable(v) => (true, x.clone()),
-                (x, v) if is_variable(v) => (false, x.clone()),
-                _ => return None,
-            };
-            // Normalise to `x op other`.
-            let op = if sym_left { *op } else { flip(*op) };
-            match op {
-                RelOp::Gt | RelOp::Ge => Some(interval(other, inf(), closed(op), false)),
-                RelOp::Lt | RelOp::Le => Some(interval(neg_inf(), other, false, closed(op))),
-                _ => None,
-            }
-        }
-        _ => None,
-    }
-}
-
-/// The bounded quantity of an inequality: a variable (`x`) or a function of variables (`f(x)`,
-/// read as a product of names).
-fn is_variable(e: &Expr) -> bool {
-    match e {
-        Expr::Sym(_) => true,
-        Expr::Mul(a, b) => is_variable(a) && is_variable(b),
-        Expr::Call(_, args) => args.iter().all(is_variable),
-        _ => false,
-    }
-}
-
-/// Inequalities joined by "or" (`x \le 1 \text{ or } x \ge 2`) as the union of their intervals.
-fn rels_to_union(items: &[Expr]) -> Option<Vec<Expr>> {
-    items
-        .iter()
-        .map(|e| match e {
-            Expr::Rel { .. } => rel_to_interval(e),
-            Expr::Interval { .. } => Some(e.clone()),
-            _ => None,
-        })
-        .collect()
-}
-
-fn interval(lo: Expr, hi: Expr, lo_closed: bool, hi_closed: bool) -> Expr {
-    Expr::Interval {
-        lo: Box::new(lo),
-        hi: Box::new(hi),
-        lo_closed,
-        hi_closed,
-    }
-}
-
-fn flip(op: RelOp) -> RelOp {
-    match op {
-        RelOp::Lt => RelOp::Gt,
-        RelOp::Le => RelOp::Ge,
-        RelOp::Gt => RelOp::Lt,
-        RelOp::Ge => RelOp::Le,
-        x => x,
-    }
-}
-
-/// `(lhs, op, rhs)` with `>`/`>=` turned into `<`/`<=` by swapping sides.
-fn canonical(l: Expr, op: RelOp, r: Expr) -> (Expr, RelOp, Expr) {
-    match op {
-        RelOp::Gt | RelOp::Ge => (r, flip(op), l),
-        _ => (l, op, r),
-    }
-}
-
-fn rel_equiv(g: &Expr, p: &Expr, o: &EquivOptions) -> bool {
-    let (Expr::Rel { terms: gt, ops: go }, Expr::Rel { terms: pt, ops: po }) = (g, p) else {
-        return false;
-    };
-    let single = |ops: &[RelOp]| ops.len() == 1 || ops.iter().all(|&x| x == RelOp::Eq);
-    if !(single(go) && single(po)) {
-        // Inequality chains: term by term, in either direction.
-        if go.len() != po.len() {
-            return false;
-        }
-        if go == po {
-            return ordered(gt, pt, o);
-        }
-        let flipped: Vec<RelOp> = po.iter().rev().map(|&x| flip(x)).collect();
-        let rev: Vec<Expr> = pt.iter().rev().cloned().collect();
-        return *go == flipped && ordered(gt, &rev, o);
-    }
-    let (gl, gop, gr) = reduce_chain(gt, go);
-    let (pl, pop, pr) = reduce_chain(pt, po);
-    let (gl, gop, gr) = canonical(gl, gop, gr);
-    let (pl, pop, pr) = canonical(pl, pop, pr);
-    if gop != pop {
-        return false;
-    }
-    // Same bare name on the left: compare the right sides (`x = 11` vs `x = 5 + 6`).
-    if is_name(&gl) && gl == pl {
-        return equiv(&gr, &pr, o);
-    }
-    if !(gl.is_scalar() && gr.is_scalar() && pl.is_scalar() && pr.is_scalar()) {
-        return equiv(&gl, &pl, o) && equiv(&gr, &pr, o);
-    }
-    let dg = Expr::Sub(Box::new(gl.clone()), Box::new(gr.clone()));
-    let dp = Expr::Sub(Box::new(pl.clone()), Box::new(pr.clone()));
-    let mut syms = vec![];
-    dg.symbols(&mut syms);
-    dp.symbols(&mut syms);
-    if syms.is_empty() {
-        return equiv(&gl, &pl, o) && equiv(&gr, &pr, o);
-    }
-    // dg = c * dp for a constant c (c > 0 for inequalities, c != 0 for equations).
-    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(0x7e3_9e7);
-    let mut ratio: Option<Complex64> = None;
-    let mut agreeing = 0;
-    for _ in 0..o.points * 3 {
-        if timed_out(o) || agreeing >= o.points {
-            break;
-        }
-        let env = random_env(&syms, &mut rng);
-        let a = eval_complex(&dg, &env);
-        let b = eval_complex(&dp, &env);
-        if !finite(a) || !finite(b) {
-            continue;
-        }
-        if b.norm() < 1e-9 || a.norm() < 1e-9 {
-            if a.norm() < 1e-9 && b.norm() < 1e-9 {
-                continue;
-            }
-            return false;
-        }
-        let r = a / b;
-        match ratio {
-            None => ratio = Some(r),
-            Some(r0) => {
-                if !close(r0, r, o.rel_tol.max(1e-7)) {
-                    return false;
-                }
-            }
-        }
-        agreeing += 1;
-    }
-    match ratio {
-        Some(r) if agreeing >= 3 => {
-            let real = r.im.abs() <= 1e-9 * r.norm();
-            match gop {
-                RelOp::Eq | RelOp::Ne => real,
-                _ => real && r.re > 0.0,
-            }
-        }
-        _ => false,
-    }
-}
-
-fn finite(z: Complex64) -> bool {
+pub(super) fn finite(z: Complex64) -> bool {
     z.re.is_finite() && z.im.is_finite()
 }
 
-fn close(a: Complex64, b: Complex64, tol: f64) -> bool {
+pub(super) fn close(a: Complex64, b: Complex64, tol: f64) -> bool {
     (a - b).norm() <= tol * a.norm().max(b.norm()) + 1e-12
 }
 
-fn random_env(syms: &[String], rng: &mut impl Rng) -> Vec<(String, Complex64)> {
+pub(super) fn random_env(syms: &[String], rng: &mut impl Rng) -> Vec<(String, Complex64)> {
     syms.iter()
         .map(|s| (s.clone(), Complex64::new(rng.random_range(0.5..2.5), 0.0)))
         .collect()

@@ -5,6 +5,7 @@ mod eval;
 mod lexer;
 mod parser;
 mod parser_atoms;
+mod relations;
 
 pub use equiv::{equivalent, EquivOptions};
 pub use eval::{eval_complex, exact_value};
