@@ -1,6 +1,8 @@
 //! The padded training batch built from rollout samples: prompts left-padded to the longest
 //! prompt `P`, responses right-padded to the longest response `R` (verl's layout), so that a
 //! response token `j` sits at column `P + j` and is predicted by the hidden state at `P + j - 1`.
+use super::partition::MiniBatch;
+use crate::dist::Dist;
 use anyhow::Result;
 use tch::{Device, Kind, Tensor};
 use temper_model::CausalLm;
@@ -107,6 +109,31 @@ impl Batch {
         let targets = ids.narrow(1, self.prompt_len, self.response_len);
         let t = if temperature > 0.0 { temperature } else { 1.0 };
         Ok(temper_model::logprobs_and_entropy(&logits, &targets, t))
+    }
+
+    /// No-grad (N, R) f32 log-probs of every row under `model`. Each rank computes the rows of its
+    /// micro-batches in `parts` (the first update's split, so that the update's forward can
+    /// reproduce them bitwise) and the sum over ranks fills in the other ranks' rows.
+    pub(crate) fn logprobs_by_parts(
+        &self,
+        model: &CausalLm,
+        parts: &[MiniBatch],
+        temperature: f64,
+        dist: &Dist,
+    ) -> Result<Tensor> {
+        let device = self.input_ids.device();
+        let out = Tensor::zeros([self.rows as i64, self.response_len], (Kind::Float, device));
+        tch::no_grad(|| -> Result<()> {
+            for idx in parts.iter().flat_map(|mb| &mb.mine) {
+                let (lp, _) = self.response_logprobs(model, idx, temperature)?;
+                let _ =
+                    out.shallow_clone()
+                        .index_copy_(0, &Tensor::from_slice(idx).to(device), &lp);
+            }
+            Ok(())
+        })?;
+        dist.sum_tensor(&out)?;
+        Ok(out)
     }
 
     /// [`Batch::response_logprobs`] with each distinct prompt of rows `idx` run once

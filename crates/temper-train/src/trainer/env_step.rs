@@ -9,6 +9,7 @@ use super::episodes::TrainerSampler;
 use super::partition::Partition;
 use super::rollout::mix;
 use super::stats::{put_mmm, StepMetrics};
+use super::update::UpdateInputs;
 use super::Trainer;
 use anyhow::{bail, Result};
 use std::time::Instant;
@@ -318,21 +319,7 @@ impl Trainer {
         let temperature = self.cfg.rollout.temperature;
         // Several epochs need the old log-probs before the first update changes the weights.
         let old = if self.cfg.actor.ppo_epochs > 1 || self.cfg.trainer.check_on_policy {
-            let out = Tensor::zeros([nrows as i64, batch.response_len], (Kind::Float, device));
-            tch::no_grad(|| -> Result<()> {
-                for idx in first.iter().flat_map(|mb| &mb.mine) {
-                    let (lp, _) = batch.response_logprobs(&self.model, idx, temperature)?;
-                    let _ = out.shallow_clone().index_copy_(
-                        0,
-                        &Tensor::from_slice(idx).to(device),
-                        &lp,
-                    );
-                }
-                Ok(())
-            })?;
-            // Each rank filled its own rows.
-            self.dist.sum_tensor(&out)?;
-            Some(out)
+            Some(batch.logprobs_by_parts(&self.model, &first, temperature, &self.dist)?)
         } else {
             None
         };
@@ -340,19 +327,18 @@ impl Trainer {
         m.insert("actor/lr".into(), lr);
         let t_upd = Instant::now();
         let mask = batch.response_mask.shallow_clone();
-        self.update(
-            step,
-            &batch,
-            &partition,
+        let input = UpdateInputs {
+            batch: &batch,
+            partition: &partition,
             first,
-            old.as_ref(),
-            None,
-            &advantages,
-            &mask,
-            None,
+            old: old.as_ref(),
+            reference: None,
+            advantages: &advantages,
+            response_mask: &mask,
+            is_weights: None,
             lr,
-            m,
-        )?;
+        };
+        self.update(step, input, m)?;
         m.insert("timing_s/update".into(), t_upd.elapsed().as_secs_f64());
         let loss = m.get("actor/pg_loss").copied().unwrap_or(0.0);
         Ok((loss, trained))

@@ -1,7 +1,9 @@
 //! The GRPO loop: rollout -> reward -> advantages -> old/ref logprobs -> PPO epochs over
 //! mini-batches with gradient accumulation -> AdamW; plus evaluation, checkpoints and resume.
+mod advantages;
 mod algo_setup;
 mod batch;
+mod draw;
 mod env_logs;
 mod env_runtime;
 mod env_step;
@@ -12,6 +14,7 @@ mod rollout;
 mod servers;
 mod stats;
 mod step;
+mod step_batch;
 mod update;
 
 pub use batch::Batch;

@@ -14,22 +14,43 @@ use super::Trainer;
 /// Gradients are summed over data-parallel ranks in flat buckets of this size (DDP's default).
 const GRAD_BUCKET_BYTES: usize = 25 << 20;
 
+/// What one policy update trains on: every tensor (N, R) f32 over the batch's rows.
+pub(super) struct UpdateInputs<'a> {
+    pub batch: &'a Batch,
+    pub partition: &'a Partition,
+    /// The first epoch's mini-batches, those the old log-probs were computed on (later epochs
+    /// are reshuffled by `partition`).
+    pub first: Vec<MiniBatch>,
+    /// `None`: the first update records its own detached log-probs as the old ones.
+    pub old: Option<&'a Tensor>,
+    pub reference: Option<&'a Tensor>,
+    pub advantages: &'a Tensor,
+    /// The loss mask (the response mask less rejected tokens, or less injected ones).
+    pub response_mask: &'a Tensor,
+    pub is_weights: Option<&'a Tensor>,
+    pub lr: f64,
+}
+
 impl Trainer {
-    #[allow(clippy::too_many_arguments)]
+    /// Runs the update and adds its `actor/*` metrics to `m`; returns the recorded old
+    /// log-probs when `input.old` was `None`.
     pub(super) fn update(
         &mut self,
         step: usize,
-        batch: &Batch,
-        partition: &Partition,
-        first: Vec<MiniBatch>,
-        old: Option<&Tensor>,
-        reference: Option<&Tensor>,
-        advantages: &Tensor,
-        response_mask: &Tensor,
-        is_weights: Option<&Tensor>,
-        lr: f64,
+        input: UpdateInputs,
         m: &mut StepMetrics,
     ) -> Result<Option<Tensor>> {
+        let UpdateInputs {
+            batch,
+            partition,
+            first,
+            old,
+            reference,
+            advantages,
+            response_mask,
+            is_weights,
+            lr,
+        } = input;
         const ADDITIVE: [&str; 3] = ["actor/pg_loss", "actor/entropy", "actor/kl_loss"];
         let temperature = self.cfg.rollout.temperature;
         // Without precomputed old log-probs, the first update's own (detached) ones are recorded.

@@ -1,0 +1,180 @@
+//! Phases 3 and 4 of a step: the log-probs before the update (old policy, reference), then the
+//! rewards turned into per-token advantages (`algorithm.adv_estimator`, with the KL penalty in
+//! the reward when `algorithm.use_kl_in_reward`) and the rollout-vs-trainer correction
+//! (`algorithm.rollout_correction`: importance weights, rejection masks, mismatch metrics).
+use super::batch::{to_rows, Batch};
+use super::partition::MiniBatch;
+use super::stats::{put_mmm, StepMetrics};
+use super::step_batch::StepBatch;
+use super::Trainer;
+use anyhow::{Context, Result};
+use std::time::Instant;
+use tch::{Kind, Tensor};
+
+/// The log-probs a step has before its update.
+pub(crate) struct BeforeUpdate {
+    /// (N, R) f32, the policy that sampled (or the rollout's own in bypass mode). `None` when
+    /// the first update's own detached log-probs serve (one mini-batch, one epoch, nothing needs
+    /// them earlier): they are the same numbers, bitwise, without a second forward.
+    pub old: Option<Tensor>,
+    /// (N, R) f32 under the frozen reference model, when there is one.
+    pub reference: Option<Tensor>,
+    /// `timing_s/old_log_prob`, `timing_s/ref`.
+    pub metrics: StepMetrics,
+}
+
+impl BeforeUpdate {
+    pub fn reuses_first_update(&self) -> bool {
+        self.old.is_none()
+    }
+}
+
+/// A step's per-token advantages and what goes with them into the loss.
+pub(crate) struct StepAdvantages {
+    /// (N, R) f32, 0 on padding.
+    pub advantages: Tensor,
+    /// (N, R) f32: the loss mask (the response mask, less the tokens rollout rejection sampling
+    /// drops).
+    pub response_mask: Tensor,
+    /// (N, R) f32 rollout importance weights (`rollout_is`), if any.
+    pub is_weights: Option<Tensor>,
+    /// Per row: the sequence reward (the score, less the KL penalty when it is in the reward).
+    pub seq_rewards: Vec<f64>,
+    /// The advantages at response tokens (all zero: nothing to learn from).
+    pub valid: Vec<f64>,
+    /// `critic/rewards/*`, `critic/advantages/*`, the KL controller's and rollout correction's
+    /// metrics, `timing_s/adv`.
+    pub metrics: StepMetrics,
+}
+
+impl Trainer {
+    /// Phase 3: old log-probs (unless the first update's own serve) and reference log-probs,
+    /// computed on `first`, the first update's micro-batches, so that with `check_on_policy` the
+    /// update can be asked to reproduce them bitwise.
+    pub(super) fn logprobs_before_update(
+        &self,
+        batch: &Batch,
+        first: &[MiniBatch],
+    ) -> Result<BeforeUpdate> {
+        let rc = self.rollout_corr;
+        let reuse_first = !self.cfg.trainer.check_on_policy
+            && !rc.bypass_mode
+            && rc.rollout_is.is_none()
+            && rc.rollout_rs.is_none()
+            && self.kl_ctrl.is_none()
+            && self.cfg.actor.ppo_epochs == 1
+            && first.len() == 1;
+        let temperature = self.cfg.rollout.temperature;
+        let mut metrics = StepMetrics::new();
+        let t_old = Instant::now();
+        let old = if rc.bypass_mode {
+            Some(batch.rollout_logprobs.shallow_clone())
+        } else if reuse_first {
+            None
+        } else {
+            Some(batch.logprobs_by_parts(&self.model, first, temperature, &self.dist)?)
+        };
+        metrics.insert(
+            "timing_s/old_log_prob".into(),
+            t_old.elapsed().as_secs_f64(),
+        );
+        let t_ref = Instant::now();
+        let reference = match &self.reference {
+            Some(r) => Some(batch.logprobs_by_parts(r, first, temperature, &self.dist)?),
+            None => None,
+        };
+        metrics.insert("timing_s/ref".into(), t_ref.elapsed().as_secs_f64());
+        Ok(BeforeUpdate {
+            old,
+            reference,
+            metrics,
+        })
+    }
+
+    /// Phase 4: scores -> token rewards (KL penalty in the reward, if configured) -> advantages
+    /// (grouped by `sb.index`), and the rollout correction against the old log-probs.
+    pub(super) fn advantages(
+        &mut self,
+        sb: &StepBatch,
+        before: &BeforeUpdate,
+    ) -> Result<StepAdvantages> {
+        let t_adv = Instant::now();
+        let mut m = StepMetrics::new();
+        let batch = &sb.batch;
+        let score_t = Tensor::from_slice(&sb.scores)
+            .to_kind(Kind::Float)
+            .to(batch.response_mask.device());
+        let mut token_rewards =
+            temper_algo::advantage::outcome_to_token_rewards(&score_t, &batch.response_mask)?;
+        if let (Some(ctrl), Some(r)) = (&mut self.kl_ctrl, &before.reference) {
+            let kl: temper_algo::KlType = self
+                .cfg
+                .algorithm
+                .kl_penalty
+                .parse()
+                .map_err(anyhow::Error::msg)
+                .context("algorithm.kl_penalty")?;
+            let (tr, km) = temper_algo::apply_kl_in_reward(
+                &token_rewards,
+                before
+                    .old
+                    .as_ref()
+                    .expect("old log-probs are computed when KL is in the reward"),
+                r,
+                &batch.response_mask,
+                kl,
+                ctrl,
+            )?;
+            token_rewards = tr;
+            m.extend(km.into_iter().map(|(k, v)| (k.to_string(), v)));
+        }
+        let seq_rewards: Vec<f64> = Vec::try_from(
+            token_rewards
+                .to_kind(Kind::Double)
+                .sum_dim_intlist(-1, false, None::<Kind>)
+                .to(tch::Device::Cpu),
+        )?;
+        put_mmm(&mut m, "critic/rewards", &seq_rewards);
+        let advantages = temper_algo::compute_advantages(
+            &self.adv_cfg,
+            &token_rewards,
+            &batch.response_mask,
+            &sb.index,
+        )?
+        .to_kind(Kind::Float);
+        let valid: Vec<f64> = to_rows(&advantages)
+            .iter()
+            .zip(&to_rows(&batch.response_mask))
+            .flat_map(|(a, mask)| {
+                a.iter()
+                    .zip(mask)
+                    .filter(|(_, m)| **m > 0.0)
+                    .map(|(a, _)| *a)
+                    .collect::<Vec<_>>()
+            })
+            .collect();
+        put_mmm(&mut m, "critic/advantages", &valid);
+        let mut response_mask = batch.response_mask.shallow_clone();
+        let mut is_weights = None;
+        if let (false, Some(old)) = (self.rollout_corr.bypass_mode, &before.old) {
+            let rc = temper_algo::rollout_correction(
+                old,
+                &batch.rollout_logprobs,
+                &batch.response_mask,
+                &self.rollout_corr,
+            )?;
+            m.extend(rc.metrics.into_iter().map(|(k, v)| (k.to_string(), v)));
+            response_mask = rc.response_mask;
+            is_weights = rc.rollout_is_weights;
+        }
+        m.insert("timing_s/adv".into(), t_adv.elapsed().as_secs_f64());
+        Ok(StepAdvantages {
+            advantages,
+            response_mask,
+            is_weights,
+            seq_rewards,
+            valid,
+            metrics: m,
+        })
+    }
+}

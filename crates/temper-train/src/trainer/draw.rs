@@ -1,0 +1,113 @@
+//! Phase 1 of a step: draw the step's prompt groups (sampled and scored), with DAPO's dynamic
+//! sampling (`algorithm.filter_groups`) drawing more batches until enough groups have a reward
+//! spread.
+use super::rollout::Group;
+use super::stats::StepMetrics;
+use super::Trainer;
+use anyhow::Result;
+use temper_rollout::SamplingParams;
+
+/// The groups a step trains on, and what drawing them took.
+pub(crate) struct Drawn {
+    /// Whole-batch groups in batch order (data-parallel: every rank's, gathered).
+    pub groups: Vec<Group>,
+    /// Groups sampled (kept or filtered out).
+    drawn: usize,
+    /// Groups whose samples all have the same score (no GRPO signal).
+    zero_groups: usize,
+    /// Batches drawn (more than 1 only with `algorithm.filter_groups`).
+    rounds: usize,
+    /// Samples the reward could not score.
+    reward_errors: usize,
+}
+
+impl Drawn {
+    /// `batch/*`, `reward/errors` and, against the trainer's `policy_version`, `rollout/policy_*`.
+    pub fn metrics(&self, policy_version: u64) -> StepMetrics {
+        let mut m = StepMetrics::new();
+        if let Some(oldest) = self.groups.iter().map(|g| g.policy_version).min() {
+            let lags: Vec<f64> = self
+                .groups
+                .iter()
+                .map(|g| policy_version.saturating_sub(g.policy_version) as f64)
+                .collect();
+            m.insert("rollout/policy_version".into(), oldest as f64);
+            m.insert(
+                "rollout/policy_lag_mean".into(),
+                lags.iter().sum::<f64>() / lags.len() as f64,
+            );
+            m.insert(
+                "rollout/policy_lag_max".into(),
+                lags.iter().copied().fold(0.0, f64::max),
+            );
+        }
+        m.insert("batch/zero_adv_groups".into(), self.zero_groups as f64);
+        m.insert(
+            "batch/zero_adv_groups_frac".into(),
+            self.zero_groups as f64 / self.drawn.max(1) as f64,
+        );
+        m.insert("batch/groups".into(), self.groups.len() as f64);
+        m.insert("batch/gen_rounds".into(), self.rounds as f64);
+        m.insert("reward/errors".into(), self.reward_errors as f64);
+        m
+    }
+}
+
+impl Trainer {
+    /// Draws batches of `data.train_batch_size` prompts (each rank samples its share, then every
+    /// rank gets every group) until the step has its groups: one batch, or with
+    /// `algorithm.filter_groups` as many as it takes (up to `max_num_gen_batches`, default 100)
+    /// to collect that many groups with a reward spread.
+    pub(super) fn draw_groups(&mut self, step: usize, params: &SamplingParams) -> Result<Drawn> {
+        let want = self.cfg.data.train_batch_size;
+        let filter = self.cfg.algorithm.filter_groups.enable;
+        let max_rounds = match self.cfg.algorithm.filter_groups.max_num_gen_batches {
+            0 => 100,
+            k => k,
+        };
+        let mut d = Drawn {
+            groups: Vec::new(),
+            drawn: 0,
+            zero_groups: 0,
+            rounds: 0,
+            reward_errors: 0,
+        };
+        loop {
+            let batch_index = self.state.batches_drawn;
+            self.state.batches_drawn += 1;
+            d.rounds += 1;
+            // Data-parallel: each rank samples its share of the prompts, then every rank gets
+            // every group (in batch order), so the rest of the step sees the whole batch.
+            let local = self.train_batch_groups(batch_index, params)?;
+            for g in self.dist.all_gather_json(&local)?.into_iter().flatten() {
+                d.drawn += 1;
+                d.reward_errors += g.reward_errors;
+                if g.zero_variance() {
+                    d.zero_groups += 1;
+                    if filter {
+                        continue;
+                    }
+                }
+                d.groups.push(g);
+            }
+            if !filter || d.groups.len() >= want {
+                break;
+            }
+            if d.rounds >= max_rounds {
+                eprintln!(
+                    "warning: step {step}: only {} of {want} groups with a reward spread after {} generation \
+                     rounds (algorithm.filter_groups.max_num_gen_batches); training on those",
+                    d.groups.len(),
+                    d.rounds
+                );
+                break;
+            }
+        }
+        d.groups.truncate(want);
+        // DAPO may end with fewer groups than asked for; data-parallel, keep a multiple of the
+        // world size so that every rank gets the same share of each mini-batch.
+        let world = self.dist.world;
+        d.groups.truncate(d.groups.len() - d.groups.len() % world);
+        Ok(d)
+    }
+}
