@@ -368,3 +368,40 @@ fn a_request_joins_the_running_batch() {
     assert_eq!(tokens(&v), engine_tokens(7));
     assert_eq!(long.join().unwrap(), 3000);
 }
+
+/// A client that hangs up mid-request: the server stops sampling for it (and says so), and goes
+/// on serving the next request with the tokens the engine gives it.
+#[test]
+fn a_client_that_hangs_up_mid_request() {
+    use std::io::Write;
+    let s = start(&[]);
+    let addr = s.url.trim_start_matches("http://").to_string();
+    let body = json!({"prompt": PROMPT, "max_tokens": 3000, "ignore_eos": true, "seed": 3});
+    let body = body.to_string();
+    let mut conn = std::net::TcpStream::connect(&addr).unwrap();
+    write!(
+        conn,
+        "POST /v1/completions HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\n\
+         Content-Length: {}\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    // Let it start decoding, then hang up.
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    drop(conn);
+    let said = |s: &serve_util::Server| {
+        s.log
+            .lock()
+            .unwrap()
+            .iter()
+            .any(|l| l.contains("client went away"))
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while !said(&s) && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    assert!(said(&s), "the server did not stop the request: {:?}", s.log);
+    let (status, v) = post(&s, &request(7));
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(tokens(&v), engine_tokens(7));
+}

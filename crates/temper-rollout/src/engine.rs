@@ -202,7 +202,7 @@ impl<'a> Engine<'a> {
         // bf16: cast the weights once for the whole call instead of at every decode step
         // (bitwise the same numbers; a no-op in f32).
         self.model.with_sampling_weights(|| {
-            self.run(&mut inbox, &mut collect, &mut |p| {
+            self.run(&mut inbox, &mut collect, &mut |_| false, &mut |p| {
                 progress(Progress {
                     total_samples: total,
                     ..p
@@ -222,20 +222,25 @@ impl<'a> Engine<'a> {
     /// Each request's samples go to `done(index, ...)` as soon as its last sample finishes,
     /// ordered by sample index; a request that fails validation gets its own error. Once the
     /// inbox answers [`Incoming::Close`], the requests in flight are finished and the call
-    /// returns. A request's tokens depend only on its own seed, not on what it is batched with.
+    /// returns. Before every step, `gone(index)` says whether a request's client went away: its
+    /// rows leave the batch and its queued samples the queue, and `done` is not called for it.
+    /// A request's tokens depend only on its own seed, not on what it is batched with (nor on
+    /// which other requests were dropped).
     pub fn generate_continuous(
         &self,
         inbox: &mut dyn FnMut(bool) -> Incoming,
         done: &mut dyn FnMut(usize, Result<Vec<Sample>, String>),
+        gone: &mut dyn FnMut(usize) -> bool,
     ) -> Result<()> {
         self.model
-            .with_sampling_weights(|| self.run(inbox, done, &mut |_| {}))
+            .with_sampling_weights(|| self.run(inbox, done, gone, &mut |_| {}))
     }
 
     fn run(
         &self,
         inbox: &mut dyn FnMut(bool) -> Incoming,
         done: &mut dyn FnMut(usize, Result<Vec<Sample>, String>),
+        gone: &mut dyn FnMut(usize) -> bool,
         progress: &mut dyn FnMut(Progress),
     ) -> Result<()> {
         let _no_grad = tch::no_grad_guard();
@@ -274,6 +279,15 @@ impl<'a> Engine<'a> {
                     }
                     Incoming::Close => accepting = false,
                 }
+            }
+            // Requests nobody waits for any more: stop sampling them.
+            scheduler.retain_requests(|r| !gone(r));
+            if batch.rows.iter().any(|row| gone(row.request)) {
+                let keep: Vec<i64> = (0..batch.rows.len())
+                    .filter(|&i| !gone(batch.rows[i].request))
+                    .map(|i| i as i64)
+                    .collect();
+                batch.keep_rows(&keep);
             }
             let units = scheduler.admit(batch.rows.len());
             let logits = if !units.is_empty() {

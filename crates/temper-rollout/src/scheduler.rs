@@ -73,6 +73,11 @@ impl Scheduler {
         }
     }
 
+    /// Keep only the queued samples of the requests `keep` accepts.
+    pub fn retain_requests(&mut self, mut keep: impl FnMut(usize) -> bool) {
+        self.queue.retain(|u| keep(u.request));
+    }
+
     pub fn is_empty(&self) -> bool {
         self.queue.is_empty()
     }

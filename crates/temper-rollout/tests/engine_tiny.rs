@@ -6,7 +6,8 @@ use common::tiny::{reference, tiny_model};
 use temper_model::CausalLm;
 use temper_rollout::verify::{compare, trainer_logprobs};
 use temper_rollout::{
-    Decode, Engine, EngineConfig, Finish, LogprobKind, Request, Sample, SamplingParams, StopReason,
+    Decode, Engine, EngineConfig, Finish, Incoming, LogprobKind, Request, Sample, SamplingParams,
+    StopReason,
 };
 
 /// Prompts of mixed lengths (1 to 17 tokens).
@@ -272,6 +273,66 @@ fn chi2_critical_999(df: usize) -> f64 {
     let k = df as f64;
     let z = 3.090;
     k * (1.0 - 2.0 / (9.0 * k) + z * (2.0 / (9.0 * k)).sqrt()).powi(3)
+}
+
+/// Continuous batching with clients that hang up: a request that is decoding leaves the batch at
+/// the next step, one still queued is never admitted, neither is answered, and the request that
+/// stays gets the tokens it gets alone.
+#[test]
+fn requests_whose_client_went_away_stop() {
+    let model = tiny_model();
+    let ps = prompts();
+    let req = |p: usize, n: usize, max_tokens: usize, seed: u64| Request {
+        prompt_ids: ps[p].clone(),
+        params: SamplingParams {
+            n,
+            max_tokens,
+            ignore_eos: true,
+            seed: Some(seed),
+            ..Default::default()
+        },
+    };
+    // 4 rows: `long` and `kept` decode together, `queued` waits for free rows.
+    let (long, kept, queued) = (req(0, 2, 60, 1), req(4, 2, 20, 2), req(2, 3, 60, 3));
+    let steps = std::cell::Cell::new(0usize);
+    let mut first = Some(vec![long, kept.clone(), queued]);
+    let mut inbox = |idle: bool| {
+        steps.set(steps.get() + 1);
+        match first.take() {
+            Some(all) => Incoming::Requests(all),
+            None if idle => Incoming::Close,
+            None => Incoming::Requests(vec![]),
+        }
+    };
+    let mut answered = vec![];
+    let mut done = |index: usize, r: Result<Vec<Sample>, String>| answered.push((index, r));
+    // `long`'s client hangs up after 5 steps, `queued`'s before it is admitted.
+    let mut gone = |index: usize| match index {
+        0 => steps.get() > 5,
+        2 => true,
+        _ => false,
+    };
+    engine(&model, vec![], 4)
+        .generate_continuous(&mut inbox, &mut done, &mut gone)
+        .unwrap();
+    assert_eq!(
+        answered.len(),
+        1,
+        "only the request that stayed is answered"
+    );
+    let (index, result) = answered.pop().unwrap();
+    assert_eq!(index, 1);
+    let alone = run(&engine(&model, vec![], 4), &[kept]);
+    let got = result.unwrap();
+    for (g, a) in got.iter().zip(&alone) {
+        assert_eq!(g.completion_ids, a.completion_ids);
+    }
+    // 20 tokens of `kept` take about 20 steps; `long` alone would have taken 60.
+    assert!(
+        steps.get() <= 25,
+        "the dropped requests kept decoding: {} steps",
+        steps.get()
+    );
 }
 
 #[test]

@@ -219,7 +219,21 @@ fn run(
                 let _ = reply.send(result);
             }
         };
-        let result = engine.generate_continuous(&mut inbox, &mut done);
+        // A client that hung up mid-request: its request stops at the next step, so a client
+        // that times out and retries does not leave the server decoding for nobody.
+        let mut gone = |index: usize| {
+            let mut replies = replies.borrow_mut();
+            match &replies[index] {
+                Some(reply) if reply.is_closed() => {
+                    replies[index] = None;
+                    eprintln!("temper serve: a client went away mid-request; its request stopped");
+                    true
+                }
+                Some(_) => false,
+                None => true,
+            }
+        };
+        let result = engine.generate_continuous(&mut inbox, &mut done, &mut gone);
         drop(engine);
         if let Err(e) = result {
             // The engine failed as a whole (not one request): every open request gets the error.

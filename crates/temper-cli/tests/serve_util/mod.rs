@@ -3,10 +3,14 @@
 use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
 
 pub struct Server {
     child: Child,
     pub url: String,
+    /// What the server printed on stderr after it started listening.
+    #[allow(dead_code)]
+    pub log: Arc<Mutex<Vec<String>>>,
 }
 
 impl Server {
@@ -52,6 +56,12 @@ pub fn start(model: &Path, extra: &[&str]) -> Server {
         }
     };
     // Keep draining stderr so the server never blocks on a full pipe.
-    std::thread::spawn(move || for _ in lines {});
-    Server { child, url }
+    let log = Arc::new(Mutex::new(vec![]));
+    let sink = log.clone();
+    std::thread::spawn(move || {
+        for line in lines.map_while(Result::ok) {
+            sink.lock().unwrap().push(line);
+        }
+    });
+    Server { child, url, log }
 }
