@@ -15,12 +15,12 @@ use std::sync::Mutex;
 use anyhow::{bail, Context, Result};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha20Rng;
-use tch::{Device, Kind, Tensor};
-use temper_model::{CausalLm, KvCache};
+use temper_model::CausalLm;
 
-use crate::draw::{next_key, sample_rng};
+use crate::draw::next_key;
 use crate::params::{Finish, Request, Sample, StopReason};
-use crate::scheduler::{Scheduler, SchedulerConfig, Unit};
+use crate::running_batch::{Batch, Row};
+use crate::scheduler::{Scheduler, SchedulerConfig};
 use crate::step::{sample_step, RowView};
 use crate::stop::{Decode, StopStrings};
 
@@ -76,27 +76,16 @@ pub struct Engine<'a> {
 }
 
 /// What every sample of one request shares.
-struct Prepared {
-    request: Request,
-    stops: StopStrings,
+pub(crate) struct Prepared {
+    pub(crate) request: Request,
+    pub(crate) stops: StopStrings,
     /// Ids that end a sample: EOS (unless `ignore_eos`), then `stop_token_ids`.
-    eos: Vec<i64>,
+    pub(crate) eos: Vec<i64>,
     /// Banned while the completion is shorter than `min_tokens`.
-    banned: Vec<i64>,
+    pub(crate) banned: Vec<i64>,
     /// Completion budget: `max_tokens`, capped by the context.
-    max_new: usize,
-    seed: u64,
-}
-
-/// A sample being generated, aligned with a row of the cache.
-struct Row {
-    request: usize,
-    sample: usize,
-    completion: Vec<i64>,
-    logprobs: Vec<f32>,
-    rng: ChaCha20Rng,
-    /// Sorted unique ids of prompt + completion, kept only when a repetition penalty is set.
-    seen: Vec<i64>,
+    pub(crate) max_new: usize,
+    pub(crate) seed: u64,
 }
 
 impl<'a> Engine<'a> {
@@ -420,191 +409,4 @@ impl<'a> Engine<'a> {
         }
         Ok(None)
     }
-}
-
-/// The rows being decoded, their cache and attention mask.
-struct Batch {
-    rows: Vec<Row>,
-    cache: Option<KvCache>,
-    /// (rows, cache.len()) i64, 1 = real token.
-    mask: Tensor,
-    device: Device,
-}
-
-impl Batch {
-    fn empty(device: Device) -> Self {
-        Self {
-            rows: Vec::new(),
-            cache: None,
-            mask: Tensor::zeros([0, 0], (Kind::Int64, device)),
-            device,
-        }
-    }
-
-    /// Admit `units`: returns next-token logits for every row (active rows first, then the new
-    /// samples in unit order). With rows running, they take their due decode step, the admitted
-    /// prompts are prefilled on their own, and the two caches are merged
-    /// ([`KvCache::merge_rows`]); the running rows are never re-prefilled.
-    fn rebuild(
-        &mut self,
-        model: &CausalLm,
-        prepared: &[Prepared],
-        units: &[Unit],
-    ) -> Result<Tensor> {
-        if self.rows.is_empty() {
-            // Room for every row's tokens, so the cache never has to grow while decoding.
-            let room = units
-                .iter()
-                .map(|u| prepared[u.request].max_new)
-                .max()
-                .unwrap_or(0);
-            return self.prefill(model, prepared, units, room);
-        }
-        let active_logits = self.decode(model);
-        let mut fresh = Batch::empty(self.device);
-        // No room reserved here: `merge_rows` allocates the merged cache with it.
-        let new_logits = fresh.prefill(model, prepared, units, 0)?;
-        let (old, new) = (
-            self.cache.take().expect("running rows have a cache"),
-            fresh.cache.take().expect("a prefill makes a cache"),
-        );
-        let len = old.len().max(new.len());
-        // Room for every row's remaining tokens, so the cache never has to grow while decoding.
-        let remaining = self
-            .rows
-            .iter()
-            .chain(&fresh.rows)
-            .map(|r| prepared[r.request].max_new - r.completion.len())
-            .max()
-            .unwrap_or(0);
-        self.cache = Some(KvCache::merge_rows(&old, &new, len + remaining as i64));
-        let left_pad = |mask: &Tensor| {
-            let (rows, width) = mask.size2().expect("mask is 2-D");
-            let zeros = Tensor::zeros([rows, len - width], (Kind::Int64, self.device));
-            Tensor::cat(&[&zeros, mask], 1)
-        };
-        self.mask = Tensor::cat(&[left_pad(&self.mask), left_pad(&fresh.mask)], 0);
-        self.rows.append(&mut fresh.rows);
-        Ok(Tensor::cat(&[active_logits, new_logits], 0))
-    }
-
-    /// Prefill the admitted prompts into a fresh cache (no rows running) with `room` positions
-    /// reserved after the longest prompt, and repeat each prompt's row for its samples; returns
-    /// their next-token logits.
-    fn prefill(
-        &mut self,
-        model: &CausalLm,
-        prepared: &[Prepared],
-        units: &[Unit],
-        room: usize,
-    ) -> Result<Tensor> {
-        debug_assert!(self.rows.is_empty());
-        let seqs: Vec<Vec<i64>> = units
-            .iter()
-            .map(|u| prepared[u.request].request.prompt_ids.clone())
-            .collect();
-        let longest = seqs.iter().map(Vec::len).max().unwrap_or(0);
-        let (ids, mask, pos) = left_pad(&seqs, longest, self.device);
-        let mut cache = KvCache::with_capacity(model.num_layers(), (longest + room) as i64);
-        let hidden = model.forward_hidden(&ids, &pos, &mask, Some(&mut cache));
-        let logits = model.logits(&hidden.select(1, -1));
-        // Repeat each prompt row for its samples.
-        let mut index: Vec<i64> = Vec::new();
-        for (u, unit) in units.iter().enumerate() {
-            index.extend(std::iter::repeat_n(u as i64, unit.count));
-            let p = &prepared[unit.request];
-            let mut seen = Vec::new();
-            if p.request.params.repetition_penalty != 1.0 {
-                seen = p.request.prompt_ids.clone();
-                seen.sort_unstable();
-                seen.dedup();
-            }
-            for sample in unit.first_sample..unit.first_sample + unit.count {
-                self.rows.push(Row {
-                    request: unit.request,
-                    sample,
-                    completion: Vec::new(),
-                    logprobs: Vec::new(),
-                    rng: sample_rng(p.seed, sample),
-                    seen: seen.clone(),
-                });
-            }
-        }
-        let index = Tensor::from_slice(&index).to_device(self.device);
-        if units.iter().any(|u| u.count != 1) {
-            cache.select_rows(&index);
-        }
-        self.mask = mask.index_select(0, &index);
-        self.cache = Some(cache);
-        Ok(logits.index_select(0, &index))
-    }
-
-    /// One token per row against the cache; returns next-token logits.
-    fn decode(&mut self, model: &CausalLm) -> Tensor {
-        let last: Vec<i64> = self
-            .rows
-            .iter()
-            .map(|r| *r.completion.last().expect("decoded rows have a token"))
-            .collect();
-        let b = self.rows.len() as i64;
-        let ids = Tensor::from_slice(&last)
-            .to_device(self.device)
-            .view([b, 1]);
-        // Position of the newest token = number of real tokens before it.
-        let pos = self
-            .mask
-            .sum_dim_intlist([1i64].as_slice(), true, Kind::Int64);
-        self.mask = Tensor::cat(
-            &[
-                &self.mask,
-                &Tensor::ones([b, 1], (Kind::Int64, self.device)),
-            ],
-            1,
-        );
-        let cache = self.cache.as_mut().expect("decoding needs a cache");
-        let hidden = model.forward_hidden(&ids, &pos, &self.mask, Some(cache));
-        model.logits(&hidden.select(1, -1))
-    }
-
-    /// Keep only rows `keep` (ascending indices into `rows`).
-    fn keep_rows(&mut self, keep: &[i64]) {
-        if keep.len() == self.rows.len() {
-            return;
-        }
-        if keep.is_empty() {
-            *self = Batch::empty(self.device);
-            return;
-        }
-        let mut wanted = keep.iter().peekable();
-        let mut i = 0i64;
-        self.rows.retain(|_| {
-            let k = wanted.next_if_eq(&&i).is_some();
-            i += 1;
-            k
-        });
-        let index = Tensor::from_slice(keep).to_device(self.device);
-        if let Some(cache) = self.cache.as_mut() {
-            cache.select_rows(&index);
-        }
-        self.mask = self.mask.index_select(0, &index);
-    }
-}
-
-/// Left-padded `(ids, mask, positions)`, each (rows, width) i64. Pads use id 0 (never attended).
-fn left_pad(seqs: &[Vec<i64>], width: usize, device: Device) -> (Tensor, Tensor, Tensor) {
-    let rows = seqs.len();
-    let mut ids = vec![0i64; rows * width];
-    let mut mask = vec![0i64; rows * width];
-    let mut pos = vec![0i64; rows * width];
-    for (r, s) in seqs.iter().enumerate() {
-        let off = r * width + (width - s.len());
-        ids[off..off + s.len()].copy_from_slice(s);
-        for j in 0..s.len() {
-            mask[off + j] = 1;
-            pos[off + j] = j as i64;
-        }
-    }
-    let shape = [rows as i64, width as i64];
-    let t = |v: Vec<i64>| Tensor::from_slice(&v).view(shape).to_device(device);
-    (t(ids), t(mask), t(pos))
 }

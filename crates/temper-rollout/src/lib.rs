@@ -21,6 +21,7 @@ pub mod engine;
 pub mod params;
 pub mod processors;
 pub mod remote;
+mod running_batch;
 pub mod scheduler;
 pub mod step;
 pub mod stop;
