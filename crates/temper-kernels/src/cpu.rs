@@ -6,7 +6,9 @@
 //! f32 kernel. Measured on an Intel Xeon with AVX-512F/BW/VL/DQ but neither: a bf16 linear
 //! forward+backward at 2048x576x1536 took 425 ms against 100 ms in f32, and `temper bench train`
 //! ran bf16 at 0.30x of f32. On an AVX2-only AMD EPYC libtorch's generic bf16 GEMM made a training
-//! step 16x slower than f32.
+//! step 16x slower than f32. Native is necessary, not sufficient: on an Intel Xeon with
+//! AVX512_BF16 but no AMX, oneDNN's native bf16 matmuls ran at half the f32 rate, so the dtype
+//! choice (`temper_model::resolve_compute_kind`) also measures.
 
 use std::sync::OnceLock;
 
@@ -57,7 +59,9 @@ impl CpuFeatures {
         self
     }
 
-    /// Whether bf16 matmuls are native here, i.e. faster than f32 rather than emulated.
+    /// Whether bf16 matmuls are native here (a bf16 dot product) rather than emulated. Native is
+    /// not always faster than f32: `model.dtype = "auto"` measures that
+    /// (`temper_model::bf16_linear_speedup`).
     pub fn bf16_matmul_native(&self) -> bool {
         self.avx512_bf16 || self.amx_bf16
     }

@@ -26,8 +26,9 @@ impl ComputeKind {
     }
 }
 
-/// Whether bf16 matmuls run natively on `device`, i.e. faster than f32 rather than emulated:
-/// always on CUDA; on CPU only with a bf16 dot product (AVX512_BF16 or AMX-BF16, from CPUID). With
+/// Whether bf16 matmuls run natively on `device` rather than emulated: always on CUDA; on CPU
+/// only with a bf16 dot product (AVX512_BF16 or AMX-BF16, from CPUID). Native bf16 can still be
+/// slower than f32 on a CPU ([`resolve_compute_kind`] measures it for `auto`). With
 /// AVX-512 alone oneDNN converts bf16 around f32 kernels (a training step's linears measured 3-4x
 /// slower than f32 on such a Xeon); on an AVX2-only CPU libtorch's generic bf16 GEMM made a
 /// training step 16x slower.
@@ -58,58 +59,135 @@ impl std::fmt::Display for ComputeKind {
     }
 }
 
-/// `model.dtype` on `device`: `auto` is bf16 where bf16 matmuls are native ([`bf16_is_native`]),
-/// else f32. An explicit `bfloat16` where bf16 is emulated is kept, and the returned warning gives
-/// the slowdown measured on this machine ([`bf16_linear_slowdown`]).
-pub fn resolve_compute_kind(dtype: &str, device: Device) -> Result<(ComputeKind, Option<String>)> {
-    resolve_with(dtype, bf16_is_native(device), bf16_linear_slowdown)
+/// What `model.dtype` became on a device, and what to tell the user about it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DtypeChoice {
+    pub compute: ComputeKind,
+    /// Why `auto` chose what it did where a measurement decided (one line for the log).
+    pub note: Option<String>,
+    /// A `bfloat16` the user asked for that runs slower than float32 here.
+    pub warning: Option<String>,
+}
+
+/// `auto` picks bf16 on a CPU only when its bf16 linears measure at least this much faster than
+/// f32: below it the gain is within the probe's noise and f32 is the exact choice.
+pub const AUTO_BF16_MIN_SPEEDUP: f64 = 1.15;
+
+/// What bf16 is on a device, as far as the dtype choice goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Bf16Here {
+    /// CUDA: bf16 tensor cores, faster than f32 without asking.
+    Gpu,
+    /// A CPU with a bf16 dot product (AVX512_BF16 or AMX-BF16). Whether it beats f32 depends on
+    /// the core: 1.6x at training shapes on an AMD EPYC (Zen 4), 0.65x on an Intel Xeon with
+    /// AVX512_BF16 and AVX10.1 but no AMX, where oneDNN's bf16 brgemm ran at half the f32 rate.
+    /// So it is measured.
+    CpuDotProduct,
+    /// A CPU without one: libtorch/oneDNN emulate bf16 around f32 kernels.
+    CpuEmulated,
+}
+
+/// `model.dtype` on `device`: `auto` is bf16 on CUDA, and on a CPU with a bf16 dot product
+/// when bf16 linears measure at least [`AUTO_BF16_MIN_SPEEDUP`] times f32's speed there
+/// ([`bf16_linear_speedup`], about a tenth of a second); else f32. An explicit `bfloat16` is kept,
+/// with a warning giving the measured slowdown where it is slower than f32.
+pub fn resolve_compute_kind(dtype: &str, device: Device) -> Result<DtypeChoice> {
+    let here = match device {
+        Device::Cpu if bf16_is_native(device) => Bf16Here::CpuDotProduct,
+        Device::Cpu => Bf16Here::CpuEmulated,
+        _ => Bf16Here::Gpu,
+    };
+    resolve_with(dtype, here, bf16_linear_speedup)
 }
 
 /// [`resolve_compute_kind`] with the machine's answers passed in (tests give the other CPUs').
-fn resolve_with(
-    dtype: &str,
-    native: bool,
-    slowdown: impl FnOnce() -> f64,
-) -> Result<(ComputeKind, Option<String>)> {
-    Ok(match dtype {
-        "float32" | "f32" | "fp32" => (ComputeKind::F32, None),
-        "auto" if native => (ComputeKind::Bf16, None),
-        "auto" => (ComputeKind::F32, None),
-        "bfloat16" | "bf16" if native => (ComputeKind::Bf16, None),
-        "bfloat16" | "bf16" => {
+fn resolve_with(dtype: &str, here: Bf16Here, speedup: impl FnOnce() -> f64) -> Result<DtypeChoice> {
+    let cpu = || CpuFeatures::get().summary();
+    let choice = |compute, note, warning| DtypeChoice {
+        compute,
+        note,
+        warning,
+    };
+    Ok(match (dtype, here) {
+        ("float32" | "f32" | "fp32", _) => choice(ComputeKind::F32, None, None),
+        ("auto" | "bfloat16" | "bf16", Bf16Here::Gpu) => choice(ComputeKind::Bf16, None, None),
+        ("auto", Bf16Here::CpuEmulated) => choice(ComputeKind::F32, None, None),
+        ("auto", Bf16Here::CpuDotProduct) => {
+            let s = speedup();
+            if s >= AUTO_BF16_MIN_SPEEDUP {
+                let note = format!(
+                    "model.dtype = \"auto\": bfloat16 (bf16 linears measured {s:.2}x float32's \
+                     speed on this CPU [{}])",
+                    cpu()
+                );
+                choice(ComputeKind::Bf16, Some(note), None)
+            } else {
+                let note = format!(
+                    "model.dtype = \"auto\": float32 (this CPU [{}] has a bf16 dot product, but \
+                     bf16 linears measured {s:.2}x float32's speed here; bf16 needs \
+                     {AUTO_BF16_MIN_SPEEDUP}x)",
+                    cpu()
+                );
+                choice(ComputeKind::F32, Some(note), None)
+            }
+        }
+        ("bfloat16" | "bf16", Bf16Here::CpuEmulated) => {
             let warning = format!(
                 "model.dtype = \"bfloat16\" on a CPU without a bf16 dot product ({}): libtorch emulates \
                  bf16 matmuls here, measured {:.1}x slower than float32 (a linear layer's forward and \
                  backward); use \"float32\" or \"auto\"",
-                CpuFeatures::get().summary(),
-                slowdown()
+                cpu(),
+                1.0 / speedup().max(1e-9)
             );
-            (ComputeKind::Bf16, Some(warning))
+            choice(ComputeKind::Bf16, None, Some(warning))
         }
-        other => bail!("model.dtype: unknown dtype `{other}` (float32, bfloat16 or auto)"),
+        ("bfloat16" | "bf16", Bf16Here::CpuDotProduct) => {
+            let s = speedup();
+            let warning = (s < 1.0).then(|| {
+                format!(
+                    "model.dtype = \"bfloat16\": this CPU [{}] has a bf16 dot product, but bf16 \
+                     linears measured {:.1}x slower than float32 here (a linear layer's forward and \
+                     backward); use \"float32\" or \"auto\"",
+                    cpu(),
+                    1.0 / s.max(1e-9)
+                )
+            });
+            choice(ComputeKind::Bf16, None, warning)
+        }
+        (other, _) => bail!("model.dtype: unknown dtype `{other}` (float32, bfloat16 or auto)"),
     })
 }
 
-/// How many times slower a bf16 linear layer's forward and backward runs than f32 on this CPU, on
-/// a training-sized shape (256 x 576 -> 1536, SmolLM2's MLP). Best of two after a warm-up; about a
-/// second where bf16 is emulated, which is the only place it is called.
-pub fn bf16_linear_slowdown() -> f64 {
-    let time = |kind: Kind| {
+/// How many times faster a bf16 linear layer's forward and backward runs than f32 on this CPU
+/// (below 1: slower), on a training-sized shape (512 x 576 -> 1536, SmolLM2's MLP) with the
+/// current libtorch threads. The dtypes alternate over four rounds, the first a warm-up, and
+/// each keeps its best: about 0.1 s where bf16 is native, a second where it is emulated.
+pub fn bf16_linear_speedup() -> f64 {
+    let _no_grad_leak = tch::no_grad_guard();
+    let make = |kind: Kind| {
         let opts = (kind, Device::Cpu);
-        let x = Tensor::randn([256, 576], opts).set_requires_grad(true);
-        let w = Tensor::randn([1536, 576], opts).set_requires_grad(true);
-        let mut best = f64::INFINITY;
-        for round in 0..3 {
-            let t = std::time::Instant::now();
-            x.linear(&w, None::<&Tensor>).sum(Kind::Float).backward();
-            let secs = t.elapsed().as_secs_f64();
-            if round > 0 {
-                best = best.min(secs);
-            }
-        }
-        best
+        let x = Tensor::randn([512, 576], opts);
+        let w = Tensor::randn([1536, 576], opts);
+        (x, w)
     };
-    time(Kind::BFloat16) / time(Kind::Float).max(1e-9)
+    let time = |(x, w): &(Tensor, Tensor)| {
+        let t = std::time::Instant::now();
+        // Forward, then the two backward products (input and weight gradients).
+        let y = x.linear(w, None::<&Tensor>);
+        let _dx = y.matmul(w);
+        let _dw = y.tr().matmul(x);
+        t.elapsed().as_secs_f64()
+    };
+    let (f32s, bf16s) = (make(Kind::Float), make(Kind::BFloat16));
+    let (mut best_f32, mut best_bf16) = (f64::INFINITY, f64::INFINITY);
+    for round in 0..4 {
+        let (a, b) = (time(&f32s), time(&bf16s));
+        if round > 0 {
+            best_f32 = best_f32.min(a);
+            best_bf16 = best_bf16.min(b);
+        }
+    }
+    best_f32 / best_bf16.max(1e-9)
 }
 
 /// The kernels a model in `compute` on `device` with heads of `head_dim` runs, for logs and
@@ -159,41 +237,86 @@ pub fn sampling_kernel(compute: ComputeKind, device: Device) -> LinearKernel {
 mod tests {
     use super::*;
 
-    #[test]
-    fn auto_is_bf16_only_where_native_and_explicit_bf16_warns_where_emulated() {
-        let never = || panic!("measured where bf16 is native");
-        assert_eq!(
-            resolve_with("auto", true, never).unwrap(),
-            (ComputeKind::Bf16, None)
-        );
-        assert_eq!(
-            resolve_with("auto", false, never).unwrap(),
-            (ComputeKind::F32, None)
-        );
-        assert_eq!(
-            resolve_with("float32", false, never).unwrap(),
-            (ComputeKind::F32, None)
-        );
-        assert_eq!(
-            resolve_with("bfloat16", true, never).unwrap(),
-            (ComputeKind::Bf16, None)
-        );
-        let (kind, warning) = resolve_with("bfloat16", false, || 3.06).unwrap();
-        assert_eq!(kind, ComputeKind::Bf16);
-        let warning = warning.expect("emulated bf16 warns");
-        assert!(warning.contains("measured 3.1x slower"), "{warning}");
-        let e = resolve_with("float16", true, never)
-            .unwrap_err()
-            .to_string();
-        assert!(e.contains("model.dtype") && e.contains("float16"), "{e}");
-        // This machine: auto follows the CPU's answer.
-        let (auto, _) = resolve_compute_kind("auto", Device::Cpu).unwrap();
-        assert_eq!(auto == ComputeKind::Bf16, bf16_is_native(Device::Cpu));
+    fn never() -> f64 {
+        panic!("measured where no measurement decides")
     }
 
     #[test]
-    fn the_slowdown_is_a_measurement() {
-        let f = bf16_linear_slowdown();
+    fn auto_is_bf16_where_native_and_measured_faster_and_explicit_bf16_warns_where_slower() {
+        let kind = |d: &str, here, s: f64| resolve_with(d, here, || s).unwrap();
+        // CUDA: bf16 without a measurement; a CPU without a bf16 dot product: f32.
+        assert_eq!(
+            kind("auto", Bf16Here::Gpu, f64::NAN).compute,
+            ComputeKind::Bf16
+        );
+        let emulated = resolve_with("auto", Bf16Here::CpuEmulated, never).unwrap();
+        assert_eq!(
+            emulated,
+            DtypeChoice {
+                compute: ComputeKind::F32,
+                note: None,
+                warning: None
+            }
+        );
+        // A bf16 dot product: the measurement decides (Zen 4 measured 1.6x, an Intel Xeon
+        // without AMX 0.65x).
+        let fast = kind("auto", Bf16Here::CpuDotProduct, 1.6);
+        assert_eq!(fast.compute, ComputeKind::Bf16);
+        assert!(fast.note.unwrap().contains("1.60x"));
+        let slow = kind("auto", Bf16Here::CpuDotProduct, 0.65);
+        assert_eq!(slow.compute, ComputeKind::F32);
+        assert!(slow.note.unwrap().contains("0.65x float32's speed"));
+        assert_eq!(
+            kind("auto", Bf16Here::CpuDotProduct, 1.1).compute,
+            ComputeKind::F32
+        );
+        // float32 never measures; bfloat16 is kept, with a warning only where it is slower.
+        let f32 = resolve_with("float32", Bf16Here::CpuDotProduct, never).unwrap();
+        assert_eq!(f32.compute, ComputeKind::F32);
+        assert_eq!(
+            resolve_with("bfloat16", Bf16Here::Gpu, never)
+                .unwrap()
+                .warning,
+            None
+        );
+        assert_eq!(kind("bfloat16", Bf16Here::CpuDotProduct, 1.6).warning, None);
+        let w = kind("bfloat16", Bf16Here::CpuDotProduct, 0.5)
+            .warning
+            .unwrap();
+        assert!(w.contains("2.0x slower"), "{w}");
+        let w = kind("bfloat16", Bf16Here::CpuEmulated, 1.0 / 3.06)
+            .warning
+            .unwrap();
+        assert!(w.contains("measured 3.1x slower"), "{w}");
+        assert_eq!(
+            kind("bfloat16", Bf16Here::CpuEmulated, 0.3).compute,
+            ComputeKind::Bf16
+        );
+        let e = resolve_with("float16", Bf16Here::Gpu, never)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("model.dtype") && e.contains("float16"), "{e}");
+    }
+
+    #[test]
+    fn auto_on_this_machine_follows_the_cpu_and_the_measurement() {
+        let auto = resolve_compute_kind("auto", Device::Cpu).unwrap();
+        if !bf16_is_native(Device::Cpu) {
+            assert_eq!(auto.compute, ComputeKind::F32);
+        } else {
+            // The note gives the measured factor the choice followed.
+            let note = auto.note.expect("a measured choice has a note");
+            let chosen = match auto.compute {
+                ComputeKind::Bf16 => "bfloat16 (",
+                ComputeKind::F32 => "float32 (",
+            };
+            assert!(note.contains(chosen), "{note}");
+        }
+    }
+
+    #[test]
+    fn the_speedup_is_a_measurement() {
+        let f = bf16_linear_speedup();
         assert!(f.is_finite() && f > 0.0, "{f}");
     }
 }

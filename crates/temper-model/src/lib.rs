@@ -63,7 +63,10 @@ pub mod tokenizer;
 pub use attention::{attention_mask_4d, position_ids_from_mask};
 pub use chat_template::{ChatMessage, ChatTemplate};
 pub use config::{Arch, ModelConfig, RopeScaling};
-pub use dtype::{bf16_is_native, kernel_report, resolve_compute_kind, ComputeKind};
+pub use dtype::{
+    bf16_is_native, bf16_linear_speedup, kernel_report, resolve_compute_kind, ComputeKind,
+    DtypeChoice, AUTO_BF16_MIN_SPEEDUP,
+};
 pub use generation_config::GenerationConfig;
 pub use kv_cache::KvCache;
 pub use logprobs::{logprobs_and_entropy, logprobs_of};

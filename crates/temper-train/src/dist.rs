@@ -182,6 +182,18 @@ impl Dist {
             .collect()
     }
 
+    /// Rank 0's `value` on every rank: for a choice each rank could make differently on its own
+    /// (`model.dtype = "auto"` measures), so that they all make rank 0's.
+    pub fn from_root<T: serde::Serialize + serde::de::DeserializeOwned>(
+        &self,
+        value: T,
+    ) -> Result<T> {
+        if self.comm.is_none() {
+            return Ok(value);
+        }
+        Ok(self.all_gather_json(&value)?.swap_remove(0))
+    }
+
     /// Fails on every rank, naming the first rank that differs, unless every rank passes the same
     /// `text` (e.g. the resolved config: ranks launched with different overrides must not train).
     pub fn check_same(&self, text: &str, what: &str) -> Result<()> {

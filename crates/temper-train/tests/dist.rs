@@ -146,6 +146,9 @@ fn gradients_are_summed_in_buckets() {
                     dist.gather_f64(&[rank as f64]).unwrap(),
                     vec![vec![0.0], vec![1.0]]
                 );
+                // A choice each rank made on its own (as `auto`'s measured dtype): rank 0's wins.
+                let own = ["bf16", "f32"][rank].to_string();
+                assert_eq!(dist.from_root(own).unwrap(), "bf16");
                 params
             })
         })

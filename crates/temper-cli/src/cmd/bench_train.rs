@@ -228,6 +228,10 @@ pub fn run(args: Args) -> Result<()> {
             temper_model::kernel_report(kind, device_of(&args.device)?, head_dim)
         );
     }
+    let auto = temper_model::resolve_compute_kind("auto", device_of(&args.device)?)?;
+    // What the trainer's `auto` takes here, with the measurement behind it where one decides.
+    let auto_line = format!("model.dtype = \"auto\": {}", auto.compute);
+    println!("{}", auto.note.unwrap_or(auto_line));
     // Per configuration: summed timings and steps, in first-run order.
     let mut totals: Vec<(&'static str, Timing, usize)> = vec![];
     let mut add = |label: &'static str, t: Timing| {

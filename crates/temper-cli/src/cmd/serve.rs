@@ -22,7 +22,8 @@ pub struct Args {
     /// The name clients use (`/v1/models`, the `model` field); default: the --model argument.
     #[arg(long)]
     served_model_name: Option<String>,
-    /// Compute dtype: `auto` (bf16 where bf16 matmuls are native, else f32, as `model.dtype`),
+    /// Compute dtype: `auto` (bf16 where bf16 matmuls are native and measured faster, else f32,
+    /// as `model.dtype`),
     /// `float32` or `bfloat16`.
     #[arg(long, default_value = "auto")]
     dtype: String,
@@ -44,11 +45,14 @@ pub fn run(args: Args) -> Result<()> {
     if let Some(n) = args.threads {
         tch::set_num_threads(n.max(1) as i32);
     }
-    let (compute, warning) =
-        resolve_compute_kind(&args.dtype, tch::Device::Cpu).context("--dtype")?;
-    if let Some(w) = warning {
+    let dtype = resolve_compute_kind(&args.dtype, tch::Device::Cpu).context("--dtype")?;
+    if let Some(note) = &dtype.note {
+        eprintln!("temper serve: {note}");
+    }
+    if let Some(w) = &dtype.warning {
         eprintln!("warning: {w}");
     }
+    let compute = dtype.compute;
     let worker = Worker::start(&dir, compute, args.max_num_seqs)?;
     let state = AppState {
         worker,

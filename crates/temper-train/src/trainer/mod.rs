@@ -3,6 +3,7 @@
 mod advantages;
 mod algo_setup;
 mod batch;
+mod compute_dtype;
 mod draw;
 mod env_logs;
 mod env_runtime;
@@ -31,7 +32,7 @@ use anyhow::{bail, Context, Result};
 use std::path::{Path, PathBuf};
 use tch::Device;
 use temper_algo::{ActorLossConfig, AdvConfig, KlController};
-use temper_model::{resolve_compute_kind, CausalLm, GenerationConfig, Tokenizer};
+use temper_model::{CausalLm, ComputeKind, GenerationConfig, Tokenizer};
 use temper_reward::Reward;
 
 /// Everything a run holds between steps.
@@ -111,7 +112,7 @@ impl Trainer {
             let run = RunDir::scratch_for_rank(dist.rank)?;
             let scratch = run.root.clone();
             let model_dir = resolve_model_dir(&cfg)?;
-            return Self::build(cfg, run, &model_dir, None, dist, None)
+            return Self::build(cfg, run, &model_dir, None, dist, None, None)
                 .inspect_err(|_| drop(std::fs::remove_dir_all(&scratch)));
         }
         let name = if cfg.trainer.experiment_name.is_empty() {
@@ -131,10 +132,10 @@ impl Trainer {
         std::fs::create_dir_all(&root).with_context(|| format!("creating {}", root.display()))?;
         let run = RunDir::new(root);
         let model_dir = resolve_model_dir(&cfg)?;
-        let t = Self::build(cfg, run, &model_dir, None, dist, None)?;
+        let t = Self::build(cfg, run, &model_dir, None, dist, None, None)?;
         write_atomic(&t.run.config(), toml::to_string_pretty(&t.cfg)?.as_bytes())?;
         let mut metadata = run_metadata(t.cfg.trainer.seed, command_line);
-        // What `model.dtype = "auto"` became on this machine.
+        // What `model.dtype = "auto"` became on this machine; a resumed run keeps it.
         metadata["compute_dtype"] = t.model.compute().to_string().into();
         metadata["kernels"] = t.model.kernel_report().into();
         if let Some(r) = &t.remote {
@@ -170,6 +171,7 @@ impl Trainer {
             write_atomic(&run.config(), toml::to_string_pretty(&cfg)?.as_bytes())?;
         }
         let reference_dir = original_model_dir(&cfg, &ckpt);
+        let recorded = compute_dtype::recorded_compute(&run.metadata())?;
         let run = if root {
             run
         } else {
@@ -193,6 +195,7 @@ impl Trainer {
             Some(&reference_dir),
             dist,
             adapter.as_deref(),
+            recorded,
         )
         .inspect_err(|_| {
             if let Some(s) = &scratch {
@@ -221,6 +224,7 @@ impl Trainer {
         reference_dir: Option<&Path>,
         dist: Dist,
         lora_adapter: Option<&Path>,
+        recorded_compute: Option<ComputeKind>,
     ) -> Result<Self> {
         cfg.check_world_size(dist.world)
             .with_context(|| format!("rank {}", dist.rank))?;
@@ -229,10 +233,8 @@ impl Trainer {
             tch::set_num_threads(n as i32);
         }
         let device = device_of(&cfg);
-        let (compute, warning) = resolve_compute_kind(&cfg.model.dtype, device)?;
-        if let Some(w) = warning {
-            eprintln!("warning: {w}");
-        }
+        let compute =
+            compute_dtype::run_compute(&cfg.model.dtype, device, &dist, recorded_compute)?;
         let mut model = CausalLm::load(weights_dir, device, compute)
             .with_context(|| format!("loading model {}", weights_dir.display()))?;
         if cfg.model.lora_rank > 0 {
