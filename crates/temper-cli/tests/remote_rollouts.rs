@@ -240,9 +240,11 @@ fn the_served_policy_scores_as_the_trainer_does() {
     let targets = tch::Tensor::from_slice(&all[1..]).view([1, n - 1]);
     let mask = tch::Tensor::ones([1, n - 1], (tch::Kind::Int64, tch::Device::Cpu));
     let pos = tch::Tensor::arange(n - 1, (tch::Kind::Int64, tch::Device::Cpu)).view([1, n - 1]);
-    let (lp, _) = t
-        .model
-        .token_logprobs_no_grad(&input, &mask, &pos, &targets, 1.0, 64);
+    let (lp, _) = tch::no_grad(|| {
+        t.model
+            .token_logprobs(&input, &mask, &pos, &targets, 1.0)
+            .into_parts()
+    });
     let mine: Vec<f64> = Vec::try_from(lp.to_kind(tch::Kind::Double).view([-1])).unwrap();
     let mine = &mine[prompt.len() - 1..];
     for (k, (a, b)) in served.iter().zip(mine).enumerate() {

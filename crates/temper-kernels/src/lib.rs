@@ -9,6 +9,7 @@
 
 pub mod comm;
 pub mod cpu;
+pub mod memory;
 
 pub use comm::{comm_available, nccl_available, Backend, Comm, Rendezvous};
 pub use cpu::{sampling_linear_kernel, CpuFeatures, LinearKernel};

@@ -24,26 +24,31 @@ fn main() -> anyhow::Result<()> {
     for round in 0..3 {
         let t = Instant::now();
         let targets = ids.roll([-1], [1]);
-        let (lp, _) = model.token_logprobs(&ids, &mask, &pos, &targets, 1.0);
+        let scores = model.token_logprobs(&ids, &mask, &pos, &targets, 1.0);
         let f = t.elapsed().as_secs_f64();
-        lp.narrow(1, p - 1, r).sum(Kind::Float).backward();
+        scores.logp.narrow(1, p - 1, r).sum(Kind::Float).backward();
+        scores.backward();
         let full = (f, t.elapsed().as_secs_f64());
         let t = Instant::now();
         let pm = prompts.ones_like();
-        let (lp, _) = model.response_logprobs_shared(
-            &SharedPrefixRows {
-                prompt_ids: &prompts,
-                prompt_mask: &pm,
-                prompt_positions: &position_ids_from_mask(&pm),
-                prompt_of_row: &rows,
-                response_ids: &responses,
-                response_mask: &responses.ones_like(),
-                response_positions: &pos.narrow(1, p, r),
-            },
+        let hidden = model.response_hidden_shared(&SharedPrefixRows {
+            prompt_ids: &prompts,
+            prompt_mask: &pm,
+            prompt_positions: &position_ids_from_mask(&pm),
+            prompt_of_row: &rows,
+            response_ids: &responses,
+            response_mask: &responses.ones_like(),
+            response_positions: &pos.narrow(1, p, r),
+        });
+        let scores = model.score_tokens(
+            &hidden,
+            &responses,
             1.0,
+            temper_model::DEFAULT_UNEMBED_CHUNK,
         );
         let f = t.elapsed().as_secs_f64();
-        lp.sum(Kind::Float).backward();
+        scores.logp.sum(Kind::Float).backward();
+        scores.backward();
         let shared = (f, t.elapsed().as_secs_f64());
         println!(
             "round {round}: full fwd {:.2} s, fwd+bwd {:.2} s; shared fwd {:.2} s, fwd+bwd {:.2} s",

@@ -18,7 +18,10 @@
 //! let mask = input.ones_like(); // (B, T), 1 = real token
 //! let pos = temper_model::position_ids_from_mask(&mask); // (B, T)
 //! let targets = input.roll([-1], [1]); // next tokens (mask the last position yourself)
-//! let (logp, entropy) = model.token_logprobs(&input, &mask, &pos, &targets, 1.0); // (B, T) each
+//! let scores = model.token_logprobs(&input, &mask, &pos, &targets, 1.0); // logp, entropy: (B, T)
+//! let loss = -scores.logp.mean(tch::Kind::Float); // any loss of logp and entropy
+//! loss.backward(); // reaches the leaves logp and entropy ...
+//! scores.backward(); // ... and this takes it through the chunked unembedding and the decoder
 //!
 //! // Sampling: same forward, no grad, with a cache; decode one token per step.
 //! tch::no_grad(|| {
@@ -46,6 +49,7 @@ pub mod config;
 pub mod dtype;
 pub mod generation_config;
 pub mod gguf;
+pub mod head;
 pub mod kv_cache;
 pub mod load;
 pub mod logprobs;
@@ -68,6 +72,7 @@ pub use dtype::{
     DtypeChoice, AUTO_BF16_MIN_SPEEDUP,
 };
 pub use generation_config::GenerationConfig;
+pub use head::{TokenScores, DEFAULT_UNEMBED_CHUNK};
 pub use kv_cache::KvCache;
 pub use logprobs::{logprobs_and_entropy, logprobs_of};
 pub use lora::{LoraConfig, LORA_HEAD};

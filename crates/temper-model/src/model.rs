@@ -11,7 +11,6 @@ use crate::attention::{attend_cached, attention_mask_4d, sdpa};
 use crate::config::ModelConfig;
 use crate::dtype::ComputeKind;
 use crate::kv_cache::KvCache;
-use crate::logprobs::logprobs_and_entropy;
 use crate::lora::{LoraAdapter, LoraConfig};
 use crate::rope::{apply_rope, Rope};
 use crate::sampling_weights::SamplingWeights;
@@ -558,8 +557,11 @@ impl CausalLm {
     }
 
     /// Per-token log-probabilities of `targets` (B, T) under softmax(logits / temperature), and the
-    /// entropy of that distribution, both (B, T) f32 with autograd. Usually `targets` is `input_ids`
-    /// shifted left by one (the caller masks the last position and padding).
+    /// entropy of that distribution, both (B, T) f32, the unembedding computed
+    /// [`crate::head::DEFAULT_UNEMBED_CHUNK`] positions at a time ([`CausalLm::score_tokens`]; with
+    /// autograd, finish a `loss.backward()` with [`crate::TokenScores::backward`]). Usually
+    /// `targets` is `input_ids` shifted left by one (the caller masks the last position and
+    /// padding).
     pub fn token_logprobs(
         &self,
         input_ids: &Tensor,
@@ -567,43 +569,14 @@ impl CausalLm {
         position_ids: &Tensor,
         targets: &Tensor,
         temperature: f64,
-    ) -> (Tensor, Tensor) {
-        let logits = self.forward(input_ids, position_ids, attention_mask, None);
-        logprobs_and_entropy(&logits, targets, temperature)
-    }
-
-    /// [`CausalLm::token_logprobs`] without autograd (old / reference logprobs), computing the head
-    /// and the softmax over at most `chunk_rows` positions at a time, so memory holds a few
-    /// (chunk_rows, V) tensors instead of several (B, T, V) ones (V can be 150k).
-    pub fn token_logprobs_no_grad(
-        &self,
-        input_ids: &Tensor,
-        attention_mask: &Tensor,
-        position_ids: &Tensor,
-        targets: &Tensor,
-        temperature: f64,
-        chunk_rows: i64,
-    ) -> (Tensor, Tensor) {
-        tch::no_grad(|| {
-            let hidden = self.forward_hidden(input_ids, position_ids, attention_mask, None);
-            let (b, t, h) = hidden.size3().expect("hidden is (B, T, H)");
-            let flat = hidden.reshape([b * t, h]);
-            let flat_targets = targets.reshape([b * t]);
-            let step = chunk_rows.max(1);
-            let (mut lps, mut ents) = (vec![], vec![]);
-            for start in (0..b * t).step_by(step as usize) {
-                let n = step.min(b * t - start);
-                let logits = self.logits(&flat.narrow(0, start, n));
-                let (lp, ent) =
-                    logprobs_and_entropy(&logits, &flat_targets.narrow(0, start, n), temperature);
-                lps.push(lp);
-                ents.push(ent);
-            }
-            (
-                Tensor::cat(&lps, 0).view([b, t]),
-                Tensor::cat(&ents, 0).view([b, t]),
-            )
-        })
+    ) -> crate::TokenScores<'_> {
+        let hidden = self.forward_hidden(input_ids, position_ids, attention_mask, None);
+        self.score_tokens(
+            &hidden,
+            targets,
+            temperature,
+            crate::head::DEFAULT_UNEMBED_CHUNK,
+        )
     }
 }
 

@@ -9,7 +9,6 @@
 
 use tch::Tensor;
 
-use crate::logprobs::logprobs_and_entropy;
 use crate::model::{CausalLm, PastKv};
 
 /// The prompts and responses of some rows, with each row's prompt given by reference to a shared
@@ -29,15 +28,12 @@ pub struct SharedPrefixRows<'a> {
 }
 
 impl CausalLm {
-    /// `(logp, entropy)`, both (B, R) f32, of every response token under softmax(logits /
-    /// temperature), with autograd unless called under `tch::no_grad`: what
-    /// [`CausalLm::token_logprobs`] gives for these positions on the rows' full sequences
-    /// (prompt then response), with each distinct prompt computed once.
-    pub fn response_logprobs_shared(
-        &self,
-        rows: &SharedPrefixRows<'_>,
-        temperature: f64,
-    ) -> (Tensor, Tensor) {
+    /// (B, R, H) final hidden states that predict every response token (the last prompt position,
+    /// then the response's own but its last), with autograd unless called under `tch::no_grad`:
+    /// what [`CausalLm::forward_hidden`] gives at these positions on the rows' full sequences
+    /// (prompt then response), with each distinct prompt computed once. Score them with
+    /// [`CausalLm::score_tokens`] against `response_ids`.
+    pub fn response_hidden_shared(&self, rows: &SharedPrefixRows<'_>) -> Tensor {
         let (prompt_hidden, kv) = self.forward_layers(
             rows.prompt_ids,
             rows.prompt_positions,
@@ -50,7 +46,7 @@ impl CausalLm {
         let to_rows = |t: &Tensor| t.index_select(0, rows.prompt_of_row);
         // The last prompt position predicts the first response token.
         let last = to_rows(&prompt_hidden.narrow(1, p - 1, 1));
-        let hidden = if r > 1 {
+        if r > 1 {
             let past: Vec<(Tensor, Tensor)> =
                 kv.iter().map(|(k, v)| (to_rows(k), to_rows(v))).collect();
             let mask = Tensor::cat(
@@ -70,8 +66,6 @@ impl CausalLm {
             Tensor::cat(&[last, response_hidden], 1)
         } else {
             last
-        };
-        let t = if temperature > 0.0 { temperature } else { 1.0 };
-        logprobs_and_entropy(&self.logits(&hidden), rows.response_ids, t)
+        }
     }
 }

@@ -7,7 +7,9 @@ mod common;
 
 use common::{max_abs_diff, run_tool, scratch};
 use tch::{Device, Kind, Tensor};
-use temper_model::{position_ids_from_mask, CausalLm, ComputeKind, LoraConfig, ModelConfig};
+use temper_model::{
+    position_ids_from_mask, CausalLm, ComputeKind, LoraConfig, ModelConfig, TokenScores,
+};
 
 const ROWS: [&[i64]; 2] = [&[5, 17, 3, 44, 9, 2, 31], &[60, 1, 8, 8]];
 
@@ -20,7 +22,7 @@ fn logprobs(model: &CausalLm, sampler: bool) -> Vec<Vec<f64>> {
             let mask = x.ones_like();
             let pos = position_ids_from_mask(&mask);
             let targets = x.roll([-1], [1]);
-            let run = || model.token_logprobs(&x, &mask, &pos, &targets, 1.0).0;
+            let run = || model.token_logprobs(&x, &mask, &pos, &targets, 1.0).logp;
             let lp = if sampler {
                 tch::no_grad(|| model.with_sampling_weights(run))
             } else {
@@ -76,8 +78,9 @@ fn check_against_peft(tag: &str, tied: bool, targets: &[&str], adapted: usize) {
     assert!(trainable
         .iter()
         .all(|(n, _)| n.contains(".lora_A.") || n.contains(".lora_B.")));
-    let lp = logprobs_tensor(&model);
-    lp.sum(Kind::Float).backward();
+    let scores = logprobs_scores(&model);
+    scores.logp.sum(Kind::Float).backward();
+    scores.backward();
     for (name, p) in model.named_parameters() {
         assert!(!p.grad().defined(), "base weight {name} got a gradient");
     }
@@ -143,14 +146,12 @@ fn check_against_peft(tag: &str, tied: bool, targets: &[&str], adapted: usize) {
     }
 }
 
-fn logprobs_tensor(model: &CausalLm) -> Tensor {
+fn logprobs_scores(model: &CausalLm) -> TokenScores<'_> {
     let ids = ROWS[0];
     let x = Tensor::from_slice(ids).unsqueeze(0);
     let mask = x.ones_like();
     let pos = position_ids_from_mask(&mask);
-    model
-        .token_logprobs(&x, &mask, &pos, &x.roll([-1], [1]), 1.0)
-        .0
+    model.token_logprobs(&x, &mask, &pos, &x.roll([-1], [1]), 1.0)
 }
 
 #[test]

@@ -10,7 +10,8 @@ fn check(model_name: &str) {
     let r = reference(model_name);
     let model = CausalLm::load(&r.dir, Device::Cpu, ComputeKind::F32).unwrap();
     let b = pad(&r.rows, true, 1, 3);
-    let (logp, ent) = model.token_logprobs(&b.ids, &b.mask, &b.pos, &b.targets, r.temperature);
+    let scores = model.token_logprobs(&b.ids, &b.mask, &b.pos, &b.targets, r.temperature);
+    let (logp, ent) = (&scores.logp, &scores.entropy);
     let coef = b.scatter(&r.coef);
     let valid = b.scatter(
         &r.coef
@@ -18,8 +19,9 @@ fn check(model_name: &str) {
             .map(|c| vec![1.0; c.len()])
             .collect::<Vec<_>>(),
     );
-    let loss = (&coef * &logp).sum(Kind::Float) + (&valid * &ent).sum(Kind::Float) * 0.1;
+    let loss = (&coef * logp).sum(Kind::Float) + (&valid * ent).sum(Kind::Float) * 0.1;
     loss.backward();
+    scores.backward();
     let want: std::collections::HashMap<String, Tensor> =
         Tensor::read_safetensors(r.dir.join("grads.safetensors"))
             .unwrap()

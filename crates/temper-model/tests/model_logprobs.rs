@@ -10,8 +10,11 @@ fn check(model_name: &str, left: bool, extra: i64) {
     let r = reference(model_name);
     let model = CausalLm::load(&r.dir, Device::Cpu, ComputeKind::F32).unwrap();
     let b = pad(&r.rows, left, extra, 5);
-    let (logp, ent) =
-        tch::no_grad(|| model.token_logprobs(&b.ids, &b.mask, &b.pos, &b.targets, 1.0));
+    let (logp, ent) = tch::no_grad(|| {
+        model
+            .token_logprobs(&b.ids, &b.mask, &b.pos, &b.targets, 1.0)
+            .into_parts()
+    });
     let (d_lp, d_en) = (
         max_abs_diff(&b.per_row(&logp), &r.logp),
         max_abs_diff(&b.per_row(&ent), &r.entropy),
@@ -21,8 +24,11 @@ fn check(model_name: &str, left: bool, extra: i64) {
         d_lp <= 1e-4 && d_en <= 1e-4,
         "{model_name} left={left}: logp diff {d_lp:e}, entropy diff {d_en:e}"
     );
-    let (logp, ent) =
-        tch::no_grad(|| model.token_logprobs(&b.ids, &b.mask, &b.pos, &b.targets, r.temperature));
+    let (logp, ent) = tch::no_grad(|| {
+        model
+            .token_logprobs(&b.ids, &b.mask, &b.pos, &b.targets, r.temperature)
+            .into_parts()
+    });
     let (d_lp, d_en) = (
         max_abs_diff(&b.per_row(&logp), &r.logp_t),
         max_abs_diff(&b.per_row(&ent), &r.entropy_t),
@@ -61,14 +67,14 @@ fn padded_rows_equal_rows_alone() {
     let batch = b.per_row(&tch::no_grad(|| {
         model
             .token_logprobs(&b.ids, &b.mask, &b.pos, &b.targets, 1.0)
-            .0
+            .logp
     }));
     for (i, row) in r.rows.iter().enumerate() {
         let one = pad(std::slice::from_ref(row), true, 0, 0);
         let alone = one.per_row(&tch::no_grad(|| {
             model
                 .token_logprobs(&one.ids, &one.mask, &one.pos, &one.targets, 1.0)
-                .0
+                .logp
         }));
         let d = max_abs_diff(&alone, &batch[i..i + 1]);
         assert!(d <= 1e-5, "row {i}: padded vs alone differ by {d:e}");
@@ -86,7 +92,7 @@ fn bf16_compute_is_as_accurate_as_torch_autocast() {
         let logp = tch::no_grad(|| {
             model
                 .token_logprobs(&b.ids, &b.mask, &b.pos, &b.targets, 1.0)
-                .0
+                .logp
         });
         assert_eq!(logp.kind(), tch::Kind::Float);
         let errs: Vec<f64> = b
@@ -123,14 +129,18 @@ fn bf16_compute_is_as_accurate_as_torch_autocast() {
     }
 }
 
-/// The chunked no-grad variant gives the same numbers (chunks of 5 positions cut across rows).
+/// Small unembedding chunks give the same numbers (chunks of 5 positions cut across rows).
 #[test]
 fn chunked_no_grad_logprobs_match() {
     let r = reference("qwen2");
     let model = CausalLm::load(&r.dir, Device::Cpu, ComputeKind::F32).unwrap();
     let b = pad(&r.rows, false, 1, 0);
-    let (lp, en) =
-        model.token_logprobs_no_grad(&b.ids, &b.mask, &b.pos, &b.targets, r.temperature, 5);
+    let (lp, en) = tch::no_grad(|| {
+        let hidden = model.forward_hidden(&b.ids, &b.pos, &b.mask, None);
+        model
+            .score_tokens(&hidden, &b.targets, r.temperature, 5)
+            .into_parts()
+    });
     assert!(!lp.requires_grad());
     let d_lp = max_abs_diff(&b.per_row(&lp), &r.logp_t);
     let d_en = max_abs_diff(&b.per_row(&en), &r.entropy_t);

@@ -28,8 +28,11 @@ fn round_trip(name: &str) {
         "generation_config.json not copied"
     );
     let b = pad(&r.rows, true, 0, 0);
-    let (logp, ent) =
-        tch::no_grad(|| model.token_logprobs(&b.ids, &b.mask, &b.pos, &b.targets, 1.0));
+    let (logp, ent) = tch::no_grad(|| {
+        model
+            .token_logprobs(&b.ids, &b.mask, &b.pos, &b.targets, 1.0)
+            .into_parts()
+    });
     let rows = serde_json::to_string(&r.rows).unwrap();
     let py: Value = serde_json::from_str(&run_tool(
         "model_logprobs.py",

@@ -1,4 +1,4 @@
-//! Shared-prefix forwards (`response_logprobs_shared`) against the plain forward on every row's
+//! Shared-prefix forwards (`response_hidden_shared`) against the plain forward on every row's
 //! full sequence (`token_logprobs`, itself checked against transformers in model_logprobs and
 //! model_grads): per-token logprobs and entropies, and the gradient of every parameter, for groups
 //! with different prompt lengths, group sizes and response lengths (left-padded prompts,
@@ -9,7 +9,10 @@ mod gguf_util;
 
 use tch::{Device, Kind, Tensor};
 use temper_model::resolve::{resolve_model_with, SMOLLM2_ALIAS};
-use temper_model::{position_ids_from_mask, CausalLm, ComputeKind, ModelConfig, SharedPrefixRows};
+use temper_model::{
+    position_ids_from_mask, CausalLm, ComputeKind, ModelConfig, SharedPrefixRows,
+    DEFAULT_UNEMBED_CHUNK,
+};
 
 /// (prompt, [responses]) per group.
 type Groups = Vec<(Vec<i64>, Vec<Vec<i64>>)>;
@@ -44,7 +47,13 @@ fn tensor(v: Vec<i64>, rows: usize) -> Tensor {
 
 /// Loss = sum(coef * logp) + 0.1 * sum(entropy) over valid response tokens; returns (logp, entropy,
 /// valid) and leaves the gradients in the model.
-fn run(model: &CausalLm, g: &Groups, shared: bool, pad: i64) -> (Tensor, Tensor, Tensor) {
+fn run(
+    model: &CausalLm,
+    g: &Groups,
+    shared: bool,
+    pad: i64,
+    chunk: i64,
+) -> (Tensor, Tensor, Tensor) {
     let p = g.iter().map(|(q, _)| q.len()).max().unwrap();
     let r = g
         .iter()
@@ -91,7 +100,7 @@ fn run(model: &CausalLm, g: &Groups, shared: bool, pad: i64) -> (Tensor, Tensor,
     let response_ids = ids.narrow(1, p as i64, r as i64);
     let valid = mask.narrow(1, p as i64, r as i64).to_kind(Kind::Float);
     let temperature = 0.7;
-    let (logp, ent) = if shared {
+    let (scores, logp, ent) = if shared {
         let (mut pids, mut pmask) = (vec![], vec![]);
         for (q, _) in g {
             let (i, m) = left(q);
@@ -102,25 +111,24 @@ fn run(model: &CausalLm, g: &Groups, shared: bool, pad: i64) -> (Tensor, Tensor,
         let prompt_mask = tensor(pmask, g.len());
         let prompt_of_row =
             Tensor::from_slice(&rows.iter().map(|(gi, _)| *gi as i64).collect::<Vec<_>>());
-        model.response_logprobs_shared(
-            &SharedPrefixRows {
-                prompt_positions: &position_ids_from_mask(&prompt_mask),
-                prompt_ids: &prompt_ids,
-                prompt_mask: &prompt_mask,
-                prompt_of_row: &prompt_of_row,
-                response_ids: &response_ids,
-                response_mask: &mask.narrow(1, p as i64, r as i64),
-                response_positions: &pos.narrow(1, p as i64, r as i64),
-            },
-            temperature,
-        )
+        let hidden = model.response_hidden_shared(&SharedPrefixRows {
+            prompt_positions: &position_ids_from_mask(&prompt_mask),
+            prompt_ids: &prompt_ids,
+            prompt_mask: &prompt_mask,
+            prompt_of_row: &prompt_of_row,
+            response_ids: &response_ids,
+            response_mask: &mask.narrow(1, p as i64, r as i64),
+            response_positions: &pos.narrow(1, p as i64, r as i64),
+        });
+        let scores = model.score_tokens(&hidden, &response_ids, temperature, chunk);
+        let (lp, en) = (scores.logp.shallow_clone(), scores.entropy.shallow_clone());
+        (scores, lp, en)
     } else {
         let targets = ids.roll([-1], [1]);
-        let (lp, en) = model.token_logprobs(&ids, &mask, &pos, &targets, temperature);
-        (
-            lp.narrow(1, p as i64 - 1, r as i64),
-            en.narrow(1, p as i64 - 1, r as i64),
-        )
+        let scores = model.token_logprobs(&ids, &mask, &pos, &targets, temperature);
+        let lp = scores.logp.narrow(1, p as i64 - 1, r as i64);
+        let en = scores.entropy.narrow(1, p as i64 - 1, r as i64);
+        (scores, lp, en)
     };
     let coef = Tensor::arange(r as i64, (Kind::Float, Device::Cpu))
         .sin()
@@ -128,6 +136,7 @@ fn run(model: &CausalLm, g: &Groups, shared: bool, pad: i64) -> (Tensor, Tensor,
         + 0.3;
     let loss = (&coef * &logp * &valid).sum(Kind::Float) + (&ent * &valid).sum(Kind::Float) * 0.1;
     loss.backward();
+    scores.backward();
     (logp.detach(), ent.detach(), valid)
 }
 
@@ -143,10 +152,12 @@ fn grads(model: &CausalLm) -> Vec<(String, Tensor)> {
     out
 }
 
-fn check(model: &CausalLm, g: &Groups, tol_lp: f64, tol_grad: f64) {
-    let (lp0, en0, valid) = run(model, g, false, 0);
+/// `chunk`: positions per chunk of the unembedding in the shared run (the plain run takes the
+/// default).
+fn check(model: &CausalLm, g: &Groups, chunk: i64, tol_lp: f64, tol_grad: f64) {
+    let (lp0, en0, valid) = run(model, g, false, 0, chunk);
     let plain = grads(model);
-    let (lp1, en1, _) = run(model, g, true, 0);
+    let (lp1, en1, _) = run(model, g, true, 0, chunk);
     let shared = grads(model);
     let diff = |a: &Tensor, b: &Tensor| f64::try_from(((a - b) * &valid).abs().max()).unwrap();
     let (dl, de) = (diff(&lp0, &lp1), diff(&en0, &en1));
@@ -170,7 +181,7 @@ fn check(model: &CausalLm, g: &Groups, tol_lp: f64, tol_grad: f64) {
 fn shared_prefix_equals_full_rows_on_tiny_qwen2_and_qwen3() {
     let qwen2 = ModelConfig::qwen2_like(97, 32, 48, 2, 4, 2, false);
     let model = CausalLm::random(qwen2, 1, Device::Cpu, ComputeKind::F32);
-    check(&model, &groups(97, 5), 1e-5, 1e-5);
+    check(&model, &groups(97, 5), 3, 1e-5, 1e-5);
 
     let qwen3 = ModelConfig::from_value(serde_json::json!({
         "architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "vocab_size": 101,
@@ -181,7 +192,7 @@ fn shared_prefix_equals_full_rows_on_tiny_qwen2_and_qwen3() {
     }))
     .unwrap();
     let model = CausalLm::random(qwen3, 2, Device::Cpu, ComputeKind::F32);
-    check(&model, &groups(101, 9), 1e-5, 1e-5);
+    check(&model, &groups(101, 9), 3, 1e-5, 1e-5);
 }
 
 #[test]
@@ -192,12 +203,12 @@ fn a_one_token_response_and_one_row_groups_work() {
         (vec![3, 4, 5], vec![vec![7]]),
         (vec![9], vec![vec![8], vec![2]]),
     ];
-    check(&model, &g, 1e-5, 1e-5);
+    check(&model, &g, 3, 1e-5, 1e-5);
 }
 
 #[test]
 fn shared_prefix_equals_full_rows_on_smollm2() {
     let dir = resolve_model_with(SMOLLM2_ALIAS, &gguf_util::test_env()).unwrap();
     let model = CausalLm::load(&dir, Device::Cpu, ComputeKind::F32).unwrap();
-    check(&model, &groups(49152, 3), 5e-5, 1e-4);
+    check(&model, &groups(49152, 3), DEFAULT_UNEMBED_CHUNK, 5e-5, 1e-4);
 }

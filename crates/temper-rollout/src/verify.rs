@@ -52,7 +52,9 @@ pub fn trainer_logprobs(
             &[ids.narrow(1, 1, width as i64 - 1), ids.narrow(1, 0, 1)],
             1,
         );
-        let (logp, _entropy) = model.token_logprobs(&ids, &mask, &pos, &targets, temperature);
+        let (logp, _entropy) = model
+            .token_logprobs(&ids, &mask, &pos, &targets, temperature)
+            .into_parts();
         let logp = logp.to_kind(Kind::Float).to_device(Device::Cpu);
         for (r, s) in chunk.iter().enumerate() {
             let n = s.completion_ids.len() as i64;

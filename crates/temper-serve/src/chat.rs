@@ -93,12 +93,12 @@ async fn run(state: &AppState, req: ChatRequest) -> Result<Value, Failure> {
         .map_err(|e| bad(format!("messages: {e:#}")))?;
     let prompts = vec![prompt];
     check_prompts(&prompts, state.worker.vocab_size, "messages")?;
-    // Without max_tokens, as vLLM: the rest of the context (1024 tokens when the model states
-    // no context length).
-    let room = match state.worker.max_model_len {
-        Some(len) => (len as usize).saturating_sub(prompts[0].len()),
-        None => 1024,
-    };
+    // Without max_tokens, as vLLM: the rest of the context.
+    let room = state
+        .worker
+        .limits
+        .max_model_len
+        .saturating_sub(prompts[0].len());
     if room == 0 {
         return Err(bad(format!(
             "messages: the prompt has {} tokens, the whole context of the model",
@@ -107,7 +107,11 @@ async fn run(state: &AppState, req: ChatRequest) -> Result<Value, Failure> {
     }
     let max_tokens = req.sampling.max_tokens.unwrap_or(room);
     let params = req.sampling.params(max_tokens, state.worker.vocab_size)?;
-    let result = state.worker.generate_all(&prompts, &params).await.remove(0);
+    let result = state
+        .worker
+        .generate_all(&prompts, &params, &crate::limits::OPENAI_FIELDS)
+        .await?
+        .remove(0);
     let samples = result.map_err(|e| (StatusCode::INTERNAL_SERVER_ERROR, e))?;
     let mut completion_tokens = 0;
     let choices: Vec<Value> = samples

@@ -13,6 +13,7 @@
 //!   their own, created by clients).
 
 pub mod chat;
+pub mod limits;
 pub mod openai;
 pub mod reload;
 pub mod reply;
@@ -38,14 +39,44 @@ pub struct AppState {
     pub tinker: Arc<tinker::Tinker>,
 }
 
-/// The router with every API module.
+/// The router with every API module. Bodies larger than `--max-request-bytes` are refused
+/// with 413 and the error shape of the API they were sent to, naming the limit.
 pub fn router(state: Arc<AppState>) -> axum::Router {
+    let limit = state.worker.limits.max_request_bytes;
     openai::routes()
         .merge(chat::routes())
         .merge(reload::routes())
         .merge(sglang::routes())
         .merge(tinker::routes())
+        .layer(axum::middleware::from_fn(move |req, next| {
+            explain_body_limit(limit, req, next)
+        }))
+        .layer(axum::extract::DefaultBodyLimit::max(limit))
         .with_state(state)
+}
+
+/// axum answers an oversized body with a plain-text 413; clients parse JSON errors.
+async fn explain_body_limit(
+    limit: usize,
+    req: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    use axum::http::StatusCode;
+    use axum::response::IntoResponse;
+    let tinker = req.uri().path().starts_with("/api/");
+    let response = next.run(req).await;
+    if response.status() != StatusCode::PAYLOAD_TOO_LARGE {
+        return response;
+    }
+    let message = format!(
+        "request body: larger than this server's limit of {limit} bytes (--max-request-bytes)"
+    );
+    if tinker {
+        let body = serde_json::json!({"error": message, "category": "user"});
+        (StatusCode::PAYLOAD_TOO_LARGE, axum::Json(body)).into_response()
+    } else {
+        reply::error(StatusCode::PAYLOAD_TOO_LARGE, message)
+    }
 }
 
 /// Serve until the process is stopped (Ctrl-C ends it cleanly). Binds `addr` (127.0.0.1 unless

@@ -14,6 +14,7 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 use temper_rollout::SamplingParams;
 
+use crate::limits::OPENAI_FIELDS;
 use crate::reply::{authorized, bad, check_prompts, error, handle, Failure};
 use crate::AppState;
 
@@ -180,7 +181,10 @@ async fn complete(state: &AppState, req: CompletionRequest) -> Result<Value, Fai
     let skip_special = req.skip_special_tokens.unwrap_or(true);
     let mut choices = vec![];
     let (mut prompt_tokens, mut completion_tokens) = (0, 0);
-    let results = state.worker.generate_all(&prompts, &params).await;
+    let results = state
+        .worker
+        .generate_all(&prompts, &params, &OPENAI_FIELDS)
+        .await?;
     for (i, (prompt, result)) in prompts.iter().zip(results).enumerate() {
         let samples = result.map_err(|e| (StatusCode::INTERNAL_SERVER_ERROR, e))?;
         prompt_tokens += prompt.len();

@@ -15,6 +15,7 @@ use axum::Router;
 use serde_json::{json, Value};
 use temper_rollout::SamplingParams;
 
+use crate::limits::SGLANG_FIELDS;
 use crate::reply::{bad, check_prompts, handle, Failure};
 use crate::AppState;
 
@@ -79,7 +80,10 @@ async fn run(state: &AppState, v: &Value) -> Result<Value, Failure> {
     params
         .validate(Some(vocab as usize))
         .map_err(|e| bad(format!("sampling_params: {e:#}")))?;
-    let results = state.worker.generate_all(&prompts, &params).await;
+    let results = state
+        .worker
+        .generate_all(&prompts, &params, &SGLANG_FIELDS)
+        .await?;
     let with_logprobs = v["return_logprob"].as_bool().unwrap_or(false);
     let mut out = vec![];
     for (p, result) in prompts.iter().zip(results) {

@@ -7,7 +7,10 @@
 //! being served.
 
 use std::path::{Path, PathBuf};
-use std::sync::mpsc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{mpsc, Arc};
+
+use axum::http::StatusCode;
 
 use std::cell::RefCell;
 
@@ -16,6 +19,9 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha20Rng;
 use temper_model::{CausalLm, ComputeKind, GenerationConfig, Tokenizer};
 use temper_rollout::{Engine, EngineConfig, Incoming, Request, Sample, SamplingParams};
+
+use crate::limits::{FieldNames, Limits};
+use crate::reply::{bad, Failure};
 
 /// One queued request and where its samples go, or a weight reload.
 enum Job {
@@ -37,11 +43,31 @@ pub struct Worker {
     pub max_model_len: Option<i64>,
     pub eos_ids: Vec<i64>,
     pub dir: PathBuf,
+    /// What a request must fit in ([`Limits::max_model_len`] resolved against the model).
+    pub limits: Limits,
+    /// Requests queued or running.
+    in_flight: Arc<AtomicUsize>,
+}
+
+/// Counts a request in flight until dropped (answered, failed, or its client gone).
+struct InFlight(Arc<AtomicUsize>);
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
 }
 
 impl Worker {
-    /// Load the model folder `dir` on a new thread and wait until it is ready.
-    pub fn start(dir: &Path, compute: ComputeKind, max_batch_rows: usize) -> Result<Worker> {
+    /// Load the model folder `dir` on a new thread and wait until it is ready. A
+    /// `limits.max_model_len` of 0 takes the model's `max_position_embeddings` (32768 when the
+    /// config states none).
+    pub fn start(
+        dir: &Path,
+        compute: ComputeKind,
+        max_batch_rows: usize,
+        mut limits: Limits,
+    ) -> Result<Worker> {
         let (tx, rx) = mpsc::channel::<Job>();
         let (ready_tx, ready_rx) = mpsc::channel::<Result<(i64, Option<i64>, Vec<i64>)>>();
         let d = dir.to_path_buf();
@@ -69,13 +95,37 @@ impl Worker {
         let (vocab_size, max_model_len, eos_ids) = ready_rx
             .recv()
             .context("the model worker stopped while loading")??;
+        if limits.max_model_len == 0 {
+            limits.max_model_len = max_model_len.map_or(32768, |n| n.max(1) as usize);
+        }
         Ok(Worker {
             tx,
             vocab_size,
-            max_model_len,
+            max_model_len: Some(limits.max_model_len as i64),
             eos_ids,
             dir: dir.to_path_buf(),
+            limits,
+            in_flight: Arc::new(AtomicUsize::new(0)),
         })
+    }
+
+    /// Takes `count` places in the queue, or refuses (503) when it is full.
+    fn reserve(&self, count: usize) -> Result<Vec<InFlight>, Failure> {
+        let now = self.in_flight.fetch_add(count, Ordering::Relaxed);
+        let guards = (0..count)
+            .map(|_| InFlight(self.in_flight.clone()))
+            .collect();
+        if now + count > self.limits.max_queued {
+            return Err((
+                StatusCode::SERVICE_UNAVAILABLE,
+                format!(
+                    "the server is busy: {now} requests queued or running, at most {} \
+                     (--max-queued-requests); retry later",
+                    self.limits.max_queued
+                ),
+            ));
+        }
+        Ok(guards)
     }
 
     /// Queue a (validated) request now; the returned future gives its samples, ordered by
@@ -98,11 +148,19 @@ impl Worker {
     /// One engine request per prompt, all queued before any is awaited (so they share the
     /// worker's batches); the samples per prompt, in prompt order. With a seed, prompt i uses
     /// seed + i: given one seed for a batch of prompts, they would otherwise repeat each other.
+    /// Refused before anything is queued when out of [`Limits`] (400, naming `fields`) or when
+    /// the queue is full (503).
     pub async fn generate_all(
         &self,
         prompts: &[Vec<i64>],
         params: &SamplingParams,
-    ) -> Vec<Result<Vec<Sample>, String>> {
+        fields: &FieldNames,
+    ) -> Result<Vec<Result<Vec<Sample>, String>>, Failure> {
+        let lens: Vec<usize> = prompts.iter().map(Vec::len).collect();
+        self.limits
+            .check_sampling(&lens, params.n, params.max_tokens, fields)
+            .map_err(bad)?;
+        let _queued = self.reserve(prompts.len())?;
         let pending: Vec<_> = prompts
             .iter()
             .enumerate()
@@ -121,7 +179,7 @@ impl Worker {
         for p in pending {
             results.push(p.await);
         }
-        results
+        Ok(results)
     }
 
     /// Replace the weights by those of the HF folder `dir` once the requests queued before it are
@@ -233,11 +291,22 @@ fn run(
                 None => true,
             }
         };
-        let result = engine.generate_continuous(&mut inbox, &mut done, &mut gone);
+        // A panic inside the engine fails the requests in flight, not the server: the loop
+        // builds a fresh engine and goes on.
+        let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            engine.generate_continuous(&mut inbox, &mut done, &mut gone)
+        }));
         drop(engine);
-        if let Err(e) = result {
+        let failure = match result {
+            Ok(Ok(())) => None,
+            Ok(Err(e)) => Some(format!("{e:#}")),
+            Err(panic) => Some(format!(
+                "the request failed inside the server: {}",
+                panic_message(&panic)
+            )),
+        };
+        if let Some(msg) = failure {
             // The engine failed as a whole (not one request): every open request gets the error.
-            let msg = format!("{e:#}");
             for reply in replies.into_inner().into_iter().flatten() {
                 let _ = reply.send(Err(msg.clone()));
             }
@@ -246,4 +315,13 @@ fn run(
             return;
         }
     }
+}
+
+/// The message of a caught panic.
+pub fn panic_message(panic: &Box<dyn std::any::Any + Send>) -> String {
+    panic
+        .downcast_ref::<String>()
+        .cloned()
+        .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
+        .unwrap_or_else(|| "a panic without a message".into())
 }

@@ -240,6 +240,7 @@ impl SamplingModel {
         let (lp, _) = tch::no_grad(|| {
             self.model
                 .token_logprobs(&x, &mask, &pos, &x.roll([-1], [1]), 1.0)
+                .into_parts()
         });
         let n = tokens.len() as i64 - 1;
         let v = Vec::<f32>::try_from(lp.get(0).narrow(0, 0, n).to(Device::Cpu))?;

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use anyhow::Result;
 use tch::{Kind, Tensor};
 use temper_algo::TinkerLoss;
-use temper_model::{logprobs_of, position_ids_from_mask, CausalLm};
+use temper_model::{position_ids_from_mask, CausalLm, DEFAULT_UNEMBED_CHUNK};
 use temper_train::optim::{clip_grad_norm, zero_grad, AdamW};
 
 /// Tinker's `AdamParams` (the SDK's defaults, which differ from torch's: beta2 0.95, eps 1e-12).
@@ -134,8 +134,8 @@ impl TrainingModel {
         // One right-padded batch: position t of datum i predicts targets[i][t].
         let device = self.model.device();
         let width = data.iter().map(|d| d.model_input.len()).max().unwrap_or(1);
-        let (mut ids, mut mask, mut tgt) = (vec![], vec![], vec![]);
-        for (d, t) in data.iter().zip(&targets) {
+        let (mut ids, mut mask, mut tgt, mut real) = (vec![], vec![], vec![], vec![]);
+        for (i, (d, t)) in data.iter().zip(&targets).enumerate() {
             let pad = width - d.model_input.len();
             ids.extend(
                 d.model_input
@@ -146,19 +146,30 @@ impl TrainingModel {
             mask.extend(
                 std::iter::repeat_n(1i64, d.model_input.len()).chain(std::iter::repeat_n(0, pad)),
             );
-            tgt.extend(t.iter().copied().chain(std::iter::repeat_n(0, pad)));
+            tgt.extend(t.iter().copied());
+            real.extend((0..d.model_input.len()).map(|k| (i * width + k) as i64));
         }
         let shape = [data.len() as i64, width as i64];
         let ids = Tensor::from_slice(&ids).view(shape).to(device);
         let mask = Tensor::from_slice(&mask).view(shape).to(device);
-        let tgt = Tensor::from_slice(&tgt).view(shape).to(device);
         let pos = position_ids_from_mask(&mask);
-        let lp = self.target_logprobs(data, &loss, &ids, &mask, &pos, &tgt);
+        // Only the datums' own positions (not the padding) reach the unembedding, in datum order.
+        let hidden = self.model.forward_hidden(&ids, &pos, &mask, None);
+        let h = *hidden.size().last().expect("hidden is (B, T, H)");
+        let hidden = hidden
+            .reshape([-1, h])
+            .index_select(0, &Tensor::from_slice(&real).to(device));
+        let tgt = Tensor::from_slice(&tgt).to(device);
+        let scores = self
+            .model
+            .score_tokens(&hidden, &tgt, 1.0, DEFAULT_UNEMBED_CHUNK);
         let mut total: Option<Tensor> = None;
         let mut logprobs = Vec::with_capacity(data.len());
-        for (i, d) in data.iter().enumerate() {
+        let mut start = 0;
+        for d in data {
             let n = d.model_input.len() as i64;
-            let row = lp.get(i as i64).narrow(0, 0, n);
+            let row = scores.logp.narrow(0, start, n);
+            start += n;
             let input = |name: &str| -> Tensor {
                 let v = d.loss_fn_inputs[name].to_f64();
                 Tensor::from_slice(&v).to_kind(Kind::Float).to(device)
@@ -171,72 +182,14 @@ impl TrainingModel {
             logprobs.push(Vec::<f32>::try_from(row.detach().to(tch::Device::Cpu))?);
         }
         let total = total.expect("data is not empty");
-        if backward {
+        // Positions whose weight or advantage is zero get no gradient and skip the unembedding's
+        // backward; a batch where all are zero adds nothing (and has loss 0).
+        if backward && total.requires_grad() {
             total.backward();
+            scores.backward();
         }
         let loss_sum = total.to_kind(Kind::Double).double_value(&[]);
         Ok(ForwardOutput { logprobs, loss_sum })
-    }
-}
-
-impl TrainingModel {
-    /// (B, T) logprobs of the targets. Only the positions that contribute to the loss (a nonzero
-    /// weight or advantage; every position for dro) run the unembedding with autograd; the
-    /// others, typically the prompt, are computed without it in chunks: the loss and its gradient
-    /// are the same (their terms are zero), and the (positions, vocabulary) logits of the prompt
-    /// are never kept for a backward.
-    fn target_logprobs(
-        &self,
-        data: &[crate::Datum],
-        loss: &TinkerLoss,
-        ids: &Tensor,
-        mask: &Tensor,
-        pos: &Tensor,
-        tgt: &Tensor,
-    ) -> Tensor {
-        let hidden = self.model.forward_hidden(ids, pos, mask, None);
-        let (b, t, h) = hidden.size3().expect("hidden is (B, T, H)");
-        let flat = hidden.reshape([b * t, h]);
-        let flat_tgt = tgt.reshape([b * t]);
-        let weight_of = match loss {
-            TinkerLoss::CrossEntropy => Some("weights"),
-            TinkerLoss::Dro { .. } => None,
-            _ => Some("advantages"),
-        };
-        let (mut active, mut inactive) = (vec![], vec![]);
-        for (i, d) in data.iter().enumerate() {
-            let w = weight_of.map(|name| d.loss_fn_inputs[name].to_f64());
-            for k in 0..d.model_input.len() {
-                let at = i as i64 * t + k as i64;
-                match &w {
-                    Some(w) if w[k] == 0.0 => inactive.push(at),
-                    _ => active.push(at),
-                }
-            }
-        }
-        let device = flat.device();
-        let logprobs = |rows: &Tensor, idx: &Tensor| {
-            logprobs_of(
-                &self.model.logits(rows),
-                &flat_tgt.index_select(0, idx),
-                1.0,
-            )
-        };
-        let mut out = Tensor::zeros([b * t], (Kind::Float, device));
-        tch::no_grad(|| {
-            let detached = flat.detach();
-            for chunk in inactive.chunks(1024) {
-                let idx = Tensor::from_slice(chunk).to(device);
-                let lp = logprobs(&detached.index_select(0, &idx), &idx);
-                let _ = out.index_copy_(0, &idx, &lp);
-            }
-        });
-        if !active.is_empty() {
-            let idx = Tensor::from_slice(&active).to(device);
-            let lp = logprobs(&flat.index_select(0, &idx), &idx);
-            out = out.index_copy(0, &idx, &lp);
-        }
-        out.view([b, t])
     }
 }
 

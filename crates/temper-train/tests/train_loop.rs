@@ -93,6 +93,7 @@ fn a_run_trains_and_fills_its_folder() {
         "timing_s/update",
         "timing_s/step",
         "perf/tokens_per_s",
+        "perf/max_memory_allocated_gb",
     ] {
         assert!(
             m[1].contains_key(key),

@@ -51,16 +51,7 @@ const SYSTEM: &str = "You are a calculator. Reply with only the final number.";
 
 /// Peak resident memory of this process in MiB (Linux VmHWM).
 fn peak_rss_mb() -> f64 {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines().find(|l| l.starts_with("VmHWM:")).and_then(|l| {
-                l.split_whitespace()
-                    .nth(1)
-                    .and_then(|v| v.parse::<f64>().ok())
-            })
-        })
-        .map_or(f64::NAN, |kb| kb / 1024.0)
+    temper_kernels::memory::peak_rss_bytes().map_or(f64::NAN, |b| b as f64 / (1 << 20) as f64)
 }
 
 fn mean(v: &[f64]) -> f64 {

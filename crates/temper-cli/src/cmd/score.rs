@@ -51,17 +51,24 @@ pub fn score_ids(model: &CausalLm, ids: &[i64]) -> Result<Scores> {
         let input = Tensor::from_slice(ids).view([1, n]);
         let mask = input.ones_like();
         let pos = Tensor::arange(n, (Kind::Int64, Device::Cpu)).view([1, n]);
-        let logp = model
-            .forward(&input, &pos, &mask, None)
+        // The unembedding runs in chunks (no (n, V) logits); only the last position's
+        // distribution is kept whole, for `top_next`.
+        let hidden = model.forward_hidden(&input, &pos, &mask, None).get(0);
+        let targets = input.get(0).narrow(0, 1, n - 1);
+        let (picked, _) = model
+            .score_tokens(
+                &hidden.narrow(0, 0, n - 1),
+                &targets,
+                1.0,
+                temper_model::DEFAULT_UNEMBED_CHUNK,
+            )
+            .into_parts();
+        let last = model
+            .logits(&hidden.narrow(0, n - 1, 1))
             .log_softmax(-1, Kind::Float)
             .get(0);
-        let targets = input.get(0).narrow(0, 1, n - 1);
-        let picked = logp
-            .narrow(0, 0, n - 1)
-            .gather(1, &targets.unsqueeze(1), false)
-            .squeeze_dim(1);
         let token_logprobs = Vec::<f64>::try_from(picked.to_kind(Kind::Double))?;
-        let (vals, idx) = logp.get(n - 1).topk(5.min(vocab), -1, true, true);
+        let (vals, idx) = last.topk(5.min(vocab), -1, true, true);
         let vals = Vec::<f64>::try_from(vals.to_kind(Kind::Double))?;
         let idx = Vec::<i64>::try_from(idx)?;
         Ok(Scores {

@@ -3,7 +3,7 @@ use std::net::{IpAddr, SocketAddr};
 
 use anyhow::{Context, Result};
 use temper_model::{resolve_compute_kind, Tokenizer};
-use temper_serve::{serve_blocking, worker::Worker, AppState};
+use temper_serve::{limits::Limits, serve_blocking, worker::Worker, AppState};
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -38,6 +38,22 @@ pub struct Args {
     /// Most sequences decoded together.
     #[arg(long, default_value_t = 64)]
     max_num_seqs: usize,
+    /// Largest request body in bytes (the Tinker SDK sends forward_backward data in chunks of
+    /// up to 5,000,000 bytes).
+    #[arg(long, default_value_t = Limits::default().max_request_bytes)]
+    max_request_bytes: usize,
+    /// Longest prompt + completion in tokens; default: the model's max_position_embeddings.
+    #[arg(long)]
+    max_model_len: Option<usize>,
+    /// Largest `n` (OpenAI, SGLang) or `num_samples` (Tinker) of one request.
+    #[arg(long, default_value_t = Limits::default().max_n)]
+    max_n: usize,
+    /// Most prompts in one request.
+    #[arg(long, default_value_t = Limits::default().max_prompts)]
+    max_prompts: usize,
+    /// Most sampling requests queued or running; beyond it requests are refused as busy (503).
+    #[arg(long, default_value_t = Limits::default().max_queued)]
+    max_queued_requests: usize,
 }
 
 pub fn run(args: Args) -> Result<()> {
@@ -53,7 +69,26 @@ pub fn run(args: Args) -> Result<()> {
         eprintln!("warning: {w}");
     }
     let compute = dtype.compute;
-    let worker = Worker::start(&dir, compute, args.max_num_seqs)?;
+    for (flag, v) in [
+        ("--max-request-bytes", args.max_request_bytes),
+        ("--max-n", args.max_n),
+        ("--max-prompts", args.max_prompts),
+        ("--max-queued-requests", args.max_queued_requests),
+        ("--max-num-seqs", args.max_num_seqs),
+        ("--max-model-len", args.max_model_len.unwrap_or(1)),
+    ] {
+        if v == 0 {
+            anyhow::bail!("{flag} = 0: must be at least 1");
+        }
+    }
+    let limits = Limits {
+        max_request_bytes: args.max_request_bytes,
+        max_n: args.max_n,
+        max_prompts: args.max_prompts,
+        max_model_len: args.max_model_len.unwrap_or(0),
+        max_queued: args.max_queued_requests,
+    };
+    let worker = Worker::start(&dir, compute, args.max_num_seqs, limits)?;
     let state = AppState {
         worker,
         model_name: args.served_model_name.unwrap_or(args.model),

@@ -377,3 +377,34 @@ fn snippet(s: &str) -> String {
         None => s.to_string(),
     }
 }
+
+/// A request's seed as the servers accept it: vLLM's `seed` and SGLang's `sampling_seed` are
+/// signed 64-bit integers (vLLM answers 422 above 2^63 - 1), so the top bit is dropped. The
+/// same temper seed still gives the same server seed.
+pub(crate) fn wire_seed(seed: Option<u64>) -> Option<i64> {
+    seed.map(|s| (s & i64::MAX as u64) as i64)
+}
+
+#[cfg(test)]
+mod seed_tests {
+    use super::wire_seed;
+
+    #[test]
+    fn seeds_fit_a_signed_64_bit_integer() {
+        assert_eq!(wire_seed(None), None);
+        assert_eq!(wire_seed(Some(7)), Some(7));
+        assert_eq!(wire_seed(Some(u64::MAX)), Some(i64::MAX));
+        assert_eq!(wire_seed(Some(1 << 63)), Some(0));
+        let body = super::vllm::completion_body(
+            "m",
+            &crate::Request {
+                prompt_ids: vec![1],
+                params: crate::SamplingParams {
+                    seed: Some(u64::MAX - 1),
+                    ..Default::default()
+                },
+            },
+        );
+        assert_eq!(body["seed"].as_i64(), Some(i64::MAX - 1));
+    }
+}

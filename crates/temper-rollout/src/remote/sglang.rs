@@ -18,7 +18,7 @@ pub fn generate_body(r: &Request) -> Value {
             "temperature": p.temperature, "top_p": p.top_p, "top_k": p.top_k,
             "repetition_penalty": p.repetition_penalty, "stop": p.stop,
             "stop_token_ids": p.stop_token_ids, "ignore_eos": p.ignore_eos,
-            "sampling_seed": p.seed, "skip_special_tokens": false, "no_stop_trim": true,
+            "sampling_seed": super::wire_seed(p.seed), "skip_special_tokens": false, "no_stop_trim": true,
         },
         "return_logprob": true,
     })

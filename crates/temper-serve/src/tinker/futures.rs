@@ -1,19 +1,26 @@
 //! Tinker's futures: every training, creation and sampling call answers at once with a
 //! `request_id`; the result is fetched with `retrieve_future`, which the SDK calls in a tight
 //! loop. So the server holds each poll until the result is there or [`POLL_HOLD`] passes, then
-//! answers `try_again`. A result stays until the server stops (a client may fetch it again after
-//! a retry).
+//! answers `try_again`. Memory stays bounded: a retrieved result is kept [`KEEP_RETRIEVED`] more
+//! (a client whose answer was lost in transit may fetch it again), one never retrieved
+//! [`KEEP_UNRETRIEVED`]; then both are dropped.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use serde_json::Value;
 use tokio::sync::watch;
 
 /// How long one `retrieve_future` waits before `try_again` (the SDK's own poll timeout is 45 s).
 pub const POLL_HOLD: Duration = Duration::from_secs(30);
+/// How long a result stays after it was first retrieved.
+pub const KEEP_RETRIEVED: Duration = Duration::from_secs(120);
+/// How long a finished result nobody asked for stays.
+pub const KEEP_UNRETRIEVED: Duration = Duration::from_secs(3600);
+/// Expired results are swept at most this often.
+const SWEEP_EVERY: Duration = Duration::from_secs(5);
 
 /// A finished request.
 #[derive(Clone, Debug)]
@@ -36,17 +43,43 @@ impl Outcome {
         }
     }
 
+    /// A failure on the server's side (the SDK retries these).
+    pub fn server_error(message: impl Into<String>) -> Outcome {
+        Outcome::Error {
+            message: message.into(),
+            user: false,
+        }
+    }
+
     /// A job's result: a failure is the user's (bad input is what the checks catch).
     pub fn from_result(r: anyhow::Result<Outcome>) -> Outcome {
         r.unwrap_or_else(|e| Outcome::user_error(format!("{e:#}")))
     }
 }
 
+/// One request's result, once there, and when it was first retrieved.
+struct Slot {
+    rx: watch::Receiver<Option<Outcome>>,
+    /// When the result arrived (checked lazily, at sweeps).
+    finished: Option<Instant>,
+    retrieved: Option<Instant>,
+}
+
 /// Pending and finished requests by id.
-#[derive(Default)]
 pub struct Futures {
     next: AtomicU64,
-    slots: Mutex<HashMap<String, watch::Receiver<Option<Outcome>>>>,
+    slots: Mutex<HashMap<String, Slot>>,
+    last_sweep: Mutex<Instant>,
+}
+
+impl Default for Futures {
+    fn default() -> Self {
+        Futures {
+            next: AtomicU64::new(0),
+            slots: Mutex::new(HashMap::new()),
+            last_sweep: Mutex::new(Instant::now()),
+        }
+    }
 }
 
 /// Where a job puts its result.
@@ -63,11 +96,55 @@ impl Futures {
     pub fn create(&self) -> (String, Promise) {
         let id = format!("req-{}", self.next.fetch_add(1, Ordering::Relaxed));
         let (tx, rx) = watch::channel(None);
+        self.sweep();
+        let slot = Slot {
+            rx,
+            finished: None,
+            retrieved: None,
+        };
         self.slots
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .insert(id.clone(), rx);
+            .insert(id.clone(), slot);
         (id, Promise(tx))
+    }
+
+    /// Requests held (pending or finished and not yet dropped).
+    pub fn len(&self) -> usize {
+        self.slots.lock().unwrap_or_else(|e| e.into_inner()).len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Drops the results whose time is up (at most every [`SWEEP_EVERY`]).
+    pub fn sweep(&self) {
+        let now = Instant::now();
+        {
+            let mut last = self.last_sweep.lock().unwrap_or_else(|e| e.into_inner());
+            if now.duration_since(*last) < SWEEP_EVERY {
+                return;
+            }
+            *last = now;
+        }
+        self.sweep_at(now);
+    }
+
+    /// Drops the results expired at `now`.
+    pub fn sweep_at(&self, now: Instant) {
+        let mut slots = self.slots.lock().unwrap_or_else(|e| e.into_inner());
+        slots.retain(|_, slot| {
+            if slot.finished.is_none() && slot.rx.borrow().is_some() {
+                slot.finished = Some(now);
+            }
+            match (slot.retrieved, slot.finished) {
+                (Some(r), _) => now.duration_since(r) < KEEP_RETRIEVED,
+                (None, Some(f)) => now.duration_since(f) < KEEP_UNRETRIEVED,
+                // Still running, or its job is gone without answering (then the sender is closed).
+                (None, None) => slot.rx.has_changed().is_ok(),
+            }
+        });
     }
 
     /// The outcome of `id`, waiting up to `hold`; `None` on timeout; an error outcome for an
@@ -78,20 +155,29 @@ impl Futures {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .get(id)
-            .cloned();
+            .map(|s| s.rx.clone());
         let Some(mut rx) = rx else {
             return Some(Outcome::user_error(format!(
-                "request_id: no request {id:?}"
+                "request_id: no request {id:?} (a result is kept {} s after it is first retrieved)",
+                KEEP_RETRIEVED.as_secs()
             )));
         };
         let waited = tokio::time::timeout(hold, rx.wait_for(|v| v.is_some())).await;
-        match waited {
-            Err(_) => None,
+        let outcome = match waited {
+            Err(_) => return None,
             Ok(Ok(v)) => v.clone(),
-            Ok(Err(_)) => Some(Outcome::Error {
-                message: format!("request {id} was dropped by the server"),
-                user: false,
-            }),
+            Ok(Err(_)) => Some(Outcome::server_error(format!(
+                "request {id} was dropped by the server"
+            ))),
+        };
+        if let Some(slot) = self
+            .slots
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get_mut(id)
+        {
+            slot.retrieved.get_or_insert_with(Instant::now);
         }
+        outcome
     }
 }

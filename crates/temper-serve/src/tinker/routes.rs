@@ -23,6 +23,7 @@ use super::futures::{Outcome, POLL_HOLD};
 use super::samplers::SampleJob;
 use super::training::{self, Job, ModelInfo, Queued};
 use super::{convert, proto, ModelHandle, Tinker};
+use crate::limits::TINKER_FIELDS;
 use crate::AppState;
 
 type S = State<Arc<AppState>>;
@@ -521,11 +522,23 @@ async fn get_sampler(
 }
 
 async fn asample(State(state): S, headers: HeaderMap, body: Bytes) -> Response {
+    // The key first: nothing is parsed or allocated for a caller without it.
+    if !authorized(&state, &headers) {
+        return refuse(StatusCode::UNAUTHORIZED, "missing or wrong X-API-Key");
+    }
     let t = state.tinker.clone();
+    let limits = state.worker.limits.clone();
     let v = parse_json(&body).unwrap_or(Value::Null);
-    let n = v["num_samples"].as_u64().unwrap_or(1) as usize;
+    let n = match &v["num_samples"] {
+        Value::Null => Some(1),
+        x => x.as_u64().map(|n| n.min(usize::MAX as u64) as usize),
+    };
+    // Sequence ids only for a count within the limit (a refused count gets none).
+    let admissible = n.filter(|&n| n >= 1 && n <= limits.max_n);
     let rid = state.tinker.samples.fetch_add(1, Ordering::Relaxed);
-    let ids: Vec<String> = (0..n).map(|k| format!("seq-{rid}-{k}")).collect();
+    let ids: Vec<String> = (0..admissible.unwrap_or(0))
+        .map(|k| format!("seq-{rid}-{k}"))
+        .collect();
     future(
         &state,
         &headers,
@@ -533,6 +546,10 @@ async fn asample(State(state): S, headers: HeaderMap, body: Bytes) -> Response {
         || {
             if v.is_null() {
                 bail!("request body: not JSON");
+            }
+            let n = n.context("num_samples: not a non-negative integer")?;
+            if n == 0 {
+                bail!("num_samples: must be at least 1");
             }
             if v["topk_prompt_logprobs"].as_u64().unwrap_or(0) > 0
                 || v["topk_sample_logprobs"].as_u64().unwrap_or(0) > 0
@@ -549,11 +566,11 @@ async fn asample(State(state): S, headers: HeaderMap, body: Bytes) -> Response {
                 .samplers
                 .session(id)
                 .with_context(|| format!("sampling_session_id: no sampling session {id:?}"))?;
-            if n == 0 {
-                bail!("num_samples: must be at least 1");
-            }
             let prompt = convert::json_tokens(&v["prompt"], "prompt")?;
             let params = convert::sampling_params(&v["sampling_params"])?;
+            limits
+                .check_sampling(&[prompt.len()], n, params.max_tokens, &TINKER_FIELDS)
+                .map_err(|e| anyhow!(e))?;
             let prompt_logprobs = v["prompt_logprobs"].as_bool().unwrap_or(false);
             let samplers = t.samplers.clone();
             Ok(Box::new(move |promise| {

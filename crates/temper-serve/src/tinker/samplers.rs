@@ -139,7 +139,26 @@ fn run(rx: mpsc::Receiver<SampleJob>, compute: ComputeKind) {
                 }
             };
             engine_seed = engine_seed.wrapping_add(1);
-            answer(model, group, engine_seed);
+            // A panic while sampling fails this group's requests (a server error, which the SDK
+            // retries); the thread keeps serving.
+            let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                outcomes(model, &group, engine_seed)
+            }));
+            match ran {
+                Ok(outs) => {
+                    for (j, o) in group.into_iter().zip(outs) {
+                        j.promise.complete(o);
+                    }
+                }
+                Err(panic) => {
+                    let msg = crate::worker::panic_message(&panic);
+                    for j in group {
+                        j.promise.complete(Outcome::server_error(format!(
+                            "sampling failed inside the server: {msg}"
+                        )));
+                    }
+                }
+            }
         }
     }
 }
@@ -214,13 +233,15 @@ fn model_for<'a>(
         .ok_or_else(|| anyhow!("no model"))
 }
 
-fn answer(model: &SamplingModel, group: Vec<SampleJob>, engine_seed: u64) {
+/// Each job's result, in order.
+fn outcomes(model: &SamplingModel, group: &[SampleJob], engine_seed: u64) -> Vec<Outcome> {
     let requests: Vec<_> = group
         .iter()
         .map(|j| (j.prompt.clone(), j.num_samples, j.params.clone()))
         .collect();
     let results = model.sample_many(&requests, engine_seed);
-    for (job, result) in group.into_iter().zip(results) {
+    let mut out = Vec::with_capacity(group.len());
+    for (job, result) in group.iter().zip(results) {
         let outcome = result.and_then(|seqs| {
             let prompt_logprobs = if job.prompt_logprobs {
                 let lps = model.compute_logprobs(&job.prompt)?;
@@ -247,6 +268,7 @@ fn answer(model: &SamplingModel, group: Vec<SampleJob>, engine_seed: u64) {
             };
             Ok(Outcome::Proto(response.encode_to_vec()))
         });
-        job.promise.complete(Outcome::from_result(outcome));
+        out.push(Outcome::from_result(outcome));
     }
+    out
 }

@@ -50,6 +50,9 @@ pub struct Queued {
 
 /// How long a request that arrived ahead of its turn waits for the missing ones.
 const GAP_WAIT: Duration = Duration::from_secs(2);
+/// Results of this many latest requests are kept, so that a retried request (a `seq_id` already
+/// run) gets its first result instead of being applied twice.
+const KEPT_RESULTS: usize = 64;
 
 /// Where the model's files go, and what it is.
 pub struct ModelInfo {
@@ -70,6 +73,7 @@ pub fn run(
 ) {
     let mut next = 1i64;
     let mut held: BTreeMap<i64, Queued> = BTreeMap::new();
+    let mut done: BTreeMap<i64, Outcome> = BTreeMap::new();
     loop {
         let q = if let Some(q) = held.remove(&next) {
             q
@@ -95,10 +99,38 @@ pub fn run(
                 },
             }
         };
+        if q.seq > 0 && q.seq < next {
+            // A retry of a request already run: its first result, never a second application.
+            let again = done.get(&q.seq).cloned().unwrap_or_else(|| {
+                Outcome::user_error(format!(
+                    "seq_id {}: already run, and its result is no longer kept",
+                    q.seq
+                ))
+            });
+            q.promise.complete(again);
+            continue;
+        }
         if q.seq > 0 {
             next = q.seq + 1;
         }
-        let outcome = Outcome::from_result(execute(&mut model, &info, &samplers, q.job));
+        // A panic in one request's work fails that request (as a server error, which the SDK
+        // retries) and the thread goes on serving the model.
+        let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            execute(&mut model, &info, &samplers, q.job)
+        }));
+        let outcome = match ran {
+            Ok(r) => Outcome::from_result(r),
+            Err(panic) => Outcome::server_error(format!(
+                "the request failed inside the server: {}",
+                crate::worker::panic_message(&panic)
+            )),
+        };
+        if q.seq > 0 {
+            done.insert(q.seq, outcome.clone());
+            while done.len() > KEPT_RESULTS {
+                done.pop_first();
+            }
+        }
         q.promise.complete(outcome);
     }
 }

@@ -149,6 +149,10 @@ pub struct ActorConfig {
     /// values (same numbers and gradients as full rows, to float rounding; much less work when
     /// `rollout.n` samples share a prompt). Also for the old and reference log-prob passes.
     pub shared_prefix: bool,
+    /// Tokens whose logits are computed at a time (the unembedding runs chunk by chunk in the
+    /// update and the old / reference passes, so at most one chunk of (tokens, vocabulary)
+    /// logits exists at once; the gradients are exact). Larger is not faster: BENCHMARKS.md.
+    pub unembed_chunk: usize,
     /// Max global grad norm (clip_grad_norm_); <= 0 disables clipping.
     pub grad_clip: f64,
     pub clip_ratio: f64,
@@ -175,6 +179,7 @@ impl Default for ActorConfig {
             ppo_epochs: 1,
             shuffle: false,
             shared_prefix: true,
+            unembed_chunk: temper_model::DEFAULT_UNEMBED_CHUNK as usize,
             grad_clip: 1.0,
             clip_ratio: 0.2,
             clip_ratio_low: None,

@@ -72,7 +72,13 @@ impl Trainer {
         } else if reuse_first {
             None
         } else {
-            Some(batch.logprobs_by_parts(&self.model, first, temperature, &self.dist)?)
+            Some(batch.logprobs_by_parts(
+                &self.model,
+                first,
+                temperature,
+                self.unembed_chunk(),
+                &self.dist,
+            )?)
         };
         metrics.insert(
             "timing_s/old_log_prob".into(),
@@ -80,7 +86,13 @@ impl Trainer {
         );
         let t_ref = Instant::now();
         let reference = match &self.reference {
-            Some(r) => Some(batch.logprobs_by_parts(r, first, temperature, &self.dist)?),
+            Some(r) => Some(batch.logprobs_by_parts(
+                r,
+                first,
+                temperature,
+                self.unembed_chunk(),
+                &self.dist,
+            )?),
             None => None,
         };
         metrics.insert("timing_s/ref".into(), t_ref.elapsed().as_secs_f64());

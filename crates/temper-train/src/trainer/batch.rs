@@ -5,7 +5,7 @@ use super::partition::MiniBatch;
 use crate::dist::Dist;
 use anyhow::Result;
 use tch::{Device, Kind, Tensor};
-use temper_model::CausalLm;
+use temper_model::{CausalLm, TokenScores};
 
 pub struct Batch {
     /// (N, P + R) i64.
@@ -66,7 +66,7 @@ impl Batch {
         }
     }
 
-    /// From now on, [`Batch::response_logprobs`] runs each distinct prompt of a micro-batch once
+    /// From now on, [`Batch::response_scores`] runs each distinct prompt of a micro-batch once
     /// (`actor.shared_prefix`). Rows share a prompt when their prompt tokens are equal (the samples
     /// of a group, or equal prompts drawn twice), so it needs no knowledge of groups.
     pub fn share_prompts(&mut self, prompts: &[&[i64]]) {
@@ -90,25 +90,33 @@ impl Batch {
     }
 
     /// `(logp, entropy)` (rows, R) of the response tokens of rows `idx` under `model`, with
-    /// autograd unless called under no_grad. Only response positions reach the LM head.
-    pub fn response_logprobs(
+    /// autograd unless called under no_grad (then finish `loss.backward()` with
+    /// [`TokenScores::backward`]). Only response positions reach the LM head, `chunk` tokens at a
+    /// time.
+    pub fn response_scores<'m>(
         &self,
-        model: &CausalLm,
+        model: &'m CausalLm,
         idx: &[i64],
         temperature: f64,
-    ) -> Result<(Tensor, Tensor)> {
-        if let Some(owner) = &self.prompt_owner {
-            return Ok(self.shared_logprobs(model, idx, owner, temperature));
-        }
-        let ids = Self::rows_of(&self.input_ids, idx);
-        let mask = Self::rows_of(&self.attention_mask, idx);
-        let pos = Self::rows_of(&self.position_ids, idx);
-        let hidden = model.forward_hidden(&ids, &pos, &mask, None);
-        let h = hidden.narrow(1, self.prompt_len - 1, self.response_len);
-        let logits = model.logits(&h);
-        let targets = ids.narrow(1, self.prompt_len, self.response_len);
+        chunk: i64,
+    ) -> Result<TokenScores<'m>> {
         let t = if temperature > 0.0 { temperature } else { 1.0 };
-        Ok(temper_model::logprobs_and_entropy(&logits, &targets, t))
+        let (ids, hidden) = match &self.prompt_owner {
+            Some(owner) => (
+                Self::rows_of(&self.input_ids, idx),
+                self.shared_hidden(model, idx, owner),
+            ),
+            None => {
+                let ids = Self::rows_of(&self.input_ids, idx);
+                let mask = Self::rows_of(&self.attention_mask, idx);
+                let pos = Self::rows_of(&self.position_ids, idx);
+                let hidden = model.forward_hidden(&ids, &pos, &mask, None);
+                let h = hidden.narrow(1, self.prompt_len - 1, self.response_len);
+                (ids, h)
+            }
+        };
+        let targets = ids.narrow(1, self.prompt_len, self.response_len);
+        Ok(model.score_tokens(&hidden, &targets, t, chunk))
     }
 
     /// No-grad (N, R) f32 log-probs of every row under `model`. Each rank computes the rows of its
@@ -119,13 +127,16 @@ impl Batch {
         model: &CausalLm,
         parts: &[MiniBatch],
         temperature: f64,
+        chunk: i64,
         dist: &Dist,
     ) -> Result<Tensor> {
         let device = self.input_ids.device();
         let out = Tensor::zeros([self.rows as i64, self.response_len], (Kind::Float, device));
         tch::no_grad(|| -> Result<()> {
             for idx in parts.iter().flat_map(|mb| &mb.mine) {
-                let (lp, _) = self.response_logprobs(model, idx, temperature)?;
+                let (lp, _) = self
+                    .response_scores(model, idx, temperature, chunk)?
+                    .into_parts();
                 let _ =
                     out.shallow_clone()
                         .index_copy_(0, &Tensor::from_slice(idx).to(device), &lp);
@@ -136,15 +147,9 @@ impl Batch {
         Ok(out)
     }
 
-    /// [`Batch::response_logprobs`] with each distinct prompt of rows `idx` run once
-    /// ([`CausalLm::response_logprobs_shared`]).
-    fn shared_logprobs(
-        &self,
-        model: &CausalLm,
-        idx: &[i64],
-        owner: &[usize],
-        temperature: f64,
-    ) -> (Tensor, Tensor) {
+    /// The hidden states that predict the responses of rows `idx` (rows, R, H), with each distinct
+    /// prompt run once ([`CausalLm::response_hidden_shared`]).
+    fn shared_hidden(&self, model: &CausalLm, idx: &[i64], owner: &[usize]) -> Tensor {
         let (p, r) = (self.prompt_len, self.response_len);
         let mut distinct: Vec<i64> = vec![];
         let prompt_of_row: Vec<i64> = idx
@@ -162,18 +167,15 @@ impl Batch {
             Self::rows_of(t, rows).narrow(1, start, len)
         };
         let device = self.input_ids.device();
-        model.response_logprobs_shared(
-            &temper_model::SharedPrefixRows {
-                prompt_ids: &cols(&self.input_ids, &distinct, 0, p),
-                prompt_mask: &cols(&self.attention_mask, &distinct, 0, p),
-                prompt_positions: &cols(&self.position_ids, &distinct, 0, p),
-                prompt_of_row: &Tensor::from_slice(&prompt_of_row).to(device),
-                response_ids: &cols(&self.input_ids, idx, p, r),
-                response_mask: &cols(&self.attention_mask, idx, p, r),
-                response_positions: &cols(&self.position_ids, idx, p, r),
-            },
-            temperature,
-        )
+        model.response_hidden_shared(&temper_model::SharedPrefixRows {
+            prompt_ids: &cols(&self.input_ids, &distinct, 0, p),
+            prompt_mask: &cols(&self.attention_mask, &distinct, 0, p),
+            prompt_positions: &cols(&self.position_ids, &distinct, 0, p),
+            prompt_of_row: &Tensor::from_slice(&prompt_of_row).to(device),
+            response_ids: &cols(&self.input_ids, idx, p, r),
+            response_mask: &cols(&self.attention_mask, idx, p, r),
+            response_positions: &cols(&self.position_ids, idx, p, r),
+        })
     }
 }
 

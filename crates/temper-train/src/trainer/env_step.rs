@@ -319,7 +319,13 @@ impl Trainer {
         let temperature = self.cfg.rollout.temperature;
         // Several epochs need the old log-probs before the first update changes the weights.
         let old = if self.cfg.actor.ppo_epochs > 1 || self.cfg.trainer.check_on_policy {
-            Some(batch.logprobs_by_parts(&self.model, &first, temperature, &self.dist)?)
+            Some(batch.logprobs_by_parts(
+                &self.model,
+                &first,
+                temperature,
+                self.unembed_chunk(),
+                &self.dist,
+            )?)
         } else {
             None
         };

@@ -419,6 +419,13 @@ impl Trainer {
         while self.state.step < end {
             let step = self.state.step + 1;
             let mut m = self.train_step(step)?;
+            // verl's name and unit (GiB, as verl divides by 1024^3); on CPU the resident peak so far.
+            if let Some(peak) = temper_kernels::memory::peak_rss_bytes() {
+                m.insert(
+                    "perf/max_memory_allocated_gb".into(),
+                    peak as f64 / (1u64 << 30) as f64,
+                );
+            }
             let tf = self.cfg.trainer.test_freq;
             if tf > 0 && (step.is_multiple_of(tf as usize) || step == self.total_steps) {
                 m.extend(self.evaluate(step)?);
@@ -491,6 +498,7 @@ fn summary(m: &StepMetrics) -> String {
         ("actor/entropy", "entropy"),
         ("response_length/mean", "len"),
         ("timing_s/step", "s/step"),
+        ("perf/max_memory_allocated_gb", "mem_gb"),
     ];
     keys.iter()
         .filter_map(|(k, short)| m.get(*k).map(|v| format!("{short}={v:.4}")))
@@ -540,5 +548,12 @@ impl Trainer {
         if let Some(copy) = &self.sampler_model {
             copy_weights(&self.model, copy);
         }
+    }
+}
+
+impl Trainer {
+    /// Tokens per chunk of logits in every pass over the batch (`actor.unembed_chunk`).
+    pub(crate) fn unembed_chunk(&self) -> i64 {
+        self.cfg.actor.unembed_chunk as i64
     }
 }

@@ -124,6 +124,7 @@ impl Trainer {
                 &self.model,
                 &first,
                 self.cfg.rollout.temperature,
+                self.unembed_chunk(),
                 &self.dist,
             )?,
         };

@@ -79,11 +79,17 @@ impl Trainer {
                     .collect();
                 let mut additive: BTreeMap<&str, f64> = BTreeMap::new();
                 for (idx, mask) in mb.mine.iter().zip(&masks) {
-                    let (logp, ent) = batch.response_logprobs(&self.model, idx, temperature)?;
+                    let scores = batch.response_scores(
+                        &self.model,
+                        idx,
+                        temperature,
+                        self.unembed_chunk(),
+                    )?;
+                    let logp = scores.logp.shallow_clone();
                     let ent = if self.loss_cfg.entropy_coeff != 0.0 {
-                        ent
+                        scores.entropy.shallow_clone()
                     } else {
-                        ent.detach()
+                        scores.entropy.detach()
                     };
                     let old_mb = match old {
                         Some(o) => Batch::rows_of(o, idx),
@@ -117,7 +123,11 @@ impl Trainer {
                         let valid = Batch::rows_of(&batch.response_mask, idx);
                         check_reproduces(step, &logp, &old_mb, &valid)?;
                     }
-                    out.loss.backward();
+                    // A loss without a graph (no token left to train on) adds no gradient.
+                    if out.loss.requires_grad() {
+                        out.loss.backward();
+                        scores.backward();
+                    }
                     let tokens = mask.sum(Kind::Double).double_value(&[]);
                     for (k, v) in out.metrics {
                         if ADDITIVE.contains(&k) {

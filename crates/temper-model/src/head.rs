@@ -1,0 +1,211 @@
+//! The unembedding, chunk by chunk over tokens: per-token log-probabilities and entropies from
+//! final hidden states without ever holding more than one chunk of (tokens, vocabulary) logits,
+//! in the forward and in the backward (what Liger's fused linear cross-entropy and Apple's Cut
+//! Cross-Entropy do for the same reason: at 1,024 samples x 1,000 tokens x 150k vocabulary the
+//! full logits alone are hundreds of GB).
+//!
+//! Autograd cannot keep one chunk at a time (it would save every chunk's logits for the
+//! backward), so a training call is split in two explicit halves:
+//!
+//! 1. [`CausalLm::score_tokens`] computes `logp` and `entropy` chunk by chunk without a graph and
+//!    returns them as leaves that require grad. The caller builds its loss from them and calls
+//!    `loss.backward()`, which stops at the leaves and leaves `dloss/dlogp`, `dloss/dentropy`
+//!    there.
+//! 2. [`TokenScores::backward`] recomputes each chunk's logits with autograd, back-propagates the
+//!    leaves' gradients through it (into the unembedding's weights and that chunk of hidden
+//!    states), frees it, and finally sends the hidden states' gradient through the decoder.
+//!
+//! The gradients are exact (the chunk is recomputed by the same kernels on the same inputs), and
+//! positions whose upstream gradient is zero (prompts, padding, zero advantages) skip the
+//! recompute altogether.
+
+use tch::{Kind, Tensor};
+
+use crate::logprobs::logprobs_and_entropy;
+use crate::model::CausalLm;
+
+/// Tokens per chunk of logits when the config names none. With SmolLM2's 49,152-token vocabulary a
+/// chunk of 1,024 is 200 MB of f32 logits (a few times that with softmax and gradient);
+/// BENCHMARKS.md ("chunked unembedding") measures the speed against smaller and larger chunks.
+pub const DEFAULT_UNEMBED_CHUNK: i64 = 1024;
+
+/// Log-probabilities and entropies of some tokens, with the second half of their backward pending
+/// when they were computed with autograd (see the module docs).
+pub struct TokenScores<'m> {
+    /// log p(target) under softmax(logits / temperature), shaped like the targets, f32.
+    pub logp: Tensor,
+    /// The entropy of that distribution at each position, shaped like the targets, f32.
+    pub entropy: Tensor,
+    pending: Option<Pending<'m>>,
+}
+
+/// What [`TokenScores::backward`] needs to recompute the chunks.
+struct Pending<'m> {
+    model: &'m CausalLm,
+    /// (..., H) with autograd back to the decoder's parameters.
+    hidden: Tensor,
+    /// (N,) flat targets.
+    targets: Tensor,
+    temperature: f64,
+    chunk: i64,
+}
+
+impl CausalLm {
+    /// Scores `targets` (any shape `S`, i64) against `hidden` (`S` x H final hidden states, as
+    /// [`CausalLm::forward_hidden`] returns them), `chunk` positions at a time.
+    ///
+    /// Without autograd on `hidden` (under `tch::no_grad`, or a frozen model) the result is plain
+    /// tensors. With it, `logp` and `entropy` are leaves: build the loss from them, call
+    /// `loss.backward()`, then [`TokenScores::backward`] to reach the model's parameters.
+    pub fn score_tokens(
+        &self,
+        hidden: &Tensor,
+        targets: &Tensor,
+        temperature: f64,
+        chunk: i64,
+    ) -> TokenScores<'_> {
+        assert!(chunk > 0, "unembedding chunk must be positive, got {chunk}");
+        let shape = targets.size();
+        let dims = hidden.size();
+        assert_eq!(
+            &dims[..dims.len() - 1],
+            shape.as_slice(),
+            "hidden states {dims:?} do not match targets {shape:?}"
+        );
+        let h = dims[dims.len() - 1];
+        let n = targets.numel() as i64;
+        let flat_targets = targets.reshape([n]);
+        let (logp, entropy) = tch::no_grad(|| {
+            let flat = hidden.reshape([n, h]);
+            let (mut lps, mut ents) = (vec![], vec![]);
+            for (start, len) in spans(n, chunk) {
+                let logits = self.logits(&flat.narrow(0, start, len));
+                let (lp, ent) =
+                    logprobs_and_entropy(&logits, &flat_targets.narrow(0, start, len), temperature);
+                lps.push(lp);
+                ents.push(ent);
+            }
+            let cat = |v: &[Tensor]| match v.len() {
+                0 => Tensor::zeros(&shape[..], (Kind::Float, hidden.device())),
+                _ => Tensor::cat(v, 0).reshape(&shape[..]),
+            };
+            (cat(&lps), cat(&ents))
+        });
+        if !hidden.requires_grad() {
+            return TokenScores {
+                logp,
+                entropy,
+                pending: None,
+            };
+        }
+        TokenScores {
+            logp: logp.detach().requires_grad_(true),
+            entropy: entropy.detach().requires_grad_(true),
+            pending: Some(Pending {
+                model: self,
+                hidden: hidden.shallow_clone(),
+                targets: flat_targets,
+                temperature,
+                chunk,
+            }),
+        }
+    }
+}
+
+impl TokenScores<'_> {
+    /// `(logp, entropy)`, dropping any pending backward: for callers without autograd (old and
+    /// reference log-probs, scoring, checks).
+    pub fn into_parts(self) -> (Tensor, Tensor) {
+        (self.logp, self.entropy)
+    }
+
+    /// Completes the backward that `loss.backward()` started at `logp` and `entropy`: adds the
+    /// loss's gradient to every parameter's `.grad` (the unembedding's, then the decoder's).
+    /// Nothing happens when the scores were computed without autograd, or when no gradient
+    /// reached them (a loss that uses neither, or whose weights are all zero).
+    pub fn backward(self) {
+        let Some(p) = self.pending else { return };
+        let n = p.targets.numel() as i64;
+        let upstream = |t: &Tensor| {
+            let g = t.grad();
+            g.defined().then(|| g.reshape([n]))
+        };
+        let (g_lp, g_ent) = (upstream(&self.logp), upstream(&self.entropy));
+        let live = match (&g_lp, &g_ent) {
+            (None, None) => return,
+            (Some(a), None) | (None, Some(a)) => a.ne(0.0),
+            (Some(a), Some(b)) => a.ne(0.0).logical_or(&b.ne(0.0)),
+        };
+        // Only positions with a gradient are recomputed: their index, in order.
+        let live = live.nonzero().squeeze_dim(1);
+        let k = live.size()[0];
+        if k == 0 {
+            return;
+        }
+        let dims = p.hidden.size();
+        let h = dims[dims.len() - 1];
+        let flat = p.hidden.detach().reshape([n, h]);
+        let grad_hidden = flat.zeros_like();
+        for (start, len) in spans(k, p.chunk) {
+            let idx = live.narrow(0, start, len);
+            let rows = flat.index_select(0, &idx).requires_grad_(true);
+            let logits = p.model.logits(&rows);
+            let (lp, ent) =
+                logprobs_and_entropy(&logits, &p.targets.index_select(0, &idx), p.temperature);
+            let dot = |v: &Tensor, g: &Option<Tensor>| {
+                g.as_ref()
+                    .map(|g| (v * g.index_select(0, &idx)).sum(Kind::Float))
+            };
+            let surrogate = match (dot(&lp, &g_lp), dot(&ent, &g_ent)) {
+                (Some(a), Some(b)) => a + b,
+                (Some(a), None) | (None, Some(a)) => a,
+                (None, None) => unreachable!("one upstream gradient is defined"),
+            };
+            surrogate.backward();
+            let _ = grad_hidden
+                .shallow_clone()
+                .index_copy_(0, &idx, &rows.grad());
+        }
+        // d(sum(hidden * g))/d(hidden) = g exactly: the decoder receives the gradient unchanged.
+        (p.hidden * grad_hidden.view(&dims[..]))
+            .sum(Kind::Float)
+            .backward();
+    }
+}
+
+/// `(start, len)` of consecutive spans of at most `chunk` covering `0..n`, of near-equal lengths:
+/// a remainder of a few rows would take libtorch's small-matrix path, whose f32 sums over the
+/// vocabulary are ordered differently from the large-matrix one (1e-4 relative apart on a 49k
+/// vocabulary; chunks of a few rows or more agree with the unchunked product).
+fn spans(n: i64, chunk: i64) -> impl Iterator<Item = (i64, i64)> {
+    let parts = if n == 0 {
+        0
+    } else {
+        (n + chunk - 1) / chunk.max(1)
+    };
+    (0..parts).map(move |i| {
+        let start = i * n / parts;
+        (start, (i + 1) * n / parts - start)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::spans;
+
+    #[test]
+    fn spans_cover_everything_in_near_equal_parts() {
+        for (n, chunk) in [(0, 4), (1, 4), (1025, 1024), (27, 8), (10, 3), (7, 100)] {
+            let s: Vec<_> = spans(n, chunk).collect();
+            assert_eq!(s.iter().map(|x| x.1).sum::<i64>(), n);
+            assert!(s.windows(2).all(|w| w[0].0 + w[0].1 == w[1].0));
+            assert!(s.iter().all(|x| x.1 <= chunk && x.1 >= 1));
+            let (lo, hi) = (s.iter().map(|x| x.1).min(), s.iter().map(|x| x.1).max());
+            assert!(hi.zip(lo).is_none_or(|(h, l)| h - l <= 1), "{s:?}");
+        }
+        assert_eq!(
+            spans(1025, 1024).collect::<Vec<_>>(),
+            [(0, 512), (512, 513)]
+        );
+    }
+}

@@ -1,0 +1,192 @@
+//! The chunked unembedding (`CausalLm::score_tokens` + `TokenScores::backward`) against libtorch's
+//! own autograd over the full (B, T, V) logits: the same log-probs and entropies (f32, 1e-6) and
+//! the same gradient on every parameter (1e-5 relative), for chunks that cut across rows, with a
+//! LoRA'd unembedding, at a temperature, and with positions whose gradient is zero.
+mod gguf_util;
+
+use tch::{Device, Kind, Tensor};
+use temper_model::{
+    logprobs_and_entropy, position_ids_from_mask, CausalLm, ComputeKind, LoraConfig, ModelConfig,
+};
+
+fn model(lora: bool) -> CausalLm {
+    let cfg = ModelConfig::qwen2_like(97, 32, 48, 2, 4, 2, false);
+    let mut m = CausalLm::random(cfg, 11, Device::Cpu, ComputeKind::F32);
+    if lora {
+        let lc = LoraConfig {
+            rank: 4,
+            alpha: 8.0,
+            target_modules: vec!["all-linear".into(), "lm_head".into()],
+        };
+        m.add_lora_seeded(&lc, 3).unwrap();
+        // B != 0, so every adapter contributes.
+        tch::no_grad(|| {
+            for (_, p) in m.trainable_parameters() {
+                let _ = p.shallow_clone().normal_(0.0, 0.05);
+            }
+        });
+    }
+    m
+}
+
+/// A left-padded batch: ids, mask, positions, next-token targets.
+fn batch() -> (Tensor, Tensor, Tensor, Tensor) {
+    let rows: [&[i64]; 3] = [
+        &[5, 17, 3, 44, 9, 2, 31, 60, 12],
+        &[60, 1, 8, 8],
+        &[90, 91, 2, 3, 4, 5, 6],
+    ];
+    let t = rows.iter().map(|r| r.len()).max().unwrap();
+    let (mut ids, mut mask) = (vec![], vec![]);
+    for r in rows {
+        let pad = t - r.len();
+        ids.extend(std::iter::repeat_n(0, pad).chain(r.iter().copied()));
+        mask.extend(std::iter::repeat_n(0i64, pad).chain(std::iter::repeat_n(1, r.len())));
+    }
+    let shape = [rows.len() as i64, t as i64];
+    let ids = Tensor::from_slice(&ids).view(shape);
+    let mask = Tensor::from_slice(&mask).view(shape);
+    let pos = position_ids_from_mask(&mask);
+    let targets = ids.roll([-1], [1]);
+    (ids, mask, pos, targets)
+}
+
+/// A loss of logp and entropy that weights positions differently and is zero on padding and on
+/// the last column (so some positions carry no gradient at all).
+fn loss(logp: &Tensor, ent: &Tensor, mask: &Tensor) -> Tensor {
+    let (b, t) = logp.size2().unwrap();
+    let coef = Tensor::arange(b * t, (Kind::Float, Device::Cpu))
+        .view([b, t])
+        .sin();
+    let w = mask.to_kind(Kind::Float) * &coef;
+    let w = w.narrow(1, 0, t - 1);
+    (logp.narrow(1, 0, t - 1) * &w).sum(Kind::Float)
+        + (ent.narrow(1, 0, t - 1) * w.abs()).sum(Kind::Float) * 0.1
+}
+
+fn grads(m: &CausalLm) -> Vec<(String, Tensor)> {
+    let out: Vec<(String, Tensor)> = m
+        .trainable_parameters()
+        .into_iter()
+        .map(|(n, p)| {
+            let g = p.grad();
+            (
+                n,
+                if g.defined() {
+                    g.copy()
+                } else {
+                    p.zeros_like()
+                },
+            )
+        })
+        .collect();
+    for (_, p) in m.trainable_parameters() {
+        let mut g = p.grad();
+        if g.defined() {
+            let _ = g.zero_();
+        }
+    }
+    out
+}
+
+fn check(lora: bool, temperature: f64) {
+    let m = model(lora);
+    let (ids, mask, pos, targets) = batch();
+    // Reference: autograd over the full logits.
+    let hidden = m.forward_hidden(&ids, &pos, &mask, None);
+    let (lp_ref, ent_ref) = logprobs_and_entropy(&m.logits(&hidden), &targets, temperature);
+    loss(&lp_ref, &ent_ref, &mask).backward();
+    let want = grads(&m);
+    assert!(want
+        .iter()
+        .any(|(_, g)| g.abs().sum(Kind::Float).double_value(&[]) > 0.0));
+    for chunk in [1, 3, 5, 8, 1024] {
+        let hidden = m.forward_hidden(&ids, &pos, &mask, None);
+        let scores = m.score_tokens(&hidden, &targets, temperature, chunk);
+        let d_lp = (&scores.logp - &lp_ref).abs().max().double_value(&[]);
+        let d_en = (&scores.entropy - &ent_ref).abs().max().double_value(&[]);
+        assert!(
+            d_lp <= 1e-6 && d_en <= 1e-6,
+            "lora={lora} T={temperature} chunk {chunk}: logp diff {d_lp:e}, entropy diff {d_en:e}"
+        );
+        loss(&scores.logp, &scores.entropy, &mask).backward();
+        scores.backward();
+        for ((name, g), (_, w)) in grads(&m).iter().zip(&want) {
+            let rel = (g - w).norm().double_value(&[]) / w.norm().double_value(&[]).max(1e-30);
+            assert!(
+                rel <= 1e-5,
+                "lora={lora} T={temperature} chunk {chunk}: {name}: relative gradient error {rel:e}"
+            );
+        }
+    }
+}
+
+#[test]
+fn chunked_unembedding_equals_full_logits_autograd() {
+    check(false, 1.0);
+    check(false, 0.7);
+}
+
+#[test]
+fn chunked_unembedding_equals_full_logits_autograd_with_lora_head() {
+    check(true, 1.0);
+}
+
+/// A loss with no gradient at the scores (all-zero weights) leaves every gradient as it was.
+#[test]
+fn zero_weights_leave_gradients_untouched() {
+    let m = model(false);
+    let (ids, mask, pos, targets) = batch();
+    let hidden = m.forward_hidden(&ids, &pos, &mask, None);
+    let scores = m.score_tokens(&hidden, &targets, 1.0, 4);
+    (&scores.logp * 0.0).sum(Kind::Float).backward();
+    scores.backward();
+    assert!(grads(&m)
+        .iter()
+        .all(|(_, g)| g.abs().sum(Kind::Float).double_value(&[]) == 0.0));
+}
+
+/// Without autograd the scores are plain tensors, equal to the autograd ones bitwise.
+#[test]
+fn no_grad_scores_equal_the_training_forward_bitwise() {
+    let m = model(false);
+    let (ids, mask, pos, targets) = batch();
+    let train = m.token_logprobs(&ids, &mask, &pos, &targets, 1.0);
+    let (lp, _) = tch::no_grad(|| {
+        m.token_logprobs(&ids, &mask, &pos, &targets, 1.0)
+            .into_parts()
+    });
+    assert!(!lp.requires_grad());
+    assert!(train.logp.requires_grad());
+    assert!(bool::try_from(train.logp.detach().eq_tensor(&lp).all()).unwrap());
+}
+
+/// The real vocabulary (SmolLM2-135M-Instruct, 49,152 tokens, tied embeddings): chunks of 8
+/// against the full logits.
+#[test]
+fn chunked_unembedding_equals_full_logits_on_smollm2() {
+    use temper_model::resolve::{resolve_model_with, SMOLLM2_ALIAS};
+    let dir = resolve_model_with(SMOLLM2_ALIAS, &gguf_util::test_env()).unwrap();
+    let m = CausalLm::load(&dir, Device::Cpu, ComputeKind::F32).unwrap();
+    let (ids, mask, pos, targets) = batch();
+    // Spread the ids over the vocabulary.
+    let (ids, targets) = (ids * 331 + 7, targets * 331 + 7);
+    let hidden = m.forward_hidden(&ids, &pos, &mask, None);
+    let (lp_ref, ent_ref) = logprobs_and_entropy(&m.logits(&hidden), &targets, 1.0);
+    loss(&lp_ref, &ent_ref, &mask).backward();
+    let want = grads(&m);
+    let hidden = m.forward_hidden(&ids, &pos, &mask, None);
+    let scores = m.score_tokens(&hidden, &targets, 1.0, 8);
+    let d_lp = (&scores.logp - &lp_ref).abs().max().double_value(&[]);
+    let d_en = (&scores.entropy - &ent_ref).abs().max().double_value(&[]);
+    assert!(
+        d_lp <= 1e-4 && d_en <= 1e-4,
+        "logp diff {d_lp:e}, entropy diff {d_en:e}"
+    );
+    loss(&scores.logp, &scores.entropy, &mask).backward();
+    scores.backward();
+    for ((name, g), (_, w)) in grads(&m).iter().zip(&want) {
+        let rel = (g - w).norm().double_value(&[]) / w.norm().double_value(&[]).max(1e-30);
+        assert!(rel <= 1e-5, "{name}: relative gradient error {rel:e}");
+    }
+}
