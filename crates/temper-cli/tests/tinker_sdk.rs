@@ -13,7 +13,13 @@ use std::process::{Child, Command, Stdio};
 use serde_json::{json, Value};
 
 fn check_script(url: &str, extra: &[&str]) -> Child {
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tools/tinker_sdk_check.py");
+    run_script("tinker_sdk_check.py", url, extra)
+}
+
+fn run_script(name: &str, url: &str, extra: &[&str]) -> Child {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../tools")
+        .join(name);
     Command::new(common::python())
         .arg(&script)
         .arg(common::tiny_model_dir())
@@ -55,6 +61,16 @@ fn the_tinker_sdk_trains_and_samples_on_temper() {
     server.kill();
     let server = serve_util::start(&common::tiny_model_dir(), &["--root", &root_arg]);
     passed(check_script(&server.url, &["--resume-from", &saved_arg]));
+}
+
+/// An RL-sized batch (300 datums x 1024 tokens) in one SDK call, cut by the SDK into several
+/// requests, updates exactly as the same datums in small calls; all-zero advantages add nothing.
+#[test]
+fn the_tinker_sdk_sends_an_rl_sized_batch() {
+    let root = common::temp_dir("tinker-scale-root");
+    let root_arg = root.display().to_string();
+    let server = serve_util::start(&common::tiny_model_dir(), &["--root", &root_arg]);
+    passed(run_script("tinker_sdk_scale.py", &server.url, &[]));
 }
 
 fn post(url: &str, route: &str, body: Vec<u8>) -> (u16, Value) {

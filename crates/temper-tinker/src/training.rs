@@ -43,6 +43,9 @@ pub struct ForwardOutput {
     pub loss_sum: f64,
 }
 
+/// Most padded tokens in one forward pass; a request with more runs in several passes.
+const PASS_TOKENS: usize = 16384;
+
 /// A model being trained through Tinker's API: gradients accumulate over forward_backward calls
 /// until optim_step.
 pub struct TrainingModel {
@@ -125,17 +128,45 @@ impl TrainingModel {
             .enumerate()
             .map(|(i, d)| d.validate(i, vocab, loss.inputs()))
             .collect::<Result<_>>()?;
-        if data.is_empty() {
-            return Ok(ForwardOutput {
-                logprobs: vec![],
-                loss_sum: 0.0,
-            });
+        // Datums run in passes of at most PASS_TOKENS padded tokens (activations are per pass;
+        // gradients add up over passes as over forward_backward calls).
+        let mut out = ForwardOutput {
+            logprobs: Vec::with_capacity(data.len()),
+            loss_sum: 0.0,
+        };
+        let mut start = 0;
+        while start < data.len() {
+            let mut end = start + 1;
+            let mut width = data[start].model_input.len();
+            while end < data.len() {
+                let w = width.max(data[end].model_input.len());
+                if w * (end + 1 - start) > PASS_TOKENS {
+                    break;
+                }
+                width = w;
+                end += 1;
+            }
+            let part = self.pass(&data[start..end], &targets[start..end], &loss, backward)?;
+            out.logprobs.extend(part.logprobs);
+            out.loss_sum += part.loss_sum;
+            start = end;
         }
+        Ok(out)
+    }
+
+    /// One forward (and backward) over `data` as one right-padded batch.
+    fn pass(
+        &self,
+        data: &[crate::Datum],
+        targets: &[Vec<i64>],
+        loss: &TinkerLoss,
+        backward: bool,
+    ) -> Result<ForwardOutput> {
         // One right-padded batch: position t of datum i predicts targets[i][t].
         let device = self.model.device();
         let width = data.iter().map(|d| d.model_input.len()).max().unwrap_or(1);
         let (mut ids, mut mask, mut tgt, mut real) = (vec![], vec![], vec![], vec![]);
-        for (i, (d, t)) in data.iter().zip(&targets).enumerate() {
+        for (i, (d, t)) in data.iter().zip(targets).enumerate() {
             let pad = width - d.model_input.len();
             ids.extend(
                 d.model_input

@@ -145,13 +145,18 @@ fn to_model(t: &Tinker, model_id: &str, seq: i64, job: Job) -> Result<Dispatch> 
 }
 
 async fn client_config(State(state): S, headers: HeaderMap) -> Response {
+    // The SDK cuts forward_backward data into requests of at most this estimated size (its
+    // default, 5,000,000 bytes, or half of --max-request-bytes when that is smaller: the estimate
+    // leaves out the protobuf framing).
+    let chunk_bytes = 5_000_000.min(state.worker.limits.max_request_bytes / 2);
     direct(&state, &headers, || {
         // Plain HTTP/1.1 + JSON, no JWT, forward_backward chunks sent in order.
         Ok(
             json!({"pjwt_auth_enabled": false, "use_pyqwest_transport": false,
                   "proto_compress_fwdbwd": false, "parallel_fwdbwd_chunks": false,
                   "sample_use_retrieve_futures": false, "custom_loss_server_side": false,
-                  "sample_join_sampling_session": false}),
+                  "sample_join_sampling_session": false,
+                  "fwdbwd_max_chunk_bytes_count": chunk_bytes, "fwdbwd_max_chunk_len": 1024}),
         )
     })
 }
@@ -551,6 +556,9 @@ async fn asample(State(state): S, headers: HeaderMap, body: Bytes) -> Response {
             if n == 0 {
                 bail!("num_samples: must be at least 1");
             }
+            limits
+                .check_sampling(&[], n, 0, &TINKER_FIELDS)
+                .map_err(|e| anyhow!(e))?;
             if v["topk_prompt_logprobs"].as_u64().unwrap_or(0) > 0
                 || v["topk_sample_logprobs"].as_u64().unwrap_or(0) > 0
                 || v["prompt_alt_tokens_k"].as_u64().unwrap_or(0) > 0
