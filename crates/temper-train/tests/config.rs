@@ -308,3 +308,74 @@ fn remote_rollout_settings_are_checked_together() {
     assert_eq!(c.rollout.backend, "vllm");
     assert_eq!(c.rollout.base_urls, vec!["http://h:8000".to_string()]);
 }
+
+/// verl's command lines are Hydra: its spellings of booleans, nulls and lists, `+` / `++` / `~`.
+#[test]
+fn hydra_overrides_as_verl_scripts_write_them() {
+    let c = load(
+        MIN,
+        &[
+            "algorithm.adv_estimator=grpo",
+            "actor_rollout_ref.actor.policy_loss.loss_mode=cispo",
+            "actor_rollout_ref.actor.clip_ratio_low=10",
+            "actor_rollout_ref.actor.use_kl_loss=True",
+            "actor_rollout_ref.actor.kl_loss_coef=0.001",
+            "algorithm.use_kl_in_reward=False",
+            "+trainer.val_before_train=false",
+            "actor_rollout_ref.model.enable_gradient_checkpointing=True",
+            "trainer.logger=['console','wandb']",
+            "actor_rollout_ref.rollout.stop=[</answer>,'a,b']",
+            "++actor.shuffle=True",
+            "actor.clip_ratio_c=null",
+        ],
+    )
+    .unwrap();
+    assert!(c.actor.use_kl_loss);
+    assert!(!c.algorithm.use_kl_in_reward);
+    assert!(!c.trainer.val_before_train);
+    assert!(c.actor.shuffle);
+    assert_eq!(c.actor.clip_ratio_low, Some(10.0));
+    assert_eq!(c.actor.policy_loss.loss_mode, "cispo");
+    assert_eq!(c.rollout.stop, ["</answer>", "a,b"]);
+    // null: temper's default.
+    assert_eq!(c.actor.clip_ratio_c, Some(3.0));
+    // `~` removes a key the file set.
+    let c = load(
+        &format!("{MIN}[actor]\nshuffle = true\n"),
+        &["~actor.shuffle"],
+    )
+    .unwrap();
+    assert!(!c.actor.shuffle);
+    // Quoted strings may hold `=` and `,`.
+    let c = load(MIN, &["trainer.experiment_name='a=b,c'"]).unwrap();
+    assert_eq!(c.trainer.experiment_name, "a=b,c");
+}
+
+#[test]
+fn malformed_hydra_overrides_are_one_line_errors_naming_them() {
+    let err = |o: &str, file: &str| format!("{:#}", load(file, &[o]).unwrap_err());
+    let e = err("rollout.stop=['a'", MIN);
+    assert!(
+        e.contains("override `rollout.stop=['a'`") && e.contains("unbalanced"),
+        "{e}"
+    );
+    let e = err("trainer.experiment_name='abc", MIN);
+    assert!(e.contains("unclosed ' quote"), "{e}");
+    let e = err(
+        "+actor.shuffle=true",
+        &format!("{MIN}[actor]\nshuffle = false\n"),
+    );
+    assert!(
+        e.contains("already set") && e.contains("++actor.shuffle=true"),
+        "{e}"
+    );
+    let e = err("~actor.shuffle", MIN);
+    assert!(e.contains("`actor.shuffle` is not set"), "{e}");
+    let e = err("trainer.experiment_name=${oc.env:USER}", MIN);
+    assert!(e.contains("interpolation"), "{e}");
+    let e = err("actor.shufle=True", MIN);
+    assert!(e.contains("actor.shuffle"), "did-you-mean: {e}");
+    for e in [e] {
+        assert!(!e.contains('\n'), "one line: {e}");
+    }
+}

@@ -155,12 +155,37 @@ pub fn load_config_str(text: &str, name: &str, overrides: &[String]) -> Result<L
         }
     }
     for o in overrides {
-        let (path, value) = parse_override(o)?;
+        let ov = parse_hydra_override(o)?;
         let src = ConfigSource::Override(o.clone());
+        let value = match (ov.op, ov.value) {
+            (HydraOp::Delete, _) | (_, None) => {
+                // `~key` and `key=null`: back to temper's default.
+                if let Some(key) = schema.canonical(&ov.key, &src, &mut warnings)? {
+                    let set = leaves
+                        .keys()
+                        .any(|k| k == &key || k.starts_with(&format!("{key}.")));
+                    if ov.op == HydraOp::Delete && !set {
+                        bail!("{src}: `{key}` is not set, so there is nothing to delete");
+                    }
+                    leaves.retain(|k, _| k != &key && !k.starts_with(&format!("{key}.")));
+                }
+                continue;
+            }
+            (_, Some(v)) => v,
+        };
         let mut flat = Vec::new();
-        flatten(&path, value, &mut flat);
+        flatten(&ov.key, value, &mut flat);
         for (path, value) in flat {
             if let Some(key) = schema.canonical(&path, &src, &mut warnings)? {
+                if ov.op == HydraOp::Add {
+                    if let Some((_, from)) = leaves.get(&key) {
+                        bail!(
+                            "{src}: `{key}` is already set (by {from}); `+` adds a key that is not \
+                             set: use `++{}` to override it",
+                            o.trim_start_matches('+')
+                        );
+                    }
+                }
                 let value = normalize_value(&key, value);
                 leaves.insert(key, (value, src.clone()));
             }
@@ -188,23 +213,154 @@ pub fn load_config_str(text: &str, name: &str, overrides: &[String]) -> Result<L
 
 /// Splits `a.b=value` and parses the value as a TOML value (bare words become strings).
 pub fn parse_override(o: &str) -> Result<(String, toml::Value)> {
-    let (k, v) = o
-        .split_once('=')
-        .ok_or_else(|| anyhow!("override `{o}`: expected KEY=VALUE (e.g. actor.optim.lr=1e-6)"))?;
+    let ov = parse_hydra_override(o)?;
+    match (ov.op, ov.value) {
+        (HydraOp::Set, Some(v)) => Ok((ov.key, v)),
+        _ => bail!("override `{o}`: expected KEY=VALUE (e.g. actor.optim.lr=1e-6)"),
+    }
+}
+
+/// What a Hydra override does to its key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HydraOp {
+    /// `key=value`
+    Set,
+    /// `+key=value`: a key that is not set yet.
+    Add,
+    /// `++key=value`: set, whether set before or not.
+    Force,
+    /// `~key` (or `~key=value`): back to the default.
+    Delete,
+}
+
+/// One command-line override in Hydra's grammar (what verl's run scripts pass).
+#[derive(Debug, Clone, PartialEq)]
+pub struct HydraOverride {
+    pub op: HydraOp,
+    pub key: String,
+    /// `None`: `null` / `None` (the key's default) or a deletion.
+    pub value: Option<toml::Value>,
+}
+
+/// Parses `key=value`, `+key=value`, `++key=value` or `~key[=value]`. Values: Hydra's `True` /
+/// `False` / `true` / `false`, `null` / `None`, numbers, quoted strings (which may hold `=` and
+/// `,`), lists quoted or not (`[a,b]`, `['a','b']`), else TOML, else the text as a string.
+pub fn parse_hydra_override(o: &str) -> Result<HydraOverride> {
+    let (op, rest) = if let Some(r) = o.strip_prefix("++") {
+        (HydraOp::Force, r)
+    } else if let Some(r) = o.strip_prefix('+') {
+        (HydraOp::Add, r)
+    } else if let Some(r) = o.strip_prefix('~') {
+        (HydraOp::Delete, r)
+    } else {
+        (HydraOp::Set, o)
+    };
+    let (k, v) = match (op, rest.split_once('=')) {
+        (_, Some((k, v))) => (k, Some(v)),
+        (HydraOp::Delete, None) => (rest, None),
+        _ => bail!("override `{o}`: expected KEY=VALUE (e.g. actor.optim.lr=1e-6)"),
+    };
     let k = k.trim();
     if k.is_empty() || k.split('.').any(|s| s.is_empty()) {
         bail!("override `{o}`: bad key `{k}`");
     }
-    Ok((k.to_string(), parse_value(v.trim())))
+    let value = match (op, v) {
+        (HydraOp::Delete, _) | (_, None) => None,
+        (_, Some(v)) => hydra_value(v.trim()).map_err(|e| anyhow!("override `{o}`: {e}"))?,
+    };
+    Ok(HydraOverride {
+        op,
+        key: k.to_string(),
+        value,
+    })
 }
 
-/// A value as TOML (`1e-6`, `true`, `[1, 2]`, `"x"`), or the raw text as a string.
-pub(crate) fn parse_value(v: &str) -> toml::Value {
+/// One Hydra value; `None` for null.
+fn hydra_value(v: &str) -> Result<Option<toml::Value>> {
+    match v {
+        "True" | "true" => return Ok(Some(toml::Value::Boolean(true))),
+        "False" | "false" => return Ok(Some(toml::Value::Boolean(false))),
+        "null" | "None" => return Ok(None),
+        _ => {}
+    }
+    if v.contains("${") {
+        bail!("interpolation (`${{...}}`) is not supported; write the value itself");
+    }
+    check_balanced(v)?;
+    if let Some(inner) = v.strip_prefix('[').and_then(|x| x.strip_suffix(']')) {
+        if let Some(list) = parse_toml_value(v) {
+            return Ok(Some(list));
+        }
+        let items = split_top_level(inner)
+            .into_iter()
+            .filter(|s| !s.trim().is_empty())
+            .map(|item| {
+                hydra_value(item.trim())?.ok_or_else(|| anyhow!("null inside a list `{v}`"))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        return Ok(Some(toml::Value::Array(items)));
+    }
+    Ok(Some(parse_value(v)))
+}
+
+/// Brackets and quotes that open must close (outside quotes).
+fn check_balanced(v: &str) -> Result<()> {
+    let (mut depth, mut quote) = (0i32, None::<char>);
+    for c in v.chars() {
+        match (quote, c) {
+            (Some(q), c) if c == q => quote = None,
+            (Some(_), _) => {}
+            (None, '\'' | '"') => quote = Some(c),
+            (None, '[' | '{') => depth += 1,
+            (None, ']' | '}') => {
+                depth -= 1;
+                if depth < 0 {
+                    bail!("unbalanced brackets in `{v}`");
+                }
+            }
+            _ => {}
+        }
+    }
+    if let Some(q) = quote {
+        bail!("unclosed {q} quote in `{v}`");
+    }
+    if depth != 0 {
+        bail!("unbalanced brackets in `{v}`");
+    }
+    Ok(())
+}
+
+/// `s` split at the commas that are outside quotes and brackets.
+fn split_top_level(s: &str) -> Vec<&str> {
+    let (mut out, mut start, mut depth, mut quote) = (vec![], 0, 0i32, None::<char>);
+    for (i, c) in s.char_indices() {
+        match (quote, c) {
+            (Some(q), c) if c == q => quote = None,
+            (Some(_), _) => {}
+            (None, '\'' | '"') => quote = Some(c),
+            (None, '[' | '{') => depth += 1,
+            (None, ']' | '}') => depth -= 1,
+            (None, ',') if depth == 0 => {
+                out.push(&s[start..i]);
+                start = i + 1;
+            }
+            _ => {}
+        }
+    }
+    out.push(&s[start..]);
+    out
+}
+
+fn parse_toml_value(v: &str) -> Option<toml::Value> {
     format!("v = {v}")
         .parse::<toml::Table>()
         .ok()
         .and_then(|mut t| t.remove("v"))
-        .unwrap_or_else(|| toml::Value::String(v.to_string()))
+}
+
+/// A value as TOML (`1e-6`, `true`, `[1, 2]`, `"x"`), or the raw text as a string.
+pub(crate) fn parse_value(v: &str) -> toml::Value {
+    parse_toml_value(v).unwrap_or_else(|| toml::Value::String(v.to_string()))
 }
 
 fn one_line(s: &str) -> String {

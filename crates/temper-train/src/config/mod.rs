@@ -10,7 +10,9 @@ mod rollout;
 mod sweep;
 
 pub use env::EnvConfig;
-pub use load::{load_config, parse_override, ConfigSource, Loaded};
+pub use load::{
+    load_config, parse_hydra_override, parse_override, ConfigSource, HydraOp, HydraOverride, Loaded,
+};
 pub use rollout::{parse_device, RolloutConfig};
 pub use sweep::{expand_sweeps, SweepRun};
 
