@@ -68,7 +68,9 @@ pub(crate) struct Sampling {
     top_p: Option<f64>,
     top_k: Option<i64>,
     repetition_penalty: Option<f64>,
-    seed: Option<u64>,
+    /// vLLM's range, a signed 64-bit integer; read as the u64 with the same bits (what temper's
+    /// remote sampler sends for its u64 seeds).
+    seed: Option<i64>,
     stop: Option<Stop>,
     #[serde(default)]
     stop_token_ids: Vec<i64>,
@@ -99,7 +101,7 @@ impl Sampling {
             stop,
             stop_token_ids: self.stop_token_ids.clone(),
             ignore_eos: self.ignore_eos,
-            seed: self.seed,
+            seed: self.seed.map(|s| s as u64),
             ..SamplingParams::default()
         };
         params

@@ -74,7 +74,11 @@ async fn run(state: &AppState, v: &Value) -> Result<Value, Failure> {
         stop,
         stop_token_ids: serde_json::from_value(sp["stop_token_ids"].clone()).unwrap_or_default(),
         ignore_eos: sp["ignore_eos"].as_bool().unwrap_or(false),
-        seed: sp["sampling_seed"].as_u64(),
+        // A signed 64-bit seed (what temper's remote sampler sends) is read back to its u64.
+        seed: sp["sampling_seed"]
+            .as_i64()
+            .map(|s| s as u64)
+            .or(sp["sampling_seed"].as_u64()),
         ..SamplingParams::default()
     };
     params

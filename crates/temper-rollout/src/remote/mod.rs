@@ -378,11 +378,12 @@ fn snippet(s: &str) -> String {
     }
 }
 
-/// A request's seed as the servers accept it: vLLM's `seed` and SGLang's `sampling_seed` are
-/// signed 64-bit integers (vLLM answers 422 above 2^63 - 1), so the top bit is dropped. The
-/// same temper seed still gives the same server seed.
+/// A request's seed as the servers accept it: vLLM's `seed` is a signed 64-bit integer (it
+/// answers 422 above 2^63 - 1 and accepts down to -2^63), so temper's u64 seed is sent as the
+/// i64 with the same bits. `temper serve` reads it back to the same u64, so a seeded request
+/// draws the same tokens on it as in process.
 pub(crate) fn wire_seed(seed: Option<u64>) -> Option<i64> {
-    seed.map(|s| (s & i64::MAX as u64) as i64)
+    seed.map(|s| s as i64)
 }
 
 #[cfg(test)]
@@ -393,8 +394,12 @@ mod seed_tests {
     fn seeds_fit_a_signed_64_bit_integer() {
         assert_eq!(wire_seed(None), None);
         assert_eq!(wire_seed(Some(7)), Some(7));
-        assert_eq!(wire_seed(Some(u64::MAX)), Some(i64::MAX));
-        assert_eq!(wire_seed(Some(1 << 63)), Some(0));
+        assert_eq!(wire_seed(Some(u64::MAX)), Some(-1));
+        assert_eq!(wire_seed(Some(1 << 63)), Some(i64::MIN));
+        assert_eq!(
+            wire_seed(Some(u64::MAX - 1)).map(|s| s as u64),
+            Some(u64::MAX - 1)
+        );
         let body = super::vllm::completion_body(
             "m",
             &crate::Request {
@@ -405,6 +410,6 @@ mod seed_tests {
                 },
             },
         );
-        assert_eq!(body["seed"].as_i64(), Some(i64::MAX - 1));
+        assert_eq!(body["seed"].as_i64(), Some(-2));
     }
 }

@@ -181,3 +181,46 @@ impl Futures {
         outcome
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn runtime() -> tokio::runtime::Runtime {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap()
+    }
+
+    /// A result is dropped KEEP_RETRIEVED after it was first retrieved, one never retrieved
+    /// KEEP_UNRETRIEVED after it finished, and a pending one stays.
+    #[test]
+    fn results_are_dropped_after_retrieval_or_ttl() {
+        let f = Arc::new(Futures::default());
+        let (retrieved, p1) = f.create();
+        let (unretrieved, p2) = f.create();
+        let (_pending, _p3) = f.create();
+        p1.complete(Outcome::Json(serde_json::json!({"a": 1})));
+        p2.complete(Outcome::Json(serde_json::json!({"b": 2})));
+        let got = runtime().block_on(f.wait(&retrieved, Duration::from_millis(10)));
+        assert!(matches!(got, Some(Outcome::Json(_))));
+        let t0 = Instant::now();
+        f.sweep_at(t0);
+        assert_eq!(f.len(), 3);
+        // Fetched again within the grace period: still there.
+        let again = runtime().block_on(f.wait(&retrieved, Duration::from_millis(10)));
+        assert!(matches!(again, Some(Outcome::Json(_))));
+        f.sweep_at(t0 + KEEP_RETRIEVED + Duration::from_secs(1));
+        assert_eq!(f.len(), 2, "the retrieved result is gone");
+        let gone = runtime().block_on(f.wait(&retrieved, Duration::from_millis(10)));
+        assert!(matches!(gone, Some(Outcome::Error { user: true, .. })));
+        f.sweep_at(t0 + KEEP_UNRETRIEVED + Duration::from_secs(1));
+        assert_eq!(
+            f.len(),
+            1,
+            "the unretrieved result is gone, the pending one stays"
+        );
+        assert!(f.slots.lock().unwrap().get(&unretrieved).is_none());
+    }
+}
