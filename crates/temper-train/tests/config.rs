@@ -380,3 +380,28 @@ fn malformed_hydra_overrides_are_one_line_errors_naming_them() {
     let e = err("actor.shufle=True", MIN);
     assert!(e.contains("actor.shuffle"), "did-you-mean: {e}");
 }
+
+/// The override arguments of 47 of verl's own GRPO-family run scripts (argv after shell
+/// unquoting, tests/fixtures/verl_scripts.txt) all parse in temper's Hydra grammar.
+#[test]
+fn every_override_of_verls_example_scripts_parses() {
+    let text = include_str!("fixtures/verl_scripts.txt");
+    let (mut scripts, mut lines) = (0, 0);
+    for line in text.lines() {
+        if line.starts_with("## ") {
+            scripts += 1;
+            continue;
+        }
+        if line.starts_with('#') || line.trim().is_empty() {
+            continue;
+        }
+        lines += 1;
+        if let Err(e) = temper_train::config::parse_hydra_override(line) {
+            panic!("{line}: {e:#}");
+        }
+    }
+    assert!(
+        scripts >= 20 && lines > 1000,
+        "{scripts} scripts, {lines} lines"
+    );
+}

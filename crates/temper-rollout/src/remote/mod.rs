@@ -378,10 +378,11 @@ fn snippet(s: &str) -> String {
     }
 }
 
-/// A request's seed as the servers accept it: vLLM's `seed` is a signed 64-bit integer (it
-/// answers 422 above 2^63 - 1 and accepts down to -2^63), so temper's u64 seed is sent as the
-/// i64 with the same bits. `temper serve` reads it back to the same u64, so a seeded request
-/// draws the same tokens on it as in process.
+/// A request's seed as the servers accept it: vLLM's `seed` and SGLang's `sampling_seed` are
+/// signed 64-bit integers (both answer 400 outside [-2^63, 2^63 - 1]; vLLM 0.33's
+/// protocol.py, SGLang 0.5.23's sampling_params.py), so temper's u64 seed is sent as the i64
+/// with the same bits. `temper serve` reads it back to the same u64, so a seeded request draws
+/// the same tokens on it as in process. (vLLM reads -1, which is u64::MAX, as unseeded.)
 pub(crate) fn wire_seed(seed: Option<u64>) -> Option<i64> {
     seed.map(|s| s as i64)
 }
