@@ -16,7 +16,7 @@ pub struct Limits {
     /// `max_position_embeddings`).
     pub max_model_len: usize,
     /// Most requests queued or running in the sampling worker at once (`--max-queued-requests`);
-    /// beyond it a request is refused as busy (503; a Tinker server error, which the SDK retries).
+    /// beyond it a request is refused as busy (HTTP 503, which clients retry).
     pub max_queued: usize,
 }
 

@@ -43,7 +43,8 @@ impl Outcome {
         }
     }
 
-    /// A failure on the server's side (the SDK retries these).
+    /// A failure on the server's side (tinker 0.38 raises it as RequestFailedError; the category
+    /// only marks whose fault it was).
     pub fn server_error(message: impl Into<String>) -> Outcome {
         Outcome::Error {
             message: message.into(),
