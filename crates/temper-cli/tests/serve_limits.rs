@@ -7,22 +7,12 @@ mod common;
 mod serve_util;
 
 use serde_json::{json, Value};
-use serve_util::Server;
+use serve_util::{post_json as post, Server};
 
 fn start(extra: &[&str]) -> Server {
     let mut args = vec!["--served-model-name", "tiny"];
     args.extend(extra);
     serve_util::start(&common::tiny_model_dir(), &args)
-}
-
-fn post(s: &Server, route: &str, body: &Value) -> (u16, Value) {
-    let r = reqwest::blocking::Client::new()
-        .post(format!("{}{route}", s.url))
-        .json(body)
-        .send()
-        .unwrap();
-    let status = r.status().as_u16();
-    (status, r.json().unwrap_or(Value::Null))
 }
 
 fn ok_request() -> Value {

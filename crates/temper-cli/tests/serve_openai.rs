@@ -194,16 +194,6 @@ fn an_api_key_is_required_when_set() {
     assert_eq!(ok.status().as_u16(), 200);
 }
 
-fn post_to(s: &Server, route: &str, body: &Value) -> (u16, Value) {
-    let r = reqwest::blocking::Client::new()
-        .post(format!("{}{route}", s.url))
-        .json(body)
-        .send()
-        .unwrap();
-    let status = r.status().as_u16();
-    (status, r.json().unwrap_or(Value::Null))
-}
-
 /// Both reload styles swap the served weights between requests; a bad folder is refused and the
 /// old weights keep serving.
 #[test]
@@ -218,7 +208,7 @@ fn weights_reload_from_disk_in_both_styles() {
     let want = engine_tokens_of(&other, 7);
     assert_ne!(want, before, "the other weights sample the same tokens");
 
-    let (status, v) = post_to(
+    let (status, v) = serve_util::post_json(
         &s,
         "/update_weights_from_disk",
         &json!({"model_path": other}),
@@ -228,9 +218,12 @@ fn weights_reload_from_disk_in_both_styles() {
 
     let rpc =
         json!({"method": "reload_weights", "kwargs": {"weights_path": common::tiny_model_dir()}});
-    let (status, v) = post_to(&s, "/collective_rpc", &rpc);
+    let (status, v) = serve_util::post_json(&s, "/collective_rpc", &rpc);
     assert_eq!(status, 200, "{v}");
-    assert_eq!(post_to(&s, "/reset_prefix_cache", &json!({})).0, 200);
+    assert_eq!(
+        serve_util::post_json(&s, "/reset_prefix_cache", &json!({})).0,
+        200
+    );
     assert_eq!(tokens(&post(&s, &request(7)).1), before);
 
     // Another shape, or a folder without weights: refused, nothing changes.
@@ -239,7 +232,7 @@ fn weights_reload_from_disk_in_both_styles() {
     CausalLm::random(cfg, 1, tch::Device::Cpu, ComputeKind::F32)
         .save(&wrong)
         .unwrap();
-    let (status, v) = post_to(
+    let (status, v) = serve_util::post_json(
         &s,
         "/update_weights_from_disk",
         &json!({"model_path": wrong}),
@@ -250,13 +243,13 @@ fn weights_reload_from_disk_in_both_styles() {
         "{v}"
     );
     let empty = common::temp_dir("serve-empty");
-    let (status, _) = post_to(
+    let (status, _) = serve_util::post_json(
         &s,
         "/collective_rpc",
         &json!({"method": "reload_weights", "kwargs": {"weights_path": empty}}),
     );
     assert_eq!(status, 400);
-    let (status, _) = post_to(&s, "/collective_rpc", &json!({"method": "other"}));
+    let (status, _) = serve_util::post_json(&s, "/collective_rpc", &json!({"method": "other"}));
     assert_eq!(status, 400);
     assert_eq!(tokens(&post(&s, &request(7)).1), before);
 }
@@ -268,7 +261,7 @@ fn sglang_generate() {
     let s = start(&[]);
     let body = json!({"input_ids": PROMPT, "return_logprob": true,
                       "sampling_params": {"max_new_tokens": 8, "n": 2, "sampling_seed": 7, "temperature": 1.0}});
-    let (status, v) = post_to(&s, "/generate", &body);
+    let (status, v) = serve_util::post_json(&s, "/generate", &body);
     assert_eq!(status, 200, "{v}");
     let outs = v.as_array().unwrap();
     let ids: Vec<Vec<i64>> = outs
@@ -285,10 +278,11 @@ fn sglang_generate() {
         );
     }
     let one = json!({"input_ids": PROMPT, "sampling_params": {"max_new_tokens": 3}});
-    let (status, v) = post_to(&s, "/generate", &one);
+    let (status, v) = serve_util::post_json(&s, "/generate", &one);
     assert_eq!(status, 200, "{v}");
     assert!(v["output_ids"].is_array(), "{v}");
-    let (status, v) = post_to(&s, "/generate", &json!({"input_ids": [[1, 2], [3, 400]]}));
+    let (status, v) =
+        serve_util::post_json(&s, "/generate", &json!({"input_ids": [[1, 2], [3, 400]]}));
     assert_eq!(status, 400);
     assert!(
         v["message"]
@@ -308,7 +302,7 @@ fn chat_completions_through_the_chat_template() {
     let body = json!({"model": "tiny", "messages": [{"role": "system", "content": "Be brief."},
                                                      {"role": "user", "content": [{"type": "text", "text": "Hi!"}]}],
                       "n": 2, "max_tokens": 8, "seed": 5, "logprobs": true});
-    let (status, v) = post_to(&s, "/v1/chat/completions", &body);
+    let (status, v) = serve_util::post_json(&s, "/v1/chat/completions", &body);
     assert_eq!(status, 200, "{v}");
     assert_eq!(v["object"], "chat.completion");
     let dir = common::tiny_model_dir();
@@ -334,7 +328,7 @@ fn chat_completions_through_the_chat_template() {
             "stream:",
         ),
     ] {
-        let (status, v) = post_to(&s, "/v1/chat/completions", &bad);
+        let (status, v) = serve_util::post_json(&s, "/v1/chat/completions", &bad);
         assert_eq!(status, 400, "{v}");
         assert!(v["message"].as_str().unwrap().starts_with(field), "{v}");
     }

@@ -96,13 +96,6 @@ impl Limits {
         }
         Ok(())
     }
-
-    /// What is left of the context after the longest prompt (the default `max_tokens` where the
-    /// API's default is "the rest of the context"), at least 1.
-    pub fn rest_of_context(&self, prompt_lens: &[usize]) -> usize {
-        let longest = prompt_lens.iter().copied().max().unwrap_or(0);
-        self.max_model_len.saturating_sub(longest).max(1)
-    }
 }
 
 #[cfg(test)]
@@ -138,6 +131,5 @@ mod tests {
             .check_sampling(&[1], 1, usize::MAX, &TINKER_FIELDS)
             .unwrap_err();
         assert!(e.contains("sampling_params.max_tokens"), "{e}");
-        assert_eq!(l.rest_of_context(&[30, 60]), 40);
     }
 }

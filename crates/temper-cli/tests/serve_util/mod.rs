@@ -65,3 +65,15 @@ pub fn start(model: &Path, extra: &[&str]) -> Server {
     });
     Server { child, url, log }
 }
+
+/// POST `body` as JSON to `route`: the status and the JSON answer (null when it is not JSON).
+#[allow(dead_code)]
+pub fn post_json(s: &Server, route: &str, body: &serde_json::Value) -> (u16, serde_json::Value) {
+    let r = reqwest::blocking::Client::new()
+        .post(format!("{}{route}", s.url))
+        .json(body)
+        .send()
+        .unwrap();
+    let status = r.status().as_u16();
+    (status, r.json().unwrap_or(serde_json::Value::Null))
+}

@@ -291,12 +291,10 @@ fn hydra_value(v: &str) -> Result<Option<toml::Value>> {
         if let Some(list) = parse_toml_value(v) {
             return Ok(Some(list));
         }
-        let items = split_top_level(inner)
+        let items = super::sweep::split_top_level(inner)
             .into_iter()
-            .filter(|s| !s.trim().is_empty())
-            .map(|item| {
-                hydra_value(item.trim())?.ok_or_else(|| anyhow!("null inside a list `{v}`"))
-            })
+            .filter(|s| !s.is_empty())
+            .map(|item| hydra_value(&item)?.ok_or_else(|| anyhow!("null inside a list `{v}`")))
             .collect::<Result<Vec<_>>>()?;
         return Ok(Some(toml::Value::Array(items)));
     }
@@ -328,27 +326,6 @@ fn check_balanced(v: &str) -> Result<()> {
         bail!("unbalanced brackets in `{v}`");
     }
     Ok(())
-}
-
-/// `s` split at the commas that are outside quotes and brackets.
-fn split_top_level(s: &str) -> Vec<&str> {
-    let (mut out, mut start, mut depth, mut quote) = (vec![], 0, 0i32, None::<char>);
-    for (i, c) in s.char_indices() {
-        match (quote, c) {
-            (Some(q), c) if c == q => quote = None,
-            (Some(_), _) => {}
-            (None, '\'' | '"') => quote = Some(c),
-            (None, '[' | '{') => depth += 1,
-            (None, ']' | '}') => depth -= 1,
-            (None, ',') if depth == 0 => {
-                out.push(&s[start..i]);
-                start = i + 1;
-            }
-            _ => {}
-        }
-    }
-    out.push(&s[start..]);
-    out
 }
 
 fn parse_toml_value(v: &str) -> Option<toml::Value> {

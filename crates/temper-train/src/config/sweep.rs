@@ -49,8 +49,8 @@ pub fn expand_sweeps(sweeps: &[String]) -> Result<Vec<SweepRun>> {
     Ok(runs)
 }
 
-/// Splits on commas that are not inside brackets, braces or quotes.
-fn split_top_level(s: &str) -> Vec<String> {
+/// Splits on commas that are not inside brackets, braces or quotes (each part trimmed).
+pub(super) fn split_top_level(s: &str) -> Vec<String> {
     let (mut out, mut cur, mut depth, mut quote) = (Vec::new(), String::new(), 0i32, None::<char>);
     for c in s.chars() {
         match (quote, c) {
