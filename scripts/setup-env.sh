@@ -19,8 +19,10 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 venv="$root/.venv"
 TORCH_VERSION=2.13.0          # tch 0.26.0 pairs with torch 2.13.0
 stamp="$venv/.temper-env"
-# Independent reference implementations used by tests, tools/ and benchmarks (trl: `temper bench grpo`).
-REFERENCE_PACKAGES=(numpy "transformers==5.23.0" "gguf==0.19.0" safetensors sentencepiece protobuf "trl==1.16.0" "peft==0.21.2" "tinker==0.38.0" "math-verify==0.9.0")
+# Independent reference implementations used by tests, tools/ and benchmarks (trl: `temper bench grpo`),
+# and the run loggers trainer.logger starts (tensorboard reads the event files in tests; wandb writes
+# offline runs through tools/wandb_sidecar.py).
+REFERENCE_PACKAGES=(numpy "transformers==5.23.0" "gguf==0.19.0" safetensors sentencepiece protobuf "trl==1.16.0" "peft==0.21.2" "tinker==0.38.0" "math-verify==0.9.0" "tensorboard==2.21.0" "wandb==0.31.0")
 cuda="${TEMPER_CUDA:-}"
 if [[ -z "$cuda" ]] && command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then cuda=1; fi
 want="torch=$TORCH_VERSION cuda=${cuda:-0} ${REFERENCE_PACKAGES[*]}"

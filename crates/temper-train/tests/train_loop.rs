@@ -625,3 +625,56 @@ fn sampling_from_a_copy_on_rollout_device_matches_sampling_from_the_policy() {
     .unwrap_or_default();
     assert!(e.contains("rollout.device = \"cuda:3\""), "{e}");
 }
+
+/// DAPO's soft overlong punishment (paper eq. 13): 0 up to `L_max - L_cache` tokens, then
+/// `((L_max - L_cache) - |y|) / L_cache`, reaching -1 at `L_max`; verl scales it by
+/// `penalty_factor`. Checked on every logged response of a run, against the piecewise form.
+#[test]
+fn the_overlong_buffer_penalises_long_responses_as_dapo_defines() {
+    let root = common::temp_dir("overlong");
+    // L_max = data.max_response_length = 6, L_cache = 3.
+    let cfg = tiny_config(
+        &root,
+        &[
+            "reward_model.overlong_buffer.enable=True",
+            "reward_model.overlong_buffer.len=3",
+            "reward_model.overlong_buffer.penalty_factor=0.5",
+            "reward_model.overlong_buffer.log=True",
+            "trainer.total_training_steps=1",
+            "algorithm.filter_groups.metric=acc",
+        ],
+    );
+    let mut t = Trainer::create(cfg, "t", &["temper".into()]).unwrap();
+    t.fit().unwrap();
+    let text = std::fs::read_to_string(t.run.rollouts(1)).unwrap();
+    let (l_max, l_cache, factor) = (6.0, 3.0, 0.5);
+    let mut lengths = std::collections::BTreeSet::new();
+    for line in text.lines() {
+        let row: serde_json::Value = serde_json::from_str(line).unwrap();
+        let len = row["completion_ids"].as_array().unwrap().len() as f64;
+        lengths.insert(len as usize);
+        let dapo = if len <= l_max - l_cache {
+            0.0
+        } else {
+            ((l_max - l_cache) - len) / l_cache
+        };
+        let got = row["reward_metrics"]["overlong_reward"].as_f64().unwrap();
+        assert!(
+            (got - factor * dapo).abs() < 1e-12,
+            "length {len}: {got} vs {}",
+            factor * dapo
+        );
+        let score = row["score"].as_f64().unwrap();
+        let raw = score - got;
+        assert!(
+            raw == 0.0 || raw == 1.0,
+            "score {score} is not a 0/1 reward plus the penalty"
+        );
+    }
+    assert!(
+        lengths.iter().any(|&l| l > 3),
+        "no response reached the buffer: {lengths:?}"
+    );
+    let m = &metrics(&t)[0];
+    assert!(m["reward/overlong"].as_f64().unwrap() > 0.0, "{m:?}");
+}

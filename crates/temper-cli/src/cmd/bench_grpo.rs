@@ -105,7 +105,7 @@ pub fn run(args: Args) -> Result<()> {
         "trainer.experiment_name=temper".into(),
     ];
     let (python, script) =
-        super::reference_python::python_and_script(args.python.as_deref(), "trl_grpo_bench.py")?;
+        temper_train::pyworker::python_and_script(args.python.as_deref(), "trl_grpo_bench.py")?;
     let (mut ours, mut theirs) = (Side::default(), Side::default());
     let mut trl_version = String::new();
     for round in 0..args.rounds.max(1) {

@@ -17,7 +17,7 @@ use temper_model::{CausalLm, ComputeKind};
 use temper_rollout::draw::request_seed;
 use temper_rollout::{Engine, EngineConfig, Request, SamplingParams};
 
-use super::reference_python::PyWorker;
+use temper_train::pyworker::{PyWorker, BENCH_REPLY_TIMEOUT};
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -74,8 +74,12 @@ impl HfWorker {
             "--threads".to_string(),
             args.threads.unwrap_or(0).to_string(),
         ];
-        let (worker, ready) =
-            PyWorker::start(args.python.as_deref(), "bench_sample.py", &worker_args)?;
+        let (worker, ready) = PyWorker::start(
+            args.python.as_deref(),
+            "bench_sample.py",
+            &worker_args,
+            BENCH_REPLY_TIMEOUT,
+        )?;
         eprintln!("transformers worker: {ready}");
         Ok(HfWorker(worker))
     }

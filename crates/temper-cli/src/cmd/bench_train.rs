@@ -12,7 +12,7 @@ use tch::{Device, Kind, Tensor};
 use temper_model::{logprobs_of, CausalLm, ComputeKind, ModelConfig};
 use temper_train::optim::AdamW;
 
-use super::reference_python::PyWorker;
+use temper_train::pyworker::{PyWorker, BENCH_REPLY_TIMEOUT};
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -79,8 +79,12 @@ impl TorchWorker {
             .flat_map(|(flag, v)| [flag.to_string(), v.to_string()])
             .collect();
         worker_args.extend(["--device".to_string(), args.device.clone()]);
-        let (worker, ready) =
-            PyWorker::start(args.python.as_deref(), "bench_train.py", &worker_args)?;
+        let (worker, ready) = PyWorker::start(
+            args.python.as_deref(),
+            "bench_train.py",
+            &worker_args,
+            BENCH_REPLY_TIMEOUT,
+        )?;
         Ok((TorchWorker(worker), ready))
     }
 

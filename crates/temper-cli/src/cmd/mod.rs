@@ -11,7 +11,6 @@ pub mod check_vectors;
 pub mod convert;
 pub mod grade;
 mod launch;
-mod reference_python;
 pub mod report;
 pub mod sample;
 pub mod score;

@@ -106,6 +106,39 @@ impl Config {
                 );
             }
         }
+        for (name, tau) in [
+            ("tau_pos", self.actor.tau_pos),
+            ("tau_neg", self.actor.tau_neg),
+        ] {
+            if !(tau.is_finite() && tau > 0.0) {
+                bail!("actor.{name} = {tau}: must be a finite number > 0");
+            }
+        }
+        one_of(
+            "algorithm.filter_groups.metric",
+            &self.algorithm.filter_groups.metric,
+            &["acc", "score", "seq_reward", "seq_final_reward"],
+        )?;
+        let ob = &self.reward.overlong_buffer;
+        if ob.enable {
+            let max = ob.max_resp_len.unwrap_or(self.data.max_response_length);
+            if ob.len == 0 || ob.len > max {
+                bail!(
+                    "reward.overlong_buffer.len = {}: must be in 1..={max} (the response length \
+                     limit, reward.overlong_buffer.max_resp_len or data.max_response_length)",
+                    ob.len
+                );
+            }
+            if !(ob.penalty_factor.is_finite() && ob.penalty_factor >= 0.0) {
+                bail!(
+                    "reward.overlong_buffer.penalty_factor = {}: must be a finite number >= 0",
+                    ob.penalty_factor
+                );
+            }
+        }
+        for logger in &self.trainer.logger {
+            one_of("trainer.logger", logger, crate::loggers::KNOWN)?;
+        }
         let o = &self.actor.optim;
         if o.lr.is_nan() || o.lr < 0.0 || !o.lr.is_finite() {
             bail!("actor.optim.lr = {}: must be a finite number >= 0", o.lr);

@@ -1,4 +1,5 @@
 //! TOML file + dotted overrides -> [`Config`], with verl key paths as aliases and every key checked.
+use super::verl_keys::{verl_key_use, VerlKeyUse};
 use super::Config;
 use anyhow::{anyhow, bail, Context, Result};
 use serde_json::Value as Json;
@@ -38,12 +39,30 @@ const PREFIX_ALIASES: &[(&str, &str)] = &[
     ("actor_rollout_ref.rollout.", "rollout."),
     ("actor_rollout_ref.model.", "model."),
     ("rollout.val_kwargs.", "eval."),
+    // DAPO's overlong penalty: verl's trainer config, and its reward manager's kwargs.
+    ("reward_model.overlong_buffer.", "reward.overlong_buffer."),
+    (
+        "reward_model.reward_kwargs.overlong_buffer_cfg.",
+        "reward.overlong_buffer.",
+    ),
 ];
 
 /// Single keys spelled differently elsewhere (verl, CS336, slime) -> temper's key.
 const KEY_ALIASES: &[(&str, &str)] = &[
     ("actor.lr", "actor.optim.lr"),
     ("actor.optim.warmup_style", "actor.optim.lr_scheduler_type"),
+    // verl's Megatron optimizer spells the schedule this way.
+    (
+        "actor.optim.lr_decay_style",
+        "actor.optim.lr_scheduler_type",
+    ),
+    ("model.lora.rank", "model.lora_rank"),
+    ("model.lora.alpha", "model.lora_alpha"),
+    ("model.torch_dtype", "model.dtype"),
+    (
+        "reward_model.reward_kwargs.max_resp_len",
+        "reward.overlong_buffer.max_resp_len",
+    ),
     ("actor.optim.clip_grad", "actor.grad_clip"),
     ("actor.epochs_per_rollout_batch", "actor.ppo_epochs"),
     ("actor.loss_mode", "actor.policy_loss.loss_mode"),
@@ -69,56 +88,12 @@ fn normalize_value(key: &str, v: toml::Value) -> toml::Value {
             }
             .to_string(),
         ),
-        ("rollout.base_urls", url @ String(_)) => Array(vec![url]),
+        ("rollout.base_urls" | "model.target_modules" | "trainer.logger", one @ String(_)) => {
+            Array(vec![one])
+        }
         (_, v) => v,
     }
 }
-
-/// verl keys about its distributed machinery: accepted so verl command lines work, but they do
-/// nothing here (a warning says so). Entries ending in `.` are prefixes.
-const IGNORED_VERL_KEYS: &[&str] = &[
-    "actor_rollout_ref.ref.",
-    "actor_rollout_ref.hybrid_engine",
-    "actor.strategy",
-    "actor.use_dynamic_bsz",
-    "actor.ppo_max_token_len_per_gpu",
-    "actor.use_torch_compile",
-    "actor.ulysses_sequence_parallel_size",
-    "actor.fsdp_config.",
-    "actor.checkpoint.",
-    "actor.optim.total_training_steps",
-    "rollout.name",
-    "rollout.mode",
-    "rollout.gpu_memory_utilization",
-    "rollout.tensor_model_parallel_size",
-    "rollout.log_prob_micro_batch_size_per_gpu",
-    "rollout.enforce_eager",
-    "rollout.free_cache_engine",
-    "rollout.load_format",
-    "rollout.calculate_log_probs",
-    "model.use_remove_padding",
-    "model.enable_gradient_checkpointing",
-    "model.use_shm",
-    "model.trust_remote_code",
-    "data.dataloader_num_workers",
-    "data.return_raw_chat",
-    "data.return_raw_input_ids",
-    "data.return_full_prompt",
-    "data.tokenizer",
-    "data.use_shm",
-    "data.reward_fn_key",
-    "data.val_batch_size",
-    "data.validation_shuffle",
-    "trainer.logger",
-    "trainer.nnodes",
-    "trainer.n_gpus_per_node",
-    "trainer.balance_batch",
-    "trainer.critic_warmup",
-    "trainer.resume_mode",
-    "trainer.log_val_generations",
-    "trainer.default_hdfs_dir",
-    "algorithm.filter_groups.metric",
-];
 
 /// Loads `file` (if any), applies `overrides` (`a.b.c=value`, value parsed as TOML, else taken as
 /// a string), checks every key, and validates the values.
@@ -146,7 +121,7 @@ pub fn load_config_str(text: &str, name: &str, overrides: &[String]) -> Result<L
     let mut flat = Vec::new();
     flatten("", toml::Value::Table(table), &mut flat);
     for (path, value) in flat {
-        if let Some(key) = schema.canonical(&path, &file_src, &mut warnings)? {
+        if let Some(key) = schema.canonical(&path, Some(&value), &file_src, &mut warnings)? {
             if leaves.contains_key(&key) {
                 bail!("{file_src}: `{key}` is set twice (`{path}` is another name for it)");
             }
@@ -160,7 +135,7 @@ pub fn load_config_str(text: &str, name: &str, overrides: &[String]) -> Result<L
         let value = match (ov.op, ov.value) {
             (HydraOp::Delete, _) | (_, None) => {
                 // `~key` and `key=null`: back to temper's default.
-                if let Some(key) = schema.canonical(&ov.key, &src, &mut warnings)? {
+                if let Some(key) = schema.canonical(&ov.key, None, &src, &mut warnings)? {
                     let set = leaves
                         .keys()
                         .any(|k| k == &key || k.starts_with(&format!("{key}.")));
@@ -176,7 +151,7 @@ pub fn load_config_str(text: &str, name: &str, overrides: &[String]) -> Result<L
         let mut flat = Vec::new();
         flatten(&ov.key, value, &mut flat);
         for (path, value) in flat {
-            if let Some(key) = schema.canonical(&path, &src, &mut warnings)? {
+            if let Some(key) = schema.canonical(&path, Some(&value), &src, &mut warnings)? {
                 if ov.op == HydraOp::Add {
                     if let Some((_, from)) = leaves.get(&key) {
                         bail!(
@@ -209,6 +184,37 @@ pub fn load_config_str(text: &str, name: &str, overrides: &[String]) -> Result<L
         .validate()
         .with_context(|| format!("config {name}"))?;
     Ok(Loaded { config, warnings })
+}
+
+/// How temper takes a key of a verl command line or config.
+#[derive(Debug, Clone, PartialEq)]
+pub enum KeyClass {
+    /// One of temper's settings (named here in temper's spelling).
+    Mapped(String),
+    /// Accepted with a warning giving the reason it has no effect.
+    Ignored(&'static str),
+    /// An error giving the reason it cannot apply.
+    Refused(&'static str),
+    /// Neither: an error with a did-you-mean.
+    Unknown,
+}
+
+/// How `path` (set to `value`; `None` for null or a deletion) is taken: what
+/// [`load_config`] does with it.
+pub fn classify_key(path: &str, value: Option<&toml::Value>) -> KeyClass {
+    let mut notes = Vec::new();
+    let src = ConfigSource::Override(path.to_string());
+    match Schema::new().canonical(path, value, &src, &mut notes) {
+        Ok(Some(key)) => KeyClass::Mapped(key),
+        Ok(None) | Err(_) => {
+            let key = Schema::canonical_name(path);
+            match verl_key_use(&key, value) {
+                Some(VerlKeyUse::Ignored(r)) => KeyClass::Ignored(r),
+                Some(VerlKeyUse::Refused(r)) => KeyClass::Refused(r),
+                None => KeyClass::Unknown,
+            }
+        }
+    }
 }
 
 /// Splits `a.b=value` and parses the value as a TOML value (bare words become strings).
@@ -398,34 +404,33 @@ impl Schema {
         Schema { leaves }
     }
 
+    /// `path` in temper's spelling: verl's prefixes rewritten, then single-key aliases.
+    fn canonical_name(path: &str) -> String {
+        let key = canonical_prefix(path);
+        match KEY_ALIASES.iter().find(|(from, _)| *from == key) {
+            Some((_, to)) => to.to_string(),
+            None => key,
+        }
+    }
+
     /// The temper key for `path`, `None` for an ignored verl key, or an error for an unknown one.
     fn canonical(
         &self,
         path: &str,
+        value: Option<&toml::Value>,
         src: &ConfigSource,
         warnings: &mut Vec<String>,
     ) -> Result<Option<String>> {
-        if IGNORED_VERL_KEYS
-            .iter()
-            .any(|k| path == *k || (k.ends_with('.') && path.starts_with(k)))
-        {
-            warnings.push(format!(
-                "{src}: ignoring verl key `{path}` (no effect in temper)"
-            ));
-            return Ok(None);
-        }
-        let mut key = canonical_prefix(path);
-        if let Some((_, to)) = KEY_ALIASES.iter().find(|(from, _)| *from == key) {
-            key = to.to_string();
-        }
-        if IGNORED_VERL_KEYS
-            .iter()
-            .any(|k| key == *k || (k.ends_with('.') && key.starts_with(k)))
-        {
-            warnings.push(format!(
-                "{src}: ignoring verl key `{path}` (no effect in temper)"
-            ));
-            return Ok(None);
+        let key = Self::canonical_name(path);
+        match verl_key_use(&key, value) {
+            Some(VerlKeyUse::Ignored(reason)) => {
+                warnings.push(format!("{src}: ignoring verl key `{path}`: {reason}"));
+                return Ok(None);
+            }
+            Some(VerlKeyUse::Refused(reason)) => {
+                bail!("{src}: verl key `{path}` cannot apply in temper: {reason}")
+            }
+            None => {}
         }
         if self.leaves.contains(&key)
             || FREE_FORM

@@ -8,10 +8,12 @@ mod env;
 mod load;
 mod rollout;
 mod sweep;
+pub mod verl_keys;
 
 pub use env::EnvConfig;
 pub use load::{
-    load_config, parse_hydra_override, parse_override, ConfigSource, HydraOp, HydraOverride, Loaded,
+    classify_key, load_config, load_config_str, parse_hydra_override, parse_override, ConfigSource,
+    HydraOp, HydraOverride, KeyClass, Loaded,
 };
 pub use rollout::{parse_device, RolloutConfig};
 pub use sweep::{expand_sweeps, SweepRun};
@@ -162,6 +164,9 @@ pub struct ActorConfig {
     pub clip_ratio_high: Option<f64>,
     /// Dual-clip bound; `None` disables dual clip.
     pub clip_ratio_c: Option<f64>,
+    /// SAPO's gate temperatures for positive and negative advantages (verl's names, defaults).
+    pub tau_pos: f64,
+    pub tau_neg: f64,
     pub loss_agg_mode: String,
     /// `S` of `seq-mean-token-sum-norm`; `None` = `data.max_response_length`.
     pub loss_scale_factor: Option<f64>,
@@ -187,6 +192,8 @@ impl Default for ActorConfig {
             clip_ratio_low: None,
             clip_ratio_high: None,
             clip_ratio_c: Some(3.0),
+            tau_pos: 1.0,
+            tau_neg: 1.05,
             loss_agg_mode: "token-mean".into(),
             loss_scale_factor: None,
             entropy_coeff: 0.0,
@@ -314,12 +321,26 @@ impl Default for KlCtrlConfig {
 }
 
 /// `algorithm.filter_groups`: DAPO dynamic sampling (drop groups whose rewards are all equal).
-#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(default, deny_unknown_fields)]
 pub struct FilterGroupsConfig {
     pub enable: bool,
+    /// What must vary within a group for it to be kept (verl's names): `acc` is the reward
+    /// before the overlong penalty; `score`, `seq_reward` and `seq_final_reward` the reward
+    /// with it.
+    pub metric: String,
     /// Most generation rounds per step to fill the batch with useful groups; 0 = up to 100.
     pub max_num_gen_batches: usize,
+}
+
+impl Default for FilterGroupsConfig {
+    fn default() -> Self {
+        Self {
+            enable: false,
+            metric: "acc".into(),
+            max_num_gen_batches: 0,
+        }
+    }
 }
 
 /// `algorithm.rollout_correction`: truncated importance sampling against the sampler's logprobs.
@@ -359,6 +380,37 @@ pub struct RewardConfig {
     /// What a crashing reward does: `fail` (stop the run) or `zero` (score 0, counted in
     /// `reward/errors`).
     pub on_error: String,
+    /// DAPO's soft overlong punishment (verl's `reward_model.overlong_buffer`).
+    pub overlong_buffer: OverlongBufferConfig,
+}
+
+/// `reward.overlong_buffer`: DAPO's length penalty, added to the reward of every response longer
+/// than `max_resp_len - len` tokens: `min(-(length - (max_resp_len - len)) / len *
+/// penalty_factor, 0)` (verl's DAPORewardManager; the length counts the end token).
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct OverlongBufferConfig {
+    pub enable: bool,
+    /// Tokens before `max_resp_len` where the penalty grows from 0 to `penalty_factor`.
+    pub len: usize,
+    pub penalty_factor: f64,
+    /// Also report `reward/overlong_reward` and `reward/overlong` (the share penalised).
+    pub log: bool,
+    /// verl's `reward_kwargs.max_resp_len`; `None` = `data.max_response_length`.
+    pub max_resp_len: Option<usize>,
+}
+
+impl OverlongBufferConfig {
+    /// The penalty of a response of `length` tokens (0 when off), given `data.max_response_length`.
+    pub fn penalty(&self, length: usize, max_response_length: usize) -> f64 {
+        if !self.enable {
+            return 0.0;
+        }
+        let max = self.max_resp_len.unwrap_or(max_response_length) as f64;
+        let expected = max - self.len as f64;
+        let exceed = length as f64 - expected;
+        (-exceed / self.len as f64 * self.penalty_factor).min(0.0)
+    }
 }
 
 impl Default for RewardConfig {
@@ -367,6 +419,7 @@ impl Default for RewardConfig {
             name: "r1_zero".into(),
             kwargs: toml::Table::new(),
             on_error: "fail".into(),
+            overlong_buffer: OverlongBufferConfig::default(),
         }
     }
 }
@@ -401,6 +454,10 @@ pub struct TrainerConfig {
     pub rollout_log_freq: i64,
     /// Show the progress bar (off when stderr is not a terminal).
     pub progress: bool,
+    /// Where metrics go besides metrics.jsonl (verl's key and names): `console` (the progress
+    /// line), `tensorboard` (event files in `<run>/tensorboard/`), `wandb` (an offline W&B run in
+    /// `<run>/wandb/`).
+    pub logger: Vec<String>,
 }
 
 impl Default for TrainerConfig {
@@ -421,6 +478,7 @@ impl Default for TrainerConfig {
             device: "cpu".into(),
             rollout_log_freq: 1,
             progress: true,
+            logger: vec!["console".into()],
         }
     }
 }

@@ -58,6 +58,8 @@ pub(super) fn algo_configs(
         clip_ratio_low: a.clip_ratio_low,
         clip_ratio_high: a.clip_ratio_high,
         clip_ratio_c: a.clip_ratio_c,
+        tau_pos: a.tau_pos,
+        tau_neg: a.tau_neg,
         ..Default::default()
     };
     let loss_cfg = ActorLossConfig {

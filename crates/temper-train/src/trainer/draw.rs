@@ -84,9 +84,9 @@ impl Trainer {
                 d.reward_errors += g.reward_errors;
                 if g.zero_variance() {
                     d.zero_groups += 1;
-                    if filter {
-                        continue;
-                    }
+                }
+                if filter && g.no_spread_in(&self.cfg.algorithm.filter_groups.metric) {
+                    continue;
                 }
                 d.groups.push(g);
             }

@@ -72,6 +72,8 @@ pub struct Trainer {
     /// `rollout.device`: the policy's copy the in-process engine samples with, refreshed after
     /// every optimizer step (None: the engine uses `model`).
     pub(crate) sampler_model: Option<CausalLm>,
+    /// `trainer.logger`'s sinks (rank 0, from the start of [`Trainer::fit`]).
+    loggers: Option<crate::loggers::Loggers>,
     /// A test seam: called with the parameters between a step's old-logprob pass and its update
     /// (to show that `trainer.check_on_policy` fires when the two passes see different weights).
     #[doc(hidden)]
@@ -389,6 +391,7 @@ impl Trainer {
             total_steps,
             stop_after: None,
             warned: Default::default(),
+            loggers: None,
             before_update: None,
             remote,
             env,
@@ -402,10 +405,13 @@ impl Trainer {
         let start_step = self.state.step;
         // Evaluation is sharded over the ranks; rank 0 writes it.
         let root = self.dist.is_root();
+        if root && self.loggers.is_none() {
+            self.loggers = Some(crate::loggers::Loggers::start(&self.cfg, &self.run.root)?);
+        }
         if start_step == 0 && self.cfg.trainer.val_before_train && self.cfg.trainer.test_freq > 0 {
             let m = self.evaluate(0)?;
             if root {
-                self.run.append_metrics(0, &m)?;
+                self.record_metrics(0, &m)?;
             }
         }
         // The servers start from the trainer's weights (a resumed run's, too).
@@ -433,7 +439,7 @@ impl Trainer {
             self.state.step = step;
             self.state.kl_coef = self.kl_ctrl.as_ref().map(|c| c.value());
             if self.dist.is_root() {
-                self.run.append_metrics(step, &m)?;
+                self.record_metrics(step, &m)?;
                 let sf = self.cfg.trainer.save_freq;
                 if (sf > 0 && step.is_multiple_of(sf as usize)) || step == end {
                     self.save_checkpoint()?;
@@ -450,7 +456,19 @@ impl Trainer {
         if let Some(r) = &mut self.remote {
             r.finish();
         }
+        if let Some(mut l) = self.loggers.take() {
+            l.finish(&self.run.root, self.state.step)?;
+        }
         Ok(last)
+    }
+
+    /// One step's metrics to metrics.jsonl, then to `trainer.logger`'s sinks.
+    fn record_metrics(&mut self, step: usize, m: &StepMetrics) -> Result<()> {
+        self.run.append_metrics(step, m)?;
+        if let Some(l) = &mut self.loggers {
+            l.log(step, m)?;
+        }
+        Ok(())
     }
 
     pub fn save_checkpoint(&self) -> Result<PathBuf> {

@@ -15,7 +15,11 @@ pub(crate) struct Group {
     pub policy_version: u64,
     pub samples: Vec<Sample>,
     pub texts: Vec<String>,
+    /// The rewards trained on (with `reward.overlong_buffer`'s penalty when it is on).
     pub scores: Vec<f64>,
+    /// The rewards before that penalty (verl's `acc` for `algorithm.filter_groups.metric`).
+    #[serde(default)]
+    pub raw_scores: Vec<f64>,
     pub reward_metrics: Vec<BTreeMap<String, f64>>,
     /// Per sample, why the reward could not score it (None when it could).
     pub reward_error_reasons: Vec<Option<String>>,
@@ -23,10 +27,25 @@ pub(crate) struct Group {
 }
 
 impl Group {
+    /// All `n` rewards equal, so every advantage is 0.
     pub(crate) fn zero_variance(&self) -> bool {
-        self.scores.len() > 1 && self.scores.iter().all(|s| *s == self.scores[0])
+        all_equal(&self.scores)
+    }
+
+    /// What DAPO's dynamic sampling drops: `metric` (verl's names) equal across the group.
+    pub(crate) fn no_spread_in(&self, metric: &str) -> bool {
+        match metric {
+            "acc" => all_equal(&self.raw_scores),
+            _ => all_equal(&self.scores),
+        }
     }
 }
+
+fn all_equal(v: &[f64]) -> bool {
+    v.len() > 1 && v.iter().all(|s| *s == v[0])
+}
+
+impl Group {}
 
 /// A 64-bit mix of the run seed and counters (splitmix64), for per-request sampling seeds.
 pub(crate) fn mix(seed: u64, a: u64, b: u64) -> u64 {
@@ -178,6 +197,7 @@ impl Trainer {
                 samples: vec![],
                 texts: vec![],
                 scores: vec![],
+                raw_scores: vec![],
                 reward_metrics: vec![],
                 reward_error_reasons: vec![],
                 reward_errors: 0,
@@ -280,6 +300,29 @@ impl Trainer {
                 }
             }
         }
+        self.add_overlong_penalty(groups);
         Ok(())
+    }
+
+    /// `reward.overlong_buffer`: DAPO's length penalty on top of each reward (`raw_scores` keep
+    /// the rewards without it).
+    fn add_overlong_penalty(&self, groups: &mut [Group]) {
+        let ob = &self.cfg.reward.overlong_buffer;
+        let max_len = self.cfg.data.max_response_length;
+        for g in groups.iter_mut() {
+            g.raw_scores = g.scores.clone();
+            if !ob.enable {
+                continue;
+            }
+            for (k, s) in g.samples.iter().enumerate() {
+                let penalty = ob.penalty(s.completion_ids.len(), max_len);
+                g.scores[k] += penalty;
+                if ob.log {
+                    let m = &mut g.reward_metrics[k];
+                    m.insert("overlong_reward".into(), penalty);
+                    m.insert("overlong".into(), f64::from(u8::from(penalty < 0.0)));
+                }
+            }
+        }
     }
 }

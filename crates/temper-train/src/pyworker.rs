@@ -1,8 +1,15 @@
-//! Where the benchmarks find their Python side: the repository's venv and `tools/` scripts.
+//! Python helpers run from the repository's venv and `tools/` scripts: the benchmarks' reference
+//! sides and the W&B logger's sidecar.
 use anyhow::{bail, Context, Result};
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
-use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::mpsc::{Receiver, RecvTimeoutError};
+use std::time::Duration;
+
+/// How long a benchmark's Python side may take to answer one request (a whole timed run of the
+/// reference on a slow CPU).
+pub const BENCH_REPLY_TIMEOUT: Duration = Duration::from_secs(3600);
 
 /// The repository root: `$TEMPER_ROOT`, else the source tree this binary was built from.
 fn repo_root() -> PathBuf {
@@ -29,23 +36,28 @@ pub fn python_and_script(python: Option<&Path>, script: &str) -> Result<(PathBuf
     Ok((python, script))
 }
 
-/// A Python reference running as a worker process (`python tools/<script> ARGS`): it prints one
+/// A Python helper running as a worker process (`python tools/<script> ARGS`): it prints one
 /// JSON line when it is ready, then answers each request line on its stdin with one JSON line
-/// (`{"error": ...}` on failure). Killed when dropped.
+/// (`{"error": ...}` on failure). A reply that takes longer than the worker's timeout is an
+/// error. Killed when dropped.
 pub struct PyWorker {
     script: String,
     child: Child,
-    stdin: ChildStdin,
-    stdout: BufReader<ChildStdout>,
+    /// `None` once [`PyWorker::finish`] has closed it.
+    stdin: Option<ChildStdin>,
+    /// Lines of the worker's stdout, read by a thread so that a silent worker cannot block us.
+    lines: Receiver<std::io::Result<String>>,
+    timeout: Duration,
 }
 
 impl PyWorker {
     /// Start `tools/<script>` with `args` under `python` (see [`python_and_script`]) and wait for
-    /// its ready line, which is returned.
+    /// its ready line, which is returned; each reply may take up to `timeout`.
     pub fn start(
         python: Option<&Path>,
         script: &str,
         args: &[String],
+        timeout: Duration,
     ) -> Result<(Self, serde_json::Value)> {
         let (python, path) = python_and_script(python, script)?;
         let mut child = Command::new(&python)
@@ -58,11 +70,20 @@ impl PyWorker {
             .with_context(|| format!("starting {} {}", python.display(), path.display()))?;
         let stdin = child.stdin.take().context("worker stdin")?;
         let stdout = BufReader::new(child.stdout.take().context("worker stdout")?);
+        let (tx, lines) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in stdout.lines() {
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
         let mut worker = PyWorker {
             script: format!("tools/{script}"),
             child,
-            stdin,
-            stdout,
+            stdin: Some(stdin),
+            lines,
+            timeout,
         };
         let ready = worker.read()?;
         Ok((worker, ready))
@@ -70,26 +91,55 @@ impl PyWorker {
 
     /// Send one request line and return the reply.
     pub fn request(&mut self, line: &str) -> Result<serde_json::Value> {
-        writeln!(self.stdin, "{line}")
-            .and_then(|_| self.stdin.flush())
+        let stdin = self.stdin.as_mut().context("the worker was finished")?;
+        writeln!(stdin, "{line}")
+            .and_then(|_| stdin.flush())
             .with_context(|| format!("{} stopped reading requests", self.script))?;
         self.read()
     }
 
     fn read(&mut self) -> Result<serde_json::Value> {
-        let mut line = String::new();
-        if self.stdout.read_line(&mut line)? == 0 {
-            bail!(
+        let line = match self.lines.recv_timeout(self.timeout) {
+            Ok(line) => line.with_context(|| format!("reading {}", self.script))?,
+            Err(RecvTimeoutError::Disconnected) => bail!(
                 "{} exited early (run it by hand to see its error)",
                 self.script
-            );
-        }
+            ),
+            Err(RecvTimeoutError::Timeout) => bail!(
+                "{} gave no answer within {} s",
+                self.script,
+                self.timeout.as_secs()
+            ),
+        };
         let v: serde_json::Value = serde_json::from_str(&line)
             .with_context(|| format!("{} said {line:?}", self.script))?;
         if let Some(e) = v.get("error") {
             bail!("{}: {e}", self.script);
         }
         Ok(v)
+    }
+}
+
+impl PyWorker {
+    /// Close its stdin (the end of the requests) and wait up to the timeout for it to exit.
+    pub fn finish(mut self) -> Result<()> {
+        let deadline = std::time::Instant::now() + self.timeout;
+        // Closing our end of the pipe is what tells the worker there is nothing more.
+        drop(self.stdin.take());
+        while std::time::Instant::now() < deadline {
+            if let Some(status) = self.child.try_wait()? {
+                if !status.success() {
+                    bail!("{} exited with {status}", self.script);
+                }
+                return Ok(());
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        bail!(
+            "{} did not exit within {} s",
+            self.script,
+            self.timeout.as_secs()
+        )
     }
 }
 
