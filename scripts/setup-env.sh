@@ -52,9 +52,9 @@ site="$("$venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["pu
 ln -sfn "$site" "$venv/site"
 rm -rf "$venv/libtorch"
 if [[ -n "$cuda" ]]; then
-  # c10d's ProcessGroupNCCL.hpp includes CUDA's crt/host_config.h, which the torch wheel's CUDA
-  # dependencies do not ship (nccl.h and the runtime headers they do).
-  "${pip[@]}" nvidia-cuda-crt || { echo "temper: pip could not install nvidia-cuda-crt (CUDA's crt headers for NCCL)" >&2; exit 1; }
+  # c10d's ProcessGroupNCCL.hpp includes CUDA's crt/host_config.h and (CUDA 13) CCCL's nv/target,
+  # which the torch wheel's CUDA dependencies do not ship (nccl.h and the runtime headers they do).
+  "$root/scripts/cuda-headers.sh" "$venv" || exit 1
   ln -sfn "$site/torch" "$venv/libtorch"
 else
   mkdir -p "$venv/libtorch/lib"

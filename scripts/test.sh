@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The whole test suite, from a clean clone: sets up the venv (libtorch + reference libraries),
-# then format, lint and tests. CI (.ci/run) runs exactly this.
+# then format, lint and tests, and the CUDA build's compile-and-link check. CI (.ci/run) runs exactly this.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
@@ -8,3 +8,5 @@ scripts/setup-env.sh
 cargo fmt --all --check
 cargo clippy --workspace --all-targets --quiet -- -D warnings
 cargo test --workspace --quiet
+# The CUDA build (libtorch_cuda, c10d's NCCL) compiles and links, in target/cuda (no GPU needed).
+scripts/cuda-build-check.sh

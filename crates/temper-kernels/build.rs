@@ -26,6 +26,12 @@ fn main() {
         libtorch
     };
     let include = libtorch.join("include");
+    // Whether tch links a CUDA libtorch: errors for `--device cuda` say which part is missing.
+    let cuda_build = libtorch.join("lib/libtorch_cuda.so").exists();
+    println!(
+        "cargo:rustc-env=TEMPER_LIBTORCH_CUDA={}",
+        u8::from(cuda_build)
+    );
     // c10d (csrc/comm.cpp) needs the gloo headers, which PyTorch's wheel does not ship;
     // scripts/setup-env.sh installs Debian's libgloo-dev. Without them, a stub says so at run time.
     println!("cargo:rerun-if-changed=csrc/comm.cpp");
@@ -64,13 +70,16 @@ fn main() {
         build.define("USE_C10D_GLOO", None).file("csrc/comm.cpp");
         // NCCL (CUDA builds): libtorch_cuda exports ProcessGroupNCCL; its header needs nccl.h and
         // CUDA's runtime and crt headers, which the CUDA wheels put under site-packages/nvidia
-        // (TEMPER_CUDA=1 scripts/setup-env.sh installs nvidia-cuda-crt for crt/host_config.h).
+        // (TEMPER_CUDA=1 scripts/setup-env.sh installs nvidia-cuda-crt for crt/host_config.h and
+        // nvidia-cuda-cccl for nv/target).
         if let Some(dirs) = nccl_includes(&libtorch, &include) {
             for d in dirs {
                 build.include(d);
             }
             build.define("USE_C10D_NCCL", None);
             println!("cargo:rustc-link-lib=dylib=torch_cuda");
+            // c10::cuda::set_device (comm.cpp picks the rank's GPU) lives in libc10_cuda.
+            println!("cargo:rustc-link-lib=dylib=c10_cuda");
         }
     } else {
         println!(
@@ -95,7 +104,13 @@ fn nccl_includes(libtorch: &std::path::Path, include: &std::path::Path) -> Optio
     }
     // libtorch is site-packages/torch in a CUDA venv; the NVIDIA wheels sit beside it.
     let nvidia = libtorch.join("../nvidia");
-    let wanted = ["nccl.h", "cuda_runtime_api.h", "crt/host_config.h"];
+    // CUDA 13's cuda_fp16.h includes CCCL's <nv/target> (pip's nvidia-cuda-cccl).
+    let wanted = [
+        "nccl.h",
+        "cuda_runtime_api.h",
+        "crt/host_config.h",
+        "nv/target",
+    ];
     let mut dirs: Vec<PathBuf> = vec![];
     for w in wanted {
         let found = std::fs::read_dir(&nvidia)

@@ -12,6 +12,12 @@ pub mod cpu;
 pub mod memory;
 
 pub use comm::{comm_available, nccl_available, Backend, Comm, Rendezvous};
+
+/// Whether this temper links a CUDA libtorch (a CPU build links libtorch_cpu only, so it sees no
+/// CUDA device even on a machine with GPUs).
+pub fn cuda_build() -> bool {
+    env!("TEMPER_LIBTORCH_CUDA") == "1"
+}
 pub use cpu::{sampling_linear_kernel, CpuFeatures, LinearKernel};
 
 use std::ffi::{c_char, c_int, c_void, CStr};

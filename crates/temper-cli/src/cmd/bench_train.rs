@@ -308,19 +308,5 @@ pub fn run(args: Args) -> Result<()> {
 
 /// `cpu`, `cuda` or `cuda:N`, present on this machine.
 pub fn device_of(s: &str) -> Result<Device> {
-    let d = match s {
-        "cpu" => Device::Cpu,
-        "cuda" => Device::Cuda(0),
-        _ => match s.strip_prefix("cuda:").map(str::parse::<usize>) {
-            Some(Ok(i)) => Device::Cuda(i),
-            _ => bail!("--device {s:?}: expected cpu, cuda or cuda:N"),
-        },
-    };
-    if let Device::Cuda(i) = d {
-        let n = tch::Cuda::device_count() as usize;
-        if i >= n {
-            bail!("--device {s}: {n} CUDA device(s) visible (a CPU-only build sees none)");
-        }
-    }
-    Ok(d)
+    temper_train::config::parse_device_for("--device", s)
 }

@@ -83,16 +83,16 @@ pub struct Trainer {
 
 /// The training device; with several ranks on a machine each takes the GPU of its `LOCAL_RANK`
 /// (torchrun's and `--nproc`'s), as DDP does.
-fn device_of(cfg: &Config) -> Device {
+fn device_of(cfg: &Config) -> Result<Device> {
     let local = std::env::var("LOCAL_RANK")
         .ok()
         .and_then(|v| v.trim().parse::<usize>().ok())
         .unwrap_or(0);
-    match cfg.trainer.device.as_str() {
-        "cuda" => Device::Cuda(local),
+    Ok(match cfg.trainer.device.as_str() {
+        "cuda" => crate::config::parse_device_for("trainer.device", &format!("cuda:{local}"))?,
         "auto" if tch::Cuda::is_available() => Device::Cuda(local),
         _ => Device::Cpu,
-    }
+    })
 }
 
 impl Trainer {
@@ -234,7 +234,7 @@ impl Trainer {
         if let Some(n) = cfg.trainer.threads {
             tch::set_num_threads(n as i32);
         }
-        let device = device_of(&cfg);
+        let device = device_of(&cfg)?;
         let compute =
             compute_dtype::run_compute(&cfg.model.dtype, device, &dist, recorded_compute)?;
         let mut model = CausalLm::load(weights_dir, device, compute)
