@@ -277,25 +277,7 @@ pub fn rendezvous_from(var: &dyn Fn(&str) -> Option<String>) -> Result<Option<Re
             }
         }
         Some("gloo") => Backend::Gloo,
-        Some("nccl") => {
-            if !temper_kernels::nccl_available() {
-                bail!(
-                    "rank {rank}: TEMPER_DIST_BACKEND = nccl: this temper is built without NCCL ({}; \
-                     TEMPER_CUDA=1 scripts/setup-env.sh builds with it)",
-                    if temper_kernels::cuda_build() {
-                        "the NCCL or CUDA headers were missing at build time"
-                    } else {
-                        "a CPU-only libtorch"
-                    }
-                );
-            }
-            crate::config::parse_device_for(
-                "TEMPER_DIST_BACKEND = nccl: the rank's device",
-                &format!("cuda:{local}"),
-            )
-            .map_err(|e| anyhow::anyhow!("rank {rank}: {e}"))?;
-            nccl
-        }
+        Some("nccl") => nccl,
         Some(other) => {
             bail!("rank {rank}: TEMPER_DIST_BACKEND = {other:?}: expected gloo, nccl or auto")
         }
