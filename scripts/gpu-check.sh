@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # temper on NVIDIA GPUs, end to end (it cannot run on a CPU-only machine; it says so and fails).
 #   scripts/gpu-check.sh            # needs 2 GPUs for the last check
+# It runs from the repository (building temper there) or from a bundle made by
+# scripts/gpu-bundle.sh on another machine (no Rust or network needed; the machine's PyTorch).
 # 1. The CUDA set-up: nvidia-smi sees the GPUs, the venv's torch has CUDA, temper links
 #    libtorch_cuda and was built with c10d's NCCL (TEMPER_CUDA=1 scripts/setup-env.sh).
 # 2. check-logprobs on CUDA: sampled logprobs equal the trainer's teacher-forced ones (SmolLM2).
@@ -22,15 +24,25 @@ command -v nvidia-smi >/dev/null 2>&1 || fail "nvidia-smi not found: this machin
 ngpu="$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ' || true)"
 (( ngpu >= 1 )) || fail "nvidia-smi lists no GPU"
 echo "GPUs: $ngpu"
-TEMPER_CUDA=1 scripts/setup-env.sh || fail "scripts/setup-env.sh with TEMPER_CUDA=1"
-.venv/bin/python -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' \
-  || fail "the venv's torch does not see CUDA"
-[[ -e .venv/libtorch/lib/libtorch_cuda.so ]] || fail ".venv/libtorch is not the CUDA libtorch (rerun with TEMPER_CUDA=1)"
-cargo build --release -p temper-cli || fail "cargo build --release -p temper-cli"
-# (A build without NCCL says so as a cargo warning; the 2-GPU run below then fails with
-# "NCCL was requested but this temper was built without it".)
-bin="$root/target/release/temper"
-[[ -x "$bin" ]] || fail "the build did not produce $bin"
+if [[ -f "$root/bundle-torch-version" ]]; then
+  # A bundle from scripts/gpu-bundle.sh: no Rust, no network; the machine's own PyTorch (the
+  # version the bundle was built for) provides libtorch and the reference side.
+  py="${TEMPER_PYTHON:-python3}"
+  "$py" -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' \
+    || fail "$py's torch does not see CUDA"
+  bin="$root/bin/temper"
+  "$bin" --version || fail "the bundle's temper does not start against $py's torch"
+else
+  TEMPER_CUDA=1 scripts/setup-env.sh || fail "scripts/setup-env.sh with TEMPER_CUDA=1"
+  .venv/bin/python -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' \
+    || fail "the venv's torch does not see CUDA"
+  [[ -e .venv/libtorch/lib/libtorch_cuda.so ]] || fail ".venv/libtorch is not the CUDA libtorch (rerun with TEMPER_CUDA=1)"
+  cargo build --release -p temper-cli || fail "cargo build --release -p temper-cli"
+  # (A build without NCCL says so as a cargo warning; the 2-GPU run below then fails with
+  # "NCCL was requested but this temper was built without it".)
+  bin="$root/target/release/temper"
+  [[ -x "$bin" ]] || fail "the build did not produce $bin"
+fi
 rm -rf "$out"; mkdir -p "$out"
 
 step "2/5 check-logprobs on CUDA"
@@ -38,7 +50,7 @@ step "2/5 check-logprobs on CUDA"
   || fail "check-logprobs on CUDA"
 
 step "3/5 bench train on CUDA vs PyTorch"
-"$bin" bench train --device cuda --steps 5 --rounds 2 | tee "$out/bench-train.txt" || fail "bench train on CUDA"
+"$bin" bench train --device cuda --steps 5 --rounds 2 --python "${py:-$root/.venv/bin/python}" | tee "$out/bench-train.txt" || fail "bench train on CUDA"
 
 step "4/5 20 steps of the main job on CUDA"
 "$bin" train examples/arith-smollm2.toml trainer.device=cuda trainer.total_training_steps=20 \
@@ -53,7 +65,7 @@ common=(examples/arith-smollm2.toml trainer.device=cuda trainer.total_training_s
 "$bin" train "${common[@]}" trainer.experiment_name=one-gpu || fail "the 1-GPU run"
 TEMPER_DIST_BACKEND=nccl "$bin" train --nproc 2 "${common[@]}" trainer.experiment_name=two-gpus \
   || fail "the 2-GPU NCCL run"
-.venv/bin/python - "$out/one-gpu" "$out/two-gpus" <<'EOF' || fail "2 GPUs differ from 1 GPU"
+"${py:-$root/.venv/bin/python}" - "$out/one-gpu" "$out/two-gpus" <<'EOF' || fail "2 GPUs differ from 1 GPU"
 import glob, json, sys
 import torch
 from safetensors.torch import load_file
