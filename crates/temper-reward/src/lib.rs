@@ -4,8 +4,10 @@
 pub mod expr;
 pub mod extract;
 pub mod grader;
+pub mod grader_options;
 pub mod normalize;
 
+pub use grader_options::{ExtractionTargets, GraderOptions};
 pub use grader::{
     answers_match, extract_answer, gold_answer, grade, Extraction, Graded, Grader, Unscored,
 };

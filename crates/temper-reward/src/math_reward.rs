@@ -4,6 +4,7 @@ use crate::extract::{answer_block, has_boxed, last_boxed};
 use crate::grader::{
     braces_balanced, extract_answer, gold_answer, looks_like_answer, Extraction, Grader, Unscored,
 };
+use crate::grader_options::GraderOptions;
 use crate::reward::{opt_seconds, opt_str, Reward, RewardOutput};
 use anyhow::{bail, Result};
 use serde_json::Value;
@@ -75,6 +76,7 @@ impl R1Zero {
         Ok(R1Zero {
             grader: Grader {
                 timeout: opt_seconds(opts, "timeout_s", 1.0)?,
+                options: GraderOptions::from_json(opts)?,
             },
         })
     }
@@ -117,6 +119,7 @@ impl AnswerReward {
             name: name.to_string(),
             grader: Grader {
                 timeout: opt_seconds(opts, "timeout_s", 1.0)?,
+                options: GraderOptions::from_json(opts)?,
             },
             mode,
         })

@@ -77,6 +77,7 @@ fn the_time_limit_holds_and_is_reported() {
     let tower = (0..60).map(|_| "x").collect::<Vec<_>>().join("^");
     let grader = Grader {
         timeout: Duration::from_millis(0),
+        ..Grader::default()
     };
     let (ok, why) = grader.judge(&format!("{tower}+1"), &format!("1+{tower}"));
     assert!(!ok);
