@@ -1,9 +1,9 @@
 //! The math grader: extract the final answer from a text, then decide whether two answers are
 //! the same (plain-number fast path, normalised strings, then the expression engine).
 use crate::expr::{equivalent, parse, EquivOptions, Expr};
-use crate::extract::{
-    after_hashes, answer_block, answer_is, has_boxed, last_boxed, last_number, math_spans,
-};
+use crate::extract::{after_hashes, answer_block};
+use crate::grader_options::ExtractionTargets;
+use crate::ranked::{candidates, Candidate};
 use crate::grader_options::GraderOptions;
 use crate::normalize::{normalize, plain_equal, plain_number};
 use serde::Serialize;
@@ -213,37 +213,24 @@ pub fn looks_like_answer(s: &str) -> bool {
     !is_prose(&n) && reads(&n)
 }
 
-/// Whether a math span is worth taking as the answer (not a lone variable like `$n$`).
-fn meaningful_span(s: &str) -> bool {
-    let n = normalize(s);
-    !(n.is_empty() || n.chars().count() == 1 && n.chars().all(|c| c.is_alphabetic()))
-        && parse(&n).is_ok()
-}
-
-/// Pick the answer inside a region that may still contain words.
-fn resolve(region: &str, mode: Extraction) -> String {
-    if looks_like_answer(region) {
-        return region.trim().to_string();
-    }
-    if let Some(span) = math_spans(region)
-        .into_iter()
-        .rev()
-        .find(|s| meaningful_span(s))
-    {
-        return span;
-    }
-    if mode == Extraction::LastNumber || region.chars().any(|c| c.is_ascii_digit()) {
-        if let Some(n) = last_number(region) {
-            return n;
-        }
-    }
-    region.trim().to_string()
-}
-
-/// The final answer in a text: `<answer>` block, then `\boxed{}`, `####`, the whole text,
-/// "the answer is", the last math span, and (in `LastNumber` mode) the last number. `None` when
-/// nothing qualifies, including an unbalanced `\boxed{`.
+/// The final answer in a text, found the way math-verify ranks candidates (see [`crate::ranked`]):
+/// `\boxed{}` and "final answer ... is", then "answer: ...", then the last math environment or
+/// plain number. In `Strict` mode only LaTeX is read (no plain numbers). An `<answer>` block, if
+/// present, is searched alone. `None` when nothing qualifies.
 pub fn extract_answer(text: &str, mode: Extraction) -> Option<String> {
+    let targets = match mode {
+        Extraction::LastNumber => ExtractionTargets::default(),
+        Extraction::Strict => ExtractionTargets {
+            expr: false,
+            ..ExtractionTargets::default()
+        },
+    };
+    ranked_answer(text, targets)
+}
+
+/// The answer in `text` for the given extraction targets (an `<answer>` block searched alone):
+/// the best-ranked candidate the expression engine reads, else the best-ranked one.
+pub fn ranked_answer(text: &str, targets: ExtractionTargets) -> Option<String> {
     let block;
     let text = match answer_block(text) {
         Some(b) => {
@@ -252,43 +239,42 @@ pub fn extract_answer(text: &str, mode: Extraction) -> Option<String> {
         }
         None => text,
     };
-    if has_boxed(text) {
-        return last_boxed(text);
-    }
-    if let Some(h) = after_hashes(text) {
-        return Some(h.to_string());
-    }
-    if looks_like_answer(text) {
-        return Some(text.trim().to_string());
-    }
-    if let Some(region) = answer_is(text) {
-        return Some(resolve(&region, mode));
-    }
-    if let Some(span) = math_spans(text)
-        .into_iter()
-        .rev()
-        .find(|s| meaningful_span(s))
-    {
-        return Some(span);
-    }
-    match mode {
-        Extraction::LastNumber => last_number(text),
-        Extraction::Strict => None,
-    }
+    let found = candidates(text, targets);
+    let render = |c: &Candidate| {
+        let t = c.text.trim();
+        if c.percent && !t.ends_with('%') {
+            format!("{t}\\%")
+        } else {
+            t.to_string()
+        }
+    };
+    let readable = found.iter().map(render).find(|t| {
+        let n = normalize(t);
+        !n.is_empty() && n.len() <= MAX_PARSE_LEN && parse(&n).is_ok()
+    });
+    readable.or_else(|| found.first().map(render))
 }
 
-/// The answer in a ground truth: GSM8K `####`, `\boxed{}`, or the text itself.
+/// Whether a ground truth is written with math markup (then its answer is found in it as in a
+/// response); otherwise the whole text is the answer, as verl boxes a dataset's answer field.
+fn has_math_markup(s: &str) -> bool {
+    ["$", "\\(", "\\[", "\\boxed", "\\fbox"]
+        .iter()
+        .any(|m| s.contains(m))
+}
+
+/// The answer in a ground truth: GSM8K `####`, an answer found in math markup, or the text
+/// itself.
 pub fn gold_answer(gold: &str) -> String {
     if let Some(h) = after_hashes(gold) {
         return h.to_string();
     }
-    if let Some(b) = last_boxed(gold) {
-        return b;
+    if has_math_markup(gold) {
+        if let Some(a) = ranked_answer(gold, ExtractionTargets::default()) {
+            return a;
+        }
     }
-    if looks_like_answer(gold) {
-        return gold.trim().to_string();
-    }
-    extract_answer(gold, Extraction::Strict).unwrap_or_else(|| gold.trim().to_string())
+    gold.trim().to_string()
 }
 
 fn text_key(s: &str) -> String {
@@ -309,7 +295,7 @@ impl Grader {
     /// Grade a prediction text against a ground-truth text (both may be full solutions).
     pub fn grade(&self, gold: &str, pred: &str) -> Graded {
         let g = gold_answer(gold);
-        let p = extract_answer(pred, Extraction::LastNumber);
+        let p = ranked_answer(pred, self.options.extraction_config);
         let (correct, mut error) = match &p {
             Some(p) => self.judge(&g, p),
             None => (false, None),
@@ -332,6 +318,10 @@ impl Grader {
     /// because the comparison gave up ([`Unscored`]) rather than decided.
     pub fn judge(&self, gold: &str, pred: &str) -> (bool, Option<Unscored>) {
         let started = Instant::now();
+        // An answer with unclosed braces (`\frac{1}{2`) is not read.
+        if !braces_balanced(pred) {
+            return (false, Some(Unscored::Unbalanced));
+        }
         if self.answers_match(gold, pred) {
             return (true, None);
         }
@@ -407,9 +397,14 @@ impl Grader {
         if g.len() > MAX_PARSE_LEN || p.len() > MAX_PARSE_LEN {
             return false;
         }
-        let opts = EquivOptions::with_deadline(Instant::now() + self.timeout);
+        let opts = EquivOptions {
+            strict: self.options.strict,
+            allow_set_relation_comp: self.options.allow_set_relation_comp,
+            float_rounding: self.options.float_rounding,
+            ..EquivOptions::with_deadline(Instant::now() + self.timeout)
+        };
         let (Ok(ge), Ok(pe)) = (parse(&g), parse(&p)) else {
-            return self.decimal_comma(&g, &p, &opts);
+            return false;
         };
         if equivalent(&ge, &pe, &opts) {
             return true;
@@ -427,30 +422,6 @@ impl Grader {
                 return true;
             }
         }
-        self.decimal_comma(&g, &p, &opts)
-    }
-
-    /// European decimal comma (`1,5` for 1.5) on one side against a number on the other.
-    fn decimal_comma(&self, g: &str, p: &str, opts: &EquivOptions) -> bool {
-        let swap = |s: &str| -> Option<String> {
-            let (a, b) = s.split_once(',')?;
-            let digits = |x: &str| !x.is_empty() && x.bytes().all(|c| c.is_ascii_digit());
-            let lead = a.trim_start_matches('-');
-            // Three digits after a non-zero lead (`1,234`) group thousands; they are not decimals.
-            let thousands = b.len() == 3 && lead != "0";
-            (digits(lead) && digits(b) && !b.contains(',') && !thousands)
-                .then(|| format!("{a}.{b}"))
-        };
-        for (x, y) in [(swap(g), p.to_string()), (swap(p), g.to_string())] {
-            if let Some(x) = x {
-                if let (Some(a), Some(b)) = (plain_number(&x), plain_number(&y)) {
-                    if plain_equal(a, b) == Some(true) {
-                        return true;
-                    }
-                }
-            }
-        }
-        let _ = opts;
         false
     }
 }

@@ -6,6 +6,7 @@ pub mod extract;
 pub mod grader;
 pub mod grader_options;
 pub mod normalize;
+pub mod ranked;
 
 pub use grader_options::{ExtractionTargets, GraderOptions};
 pub use grader::{

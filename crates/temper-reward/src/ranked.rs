@@ -1,0 +1,668 @@
+//! Where the answer is in a long text, ranked the way math-verify 0.9.0 ranks it, so that temper
+//! reads the same expression out of a response as verl / TRL runs do.
+//!
+//! Candidates come in priority groups, best first:
+//! 0. "final answer is X. I hope" (the Minerva few-shot ending);
+//! 50. `\boxed{}` (the last box, with boxes just before it joined by `,`/"and"/"or"), and
+//!     "final answer ... is X";
+//! 100. "answer: ... X"; 200. "answer ... X";
+//! 300. any math environment (`$..$`, `$$..$$`, `\(..\)`, `\[..\]`, ` [..] `, a bare
+//!     `\frac{a}{b}`) and any number or arithmetic expression standing after a space or `=`.
+//!
+//! Inside a group the candidate ending furthest right wins; math environments joined by `,`,
+//! "and" or "or" form one list. Inline math (`$..$`, `\(..\)`) does not span lines, and a `$`
+//! right after a digit does not open math.
+use crate::grader_options::ExtractionTargets;
+
+/// One extracted candidate: its text (LaTeX, or a plain number / expression) and where it ends.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Candidate {
+    pub text: String,
+    /// `\%` / "percent" written after it.
+    pub percent: bool,
+    pub priority: u32,
+    end: usize,
+    start: usize,
+}
+
+const INLINE: [(&str, &str); 2] = [("$", "$"), ("\\(", "\\)")];
+
+/// A math environment starting exactly at `i`: (content start, content end, end of the match).
+fn env_at(s: &str, i: usize) -> Option<(usize, usize, usize)> {
+    let b = s.as_bytes();
+    let rest = &s[i..];
+    let escaped = i > 0 && b[i - 1] == b'\\';
+    // `$$ .. $$` (may span lines).
+    if rest.starts_with("$$") && !escaped {
+        let from = i + 2;
+        let mut j = from;
+        while j + 1 < b.len() {
+            if b[j] == b'$' && b[j + 1] == b'$' && b[j - 1] != b'\\' && j > from {
+                return Some((from, j, j + 2));
+            }
+            j += 1;
+        }
+    }
+    // `\[ .. \]` (may span lines).
+    if rest.starts_with("\\[") && !escaped {
+        let from = i + 2;
+        if let Some(k) = s[from..].find("\\]") {
+            if k > 0 && b[from + k - 1] != b'\\' {
+                return Some((from, from + k, from + k + 2));
+            }
+        }
+    }
+    for (open, close) in INLINE {
+        if !rest.starts_with(open) || escaped {
+            continue;
+        }
+        if open == "$" && i > 0 && b[i - 1].is_ascii_digit() {
+            continue;
+        }
+        let from = i + open.len();
+        let mut j = from;
+        while j < b.len() {
+            if b[j] == b'\n' {
+                break;
+            }
+            if b[j..].starts_with(close.as_bytes()) && j > from && b[j - 1] != b'\\' {
+                return Some((from, j, j + close.len()));
+            }
+            // `\$` inside inline math is a dollar sign, not the end.
+            j += if b[j] == b'\\' && open == "$" && b.get(j + 1) == Some(&b'$') {
+                2
+            } else {
+                1
+            };
+        }
+    }
+    // ` [ .. ] ` between spaces, on one line, no nested brackets.
+    if rest.starts_with('[') && i > 0 && b[i - 1].is_ascii_whitespace() {
+        let from = i + 1;
+        if let Some(k) = s[from..].find([']', '[', '\n']) {
+            let close = from + k;
+            if k > 0 && b[close] == b']' && b.get(close + 1).is_some_and(u8::is_ascii_whitespace) {
+                return Some((from, close, close + 1));
+            }
+        }
+    }
+    // A bare `\frac{a}{b}` of two plain numbers.
+    let (neg, frac) = match rest.strip_prefix('-') {
+        Some(r) => (1, r),
+        None => (0, rest),
+    };
+    if let Some(after) = frac.strip_prefix("\\frac{") {
+        let simple = |x: &str| -> Option<usize> {
+            let n = x.find('}')?;
+            let body = x[..n].trim_start_matches('-');
+            let (a, b) = body.split_once(['.', ',']).unwrap_or((body, "1"));
+            (!a.is_empty()
+                && !b.is_empty()
+                && a.bytes().all(|c| c.is_ascii_digit())
+                && b.bytes().all(|c| c.is_ascii_digit()))
+            .then_some(n)
+        };
+        if let Some(n1) = simple(after) {
+            if let Some(den) = after[n1 + 1..].strip_prefix('{') {
+                if let Some(n2) = simple(den) {
+                    let end = i + neg + "\\frac{".len() + n1 + 2 + n2 + 1;
+                    return Some((i, end, end));
+                }
+            }
+        }
+    }
+    None
+}
+
+/// `%`, `\%`, "percent", "percentage" or "pct" after optional spaces: its length.
+fn percent_at(s: &str) -> Option<usize> {
+    let t = s.trim_start();
+    let skipped = s.len() - t.len();
+    ["\\%", "%", "percentage", "Percentage", "percent", "Percent", "pct", "Pct"]
+        .iter()
+        .find(|w| t.starts_with(*w))
+        .map(|w| skipped + w.len())
+}
+
+/// Math environments chained by `,`, "and", "or" from `i`: the candidate and the match end.
+fn envs_at(s: &str, i: usize, need_box: bool) -> Option<(Vec<(String, bool)>, usize)> {
+    let (cs, ce, mut end) = env_at(s, i)?;
+    if need_box && !s[cs..ce].contains("\\boxed") {
+        return None;
+    }
+    let pct = percent_at(&s[end..]);
+    end += pct.unwrap_or(0);
+    let mut parts = vec![(s[cs..ce].to_string(), pct.is_some())];
+    while parts.len() < 6 {
+        let rest = &s[end..];
+        let t = rest.trim_start();
+        let mut k = rest.len() - t.len();
+        let sep = [",and", ",or", "and", "or", ","]
+            .iter()
+            .find(|w| t.starts_with(*w));
+        let Some(sep) = sep else { break };
+        k += sep.len();
+        let t2 = &rest[k..];
+        k += t2.len() - t2.trim_start().len();
+        let Some((cs, ce, e)) = env_at(s, end + k) else {
+            break;
+        };
+        if need_box && !s[cs..ce].contains("\\boxed") {
+            break;
+        }
+        let pct = percent_at(&s[e..]);
+        parts.push((s[cs..ce].to_string(), pct.is_some()));
+        end = e + pct.unwrap_or(0);
+    }
+    Some((parts, end))
+}
+
+/// All non-overlapping environment chains from `from`, left to right (regex `finditer`).
+fn all_envs(s: &str, need_box: bool) -> Vec<(usize, usize, Vec<(String, bool)>)> {
+    let mut out = vec![];
+    let mut i = 0;
+    while i < s.len() {
+        if s.is_char_boundary(i) {
+            if let Some((parts, end)) = envs_at(s, i, need_box) {
+                out.push((i, end, parts));
+                i = end.max(i + 1);
+                continue;
+            }
+        }
+        i += 1;
+    }
+    out
+}
+
+fn joined(parts: &[(String, bool)], boxes: BoxMode) -> (String, bool) {
+    let texts: Vec<String> = parts.iter().map(|(t, _)| boxed_content(t, boxes)).collect();
+    (texts.join(", "), parts.len() == 1 && parts[0].1)
+}
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum BoxMode {
+    /// Every box in the text, joined by `,`.
+    All,
+    /// The last box, with the boxes before it that are close to it or joined by a separator.
+    Last,
+}
+
+/// The content of the boxes in `s` (`s` itself when it has none); an unclosed last box gives
+/// the rest of the text.
+pub fn boxed_content(s: &str, mode: BoxMode) -> String {
+    let mut results: Vec<String> = vec![];
+    let mut to = s.len();
+    let mut limit = s.len();
+    let mut later_start: Option<usize> = None;
+    loop {
+        let hay = &s[..to];
+        let k = match (hay.rfind("\\boxed"), hay.rfind("\\fbox")) {
+            (Some(a), Some(b)) => a.max(b),
+            (a, b) => match a.or(b) {
+                Some(k) => k,
+                None => break,
+            },
+        };
+        let cmd = if s[k..].starts_with("\\boxed") { 6 } else { 5 };
+        let mut j = k + cmd;
+        while j < limit && s.as_bytes()[j].is_ascii_whitespace() {
+            j += 1;
+        }
+        if j >= limit {
+            break;
+        }
+        if s.as_bytes()[j] != b'{' {
+            if results.is_empty() {
+                results.push(s[j..].to_string());
+            }
+            break;
+        }
+        let Some(close) = matching_close(&s[j..limit]).map(|c| j + c) else {
+            if results.is_empty() {
+                results.push(s[j..].to_string());
+            }
+            break;
+        };
+        let content = s[j + 1..close].trim().to_string();
+        if mode == BoxMode::Last {
+            if let Some(next) = later_start {
+                let gap = s.get(close + 1..next).unwrap_or("");
+                let prev = results.last().map(String::as_str).unwrap_or("");
+                let separated = gap.contains(',')
+                    || gap.contains(';')
+                    || gap
+                        .split(|c: char| !c.is_alphanumeric())
+                        .any(|w| w == "and" || w == "or");
+                if !(gap.len() < 10 || content != prev && gap.len() < 70 && separated) {
+                    break;
+                }
+            }
+        }
+        if results.last() != Some(&content) {
+            results.push(content);
+        }
+        later_start = Some(k);
+        limit = k;
+        to = k;
+    }
+    if results.is_empty() {
+        return s.to_string();
+    }
+    results.reverse();
+    results.join(",")
+}
+
+/// Index of the `}` closing the `{` at the start of `s`.
+fn matching_close(s: &str) -> Option<usize> {
+    let mut depth = 0i32;
+    for (i, c) in s.char_indices() {
+        match c {
+            '{' => depth += 1,
+            '}' => {
+                depth -= 1;
+                if depth == 0 {
+                    return Some(i);
+                }
+            }
+            _ => {}
+        }
+    }
+    None
+}
+
+/// Case-insensitive positions of `word` in `s` (ASCII).
+fn find_all_ci(s: &str, word: &str) -> Vec<usize> {
+    let lower = s.to_ascii_lowercase();
+    lower.match_indices(word).map(|(k, _)| k).collect()
+}
+
+/// A plain number at `i` (math-verify's number forms): thousands groups (`1,234`, `1 234`),
+/// a decimal point or comma, a leading `.`; then an optional percent. Returns (text, end, pct).
+fn number_at(s: &str, i: usize) -> Option<(String, usize, bool)> {
+    let b = s.as_bytes();
+    if i > 0 && b[i - 1].is_ascii_digit() {
+        return None;
+    }
+    let mut j = i;
+    let neg = b.get(j) == Some(&b'-');
+    if neg {
+        j += 1;
+    }
+    let digits = |from: usize| {
+        let mut e = from;
+        while e < b.len() && b[e].is_ascii_digit() {
+            e += 1;
+        }
+        e
+    };
+    let int_end = digits(j);
+    let mut text: String;
+    let mut end;
+    if int_end == j {
+        // `.5`
+        if neg || b.get(j) != Some(&b'.') {
+            return None;
+        }
+        let e = digits(j + 1);
+        if e == j + 1 {
+            return None;
+        }
+        text = format!("0{}", &s[j..e]);
+        end = e;
+    } else {
+        // Thousands groups after a 1-3 digit lead that does not start with 0.
+        let lead = &s[j..int_end];
+        let mut e = int_end;
+        let mut groups = String::new();
+        if lead.len() <= 3 && !lead.starts_with('0') {
+            while e + 3 < b.len() + 0
+                && matches!(b[e], b',' | b' ')
+                && b.len() >= e + 4
+                && b[e + 1..e + 4].iter().all(u8::is_ascii_digit)
+                && !b.get(e + 4).is_some_and(u8::is_ascii_digit)
+            {
+                groups.push_str(&s[e + 1..e + 4]);
+                e += 4;
+            }
+        }
+        if !groups.is_empty() {
+            text = format!("{}{lead}{groups}", if neg { "-" } else { "" });
+            end = e;
+            if b.get(e) == Some(&b'.') && b.get(e + 1).is_some_and(u8::is_ascii_digit) {
+                let d = digits(e + 1);
+                text.push_str(&s[e..d]);
+                end = d;
+            }
+        } else {
+            text = s[i..int_end].to_string();
+            end = int_end;
+            if matches!(b.get(int_end), Some(b'.' | b','))
+                && b.get(int_end + 1).is_some_and(u8::is_ascii_digit)
+            {
+                let d = digits(int_end + 1);
+                text = format!("{}.{}", &s[i..int_end], &s[int_end + 1..d]);
+                end = d;
+            }
+        }
+    }
+    let rest = &s[end..];
+    let t = rest.trim_start();
+    let pct = ["%", "percentage", "Percentage", "percent", "Percent", "pct", "Pct"]
+        .iter()
+        .find(|w| t.starts_with(*w));
+    if let Some(w) = pct {
+        end += rest.len() - t.len() + w.len();
+    }
+    Some((text, end, pct.is_some()))
+}
+
+const OPERATORS: &[char] = &['+', '-', '*', '×', '/', '^', '(', ')', '÷'];
+
+/// A plain arithmetic expression at `i` (`3/4`, `2*(5+1)`): digits, spaces, `.` and operators,
+/// with at least one operator after the first digit. Returns (text, end).
+fn expression_at(s: &str, i: usize) -> Option<(String, usize)> {
+    let rest = &s[i..];
+    let mut j = 0;
+    for pre in ["-", "(", "-"] {
+        if rest[j..].starts_with(pre) {
+            j += 1;
+        }
+    }
+    if !rest[j..].starts_with(|c: char| c.is_ascii_digit()) {
+        return None;
+    }
+    let ok = |c: char| c.is_ascii_digit() || c == '.' || c.is_whitespace() || OPERATORS.contains(&c);
+    let body_len: usize = rest[j..].chars().take_while(|&c| ok(c)).map(char::len_utf8).sum();
+    let mut body = &rest[j..j + body_len];
+    // The regex backtracks to end on a character its suffix accepts; trim trailing space.
+    body = body.trim_end();
+    let has_op = body.chars().skip(1).any(|c| OPERATORS.contains(&c) && c != '(' && c != ')')
+        || body.chars().skip(1).any(|c| c == '(' || c == ')') && body.len() > 2;
+    if !has_op || body.trim_end_matches(OPERATORS).len() == body.len() && false {
+        return None;
+    }
+    let body = body.trim_end_matches(|c: char| matches!(c, '+' | '-' | '*' | '/' | '^' | '×' | '÷'));
+    let end = i + j + body.len();
+    let text = &s[i..end];
+    (text.chars().any(|c| OPERATORS.contains(&c) && c != '-') || text[1..].contains('-'))
+        .then(|| (text.to_string(), end))
+}
+
+fn currency_len(s: &str) -> usize {
+    let c = s.chars().next();
+    match c {
+        Some(c) if "$€£¥₹₽₪₩₫฿".contains(c) => c.len_utf8(),
+        _ => 0,
+    }
+}
+
+/// A number or expression at `i` after math-verify's prefix (start, a space or `=`, optional
+/// `**`, optional currency sign). Returns (text, end, percent).
+fn plain_at(s: &str, i: usize) -> Option<(String, usize, bool)> {
+    let mut j = i;
+    if s[j..].starts_with("**") {
+        j += 2;
+    }
+    if let Some((t, e)) = expression_at(s, j) {
+        let after = &s[e..];
+        let suffix_ok = after.is_empty()
+            || after.starts_with("**")
+            || after.starts_with(['.', ',', ':', ')', '$'])
+            || after.starts_with(char::is_whitespace);
+        if suffix_ok {
+            return Some((t, e, false));
+        }
+    }
+    j += currency_len(&s[j..]);
+    number_at(s, j)
+}
+
+fn prefix_ok(s: &str, i: usize) -> bool {
+    i == 0 || s[..i].ends_with(char::is_whitespace) || s[..i].ends_with('=')
+}
+
+/// Every plain number / expression with a valid prefix, non-overlapping, left to right.
+fn all_plain(s: &str) -> Vec<(usize, usize, String, bool)> {
+    let mut out = vec![];
+    let mut i = 0;
+    while i < s.len() {
+        if s.is_char_boundary(i) && prefix_ok(s, i) {
+            if let Some((t, e, pct)) = plain_at(s, i) {
+                out.push((i, e, t, pct));
+                i = e.max(i + 1);
+                continue;
+            }
+        }
+        i += 1;
+    }
+    out
+}
+
+/// Candidates after an anchor word: for each occurrence of `word` (case-insensitive), the first
+/// environment chain within `window` bytes after it (lazy `.{0,window}?`).
+fn after_anchor_latex(s: &str, word: &str, window: usize, out: &mut Vec<Candidate>, prio: u32) {
+    let mut from = 0;
+    for k in find_all_ci(s, word) {
+        if k < from {
+            continue;
+        }
+        let start = k + word.len();
+        for off in 0..=window {
+            let i = start + off;
+            if i > s.len() {
+                break;
+            }
+            if !s.is_char_boundary(i) {
+                continue;
+            }
+            if let Some((parts, end)) = envs_at(s, i, false) {
+                let (text, percent) = joined(&parts, BoxMode::All);
+                out.push(Candidate {
+                    text,
+                    percent,
+                    priority: prio,
+                    start: k,
+                    end,
+                });
+                from = end;
+                break;
+            }
+        }
+    }
+}
+
+/// As [`after_anchor_latex`] for plain numbers / expressions; the window does not cross a line,
+/// and a `=` within 100 bytes moves the answer after the last one.
+fn after_anchor_plain(s: &str, word: &str, out: &mut Vec<Candidate>, prio: u32) {
+    let mut from = 0;
+    for k in find_all_ci(s, word) {
+        if k < from {
+            continue;
+        }
+        let start = k + word.len();
+        let line_end = s[start..].find('\n').map_or(s.len(), |n| start + n);
+        let mut found = None;
+        // `answer ... = X` (greedy: the last `=` within 100 bytes), then `answer ... X` (lazy).
+        let eq_zone = &s[start..line_end.min(start + 101).min(s.len())];
+        let eq_zone = &eq_zone[..floor_boundary(eq_zone, eq_zone.len())];
+        for (q, _) in eq_zone.rmatch_indices('=') {
+            let mut i = start + q + 1;
+            while s[i..].starts_with(char::is_whitespace) && i < line_end {
+                i += 1;
+            }
+            if let Some((t, e, pct)) = anchored_plain(s, i) {
+                if !s[e..].trim_start().starts_with('=') {
+                    found = Some((t, e, pct));
+                    break;
+                }
+            }
+        }
+        if found.is_none() {
+            for off in 0..=50 {
+                let i = start + off;
+                if i > line_end {
+                    break;
+                }
+                if !s.is_char_boundary(i) {
+                    continue;
+                }
+                if let Some((t, e, pct)) = anchored_plain(s, i) {
+                    if !s[e..].trim_start().starts_with('=') {
+                        found = Some((t, e, pct));
+                        break;
+                    }
+                }
+            }
+        }
+        if let Some((text, end, percent)) = found {
+            out.push(Candidate {
+                text,
+                percent,
+                priority: prio,
+                start: k,
+                end,
+            });
+            from = end;
+        }
+    }
+}
+
+fn floor_boundary(s: &str, mut i: usize) -> usize {
+    while i > 0 && !s.is_char_boundary(i) {
+        i -= 1;
+    }
+    i
+}
+
+/// A prefixed number or expression whose prefix (a space, `=` or the position itself after the
+/// anchor) is at `i`.
+fn anchored_plain(s: &str, i: usize) -> Option<(String, usize, bool)> {
+    // The prefix is consumed: whitespace or `=` just before, or the match starts right here.
+    plain_at(s, i).filter(|_| {
+        i == 0
+            || s[..i].ends_with(char::is_whitespace)
+            || s[..i].ends_with('=')
+            || s[..i].ends_with(':')
+            || s[..i].to_ascii_lowercase().ends_with("answer")
+            || s[..i].ends_with("is")
+    })
+}
+
+/// math-verify's candidates for `text`, best first.
+pub fn candidates(text: &str, targets: ExtractionTargets) -> Vec<Candidate> {
+    let mut all: Vec<Candidate> = vec![];
+    if targets.latex {
+        // 0 and 50: "final answer is ... I hope", "final answer ... is ...".
+        for k in find_all_ci(text, "final answer") {
+            let rest = &text[k + "final answer".len()..];
+            // Lazy `.{0,100}?\s+is`: the first " is" within 100 bytes.
+            let zone = &rest[..floor_boundary(rest, rest.len().min(104))];
+            let Some(is) = zone
+                .match_indices("is")
+                .find(|(q, _)| *q > 0 && zone[..*q].ends_with(char::is_whitespace))
+                .map(|(q, _)| q)
+            else {
+                continue;
+            };
+            let mut i = k + "final answer".len() + is + 2;
+            if text[i..].starts_with(':') {
+                i += 1;
+            }
+            while text[i..].starts_with(char::is_whitespace) {
+                i += 1;
+            }
+            if let Some((parts, end)) = envs_at(text, i, false) {
+                let (t, percent) = joined(&parts, BoxMode::All);
+                let hope = text[end..]
+                    .trim_start_matches('.')
+                    .trim_start_matches(char::is_whitespace);
+                let prio = if is == 1 && hope.starts_with("I hope") {
+                    0
+                } else {
+                    50
+                };
+                all.push(Candidate {
+                    text: t,
+                    percent,
+                    priority: prio,
+                    start: k,
+                    end,
+                });
+            }
+        }
+        // 50: boxes inside math environments, and the plain `\boxed{...}` up to the last `}`.
+        for (start, end, parts) in all_envs(text, true) {
+            let (t, percent) = joined(&parts, BoxMode::All);
+            all.push(Candidate {
+                text: t,
+                percent,
+                priority: 50,
+                start,
+                end,
+            });
+        }
+        if let Some(k) = text.find("\\boxed{") {
+            if let Some(last) = text.rfind('}').filter(|&e| e > k + 6) {
+                all.push(Candidate {
+                    text: boxed_content(&text[k..=last], BoxMode::Last),
+                    percent: false,
+                    priority: 50,
+                    start: k,
+                    end: last + 1,
+                });
+            }
+        }
+        after_anchor_latex(text, "answer:", 50, &mut all, 100);
+        after_anchor_latex(text, "answer", 50, &mut all, 200);
+        for (start, end, parts) in all_envs(text, false) {
+            let (t, percent) = joined(&parts, BoxMode::All);
+            all.push(Candidate {
+                text: t,
+                percent,
+                priority: 300,
+                start,
+                end,
+            });
+        }
+    }
+    if targets.expr {
+        after_anchor_plain(text, "answer:", &mut all, 100);
+        after_anchor_plain(text, "answer", &mut all, 200);
+        for (start, end, t, percent) in all_plain(text) {
+            all.push(Candidate {
+                text: t,
+                percent,
+                priority: 300,
+                start,
+                end,
+            });
+        }
+    }
+    if targets.string {
+        for (k, c) in text.char_indices() {
+            let standalone = |i: usize| {
+                text[..i].is_empty() || text[..i].ends_with(char::is_whitespace)
+            };
+            if "ABCD".contains(c) && standalone(k) {
+                let after = &text[k + 1..];
+                if after.is_empty() || after.starts_with(['.', ',', ':', ' ', '\n']) {
+                    all.push(Candidate {
+                        text: c.to_ascii_lowercase().to_string(),
+                        percent: false,
+                        priority: 300,
+                        start: k,
+                        end: k + 1,
+                    });
+                }
+            }
+        }
+    }
+    // Best priority first; inside one, the match ending last first, then the one starting first.
+    all.sort_by(|a, b| {
+        a.priority
+            .cmp(&b.priority)
+            .then(b.end.cmp(&a.end))
+            .then(a.start.cmp(&b.start))
+    });
+    all
+}
