@@ -350,19 +350,6 @@ impl Grader {
 
     /// Whether two extracted answers are equivalent.
     pub fn answers_match(&self, gold: &str, pred: &str) -> bool {
-        // A labelled answer against a bare one: `f(x)=1`, `(p,q)=(3,2)`, `AB=4, CD=5`,
-        // `V_1:V_2=11:21` answer `1`, `(3,2)`, `4, 5`, `11:21`.
-        if top_level_split(gold, '=').len() == 1 {
-            if let Some(values) = without_labels(pred) {
-                if self.answers_match_unlabelled(gold, &values) {
-                    return true;
-                }
-            }
-        }
-        self.answers_match_unlabelled(gold, pred)
-    }
-
-    fn answers_match_unlabelled(&self, gold: &str, pred: &str) -> bool {
         // Matrices and vectors: the same shape, entries equal one by one (`pmatrix`, `bmatrix`
         // and `matrix` alike). One side written another way (`\left[\begin{array}...`) goes
         // through the general rules.
@@ -390,8 +377,11 @@ impl Grader {
                 return eq;
             }
         }
+        // Word answers compare without case, spaces and brackets (`\text{(C)}` is `C`); numbers
+        // do not (`90\,952` is not 90952 to math-verify).
         let (gk, pk) = (text_key(&g), text_key(&p));
-        if !gk.is_empty() && gk == pk {
+        let words = |k: &str| k.chars().any(|c| c.is_alphabetic());
+        if !gk.is_empty() && gk == pk && words(&gk) {
             return true;
         }
         if g.len() > MAX_PARSE_LEN || p.len() > MAX_PARSE_LEN {
@@ -510,6 +500,10 @@ fn matrix_cells(s: &str) -> Option<Vec<Vec<String>>> {
         else {
             continue;
         };
+        // `A + B`, `A B`: several matrices are an expression, not one matrix.
+        if body.contains("\\begin") || body.contains("\\end") {
+            return None;
+        }
         let rows: Vec<Vec<String>> = body
             .split("\\\\")
             .map(str::trim)

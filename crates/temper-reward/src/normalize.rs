@@ -185,9 +185,11 @@ pub fn normalize(s: &str) -> String {
         .replace("\\text{ and }", ",")
         .replace("\\text{and}", ",")
         .replace("\\text{ or }", ",")
-        .replace("\\,", " ")
+        .replace("\\,", "\u{2}")
         .replace("\\;", " ")
+        .replace("\\\\", "\u{1}")
         .replace("\\ ", " ")
+        .replace('\u{1}', "\\\\")
         .replace('\n', " ");
     for w in percent_words {
         if let Some(k) = t.find(w) {
@@ -199,9 +201,24 @@ pub fn normalize(s: &str) -> String {
     t = strip_text_units(&t);
     t = strip_unit_words(&t);
     t = strip_trailing_punct(&t);
-    t = join_space_thousands(&t);
+    // A thin space between digit groups (`90\,952`) is not a thousands separator to
+    // math-verify; other spaces are (`1 000`).
+    if !t.contains('\u{2}') {
+        t = join_space_thousands(&t);
+    }
+    t = t.replace('\u{2}', " ");
     t = strip_comma_thousands(&t);
-    t.trim().to_string()
+    leading_zero_decimal_comma(t.trim())
+}
+
+/// The whole answer `0,ddd` is the decimal `0.ddd` (math-verify's reading); other single commas
+/// separate list items.
+fn leading_zero_decimal_comma(t: &str) -> String {
+    let (sign, body) = t.strip_prefix('-').map_or(("", t), |b| ("-", b));
+    match body.strip_prefix("0,") {
+        Some(d) if d.len() == 3 && d.bytes().all(|c| c.is_ascii_digit()) => format!("{sign}0.{d}"),
+        _ => t.to_string(),
+    }
 }
 
 fn strip_trailing_punct(s: &str) -> String {
@@ -224,6 +241,25 @@ fn strip_trailing_punct(s: &str) -> String {
 /// `15\mbox{ cm}^2` -> `15`: a trailing text group after something else is a unit.
 fn strip_text_units(s: &str) -> String {
     let mut t = s.trim_end().to_string();
+    // math-verify drops everything from the first `\text{`/`\mbox{` on when the answer ends
+    // with a text group (`-7\text{ cm}, -4\text{ cm}` reads as `-7`).
+    let ends_in_group = {
+        let u = t.trim_end_matches(|c: char| c.is_ascii_digit());
+        let u = u.strip_suffix('^').unwrap_or(u);
+        u.ends_with('}')
+    };
+    if ends_in_group {
+        let first = ["\\text{", "\\mbox{"]
+            .iter()
+            .filter_map(|c| t.find(c))
+            .min();
+        if let Some(k) = first.filter(|&k| !t[..k].trim().is_empty()) {
+            let head = t[..k].trim_end();
+            if !head.ends_with(['=', '(', ',', '{', '+', '-']) {
+                t = head.to_string();
+            }
+        }
+    }
     for _ in 0..3 {
         let mut changed = false;
         for cmd in [

@@ -181,12 +181,6 @@ pub(super) fn equiv(g: &Expr, p: &Expr, o: &EquivOptions) -> bool {
                     ra.len() == rb.len() && ra.iter().zip(rb).all(|(x, y)| equiv(x, y, o))
                 })
         }
-        // A one-column matrix and a tuple are the same vector.
-        (Matrix(m), Tuple(t)) | (Tuple(t), Matrix(m)) => {
-            m.iter().all(|r| r.len() == 1)
-                && m.len() == t.len()
-                && m.iter().zip(t).all(|(r, x)| equiv(&r[0], x, o))
-        }
         (
             Interval {
                 lo: a,
@@ -220,9 +214,6 @@ pub(super) fn equiv(g: &Expr, p: &Expr, o: &EquivOptions) -> bool {
             },
         ) => t.len() == 2 && equiv(lo, &t[0], o) && equiv(hi, &t[1], o),
         (Union(a), Union(b)) => unordered(a, b, o),
-        (Union(a), List(b)) | (List(b), Union(a)) => {
-            rels_to_union(b).is_some_and(|b| unordered(a, &b, o))
-        }
         (Set(a), Set(b)) | (Set(a), List(b)) | (List(a), Set(b)) | (List(a), List(b)) => {
             unordered(&distinct(a), &distinct(b), o)
         }

@@ -134,18 +134,6 @@ pub(super) fn is_variable(e: &Expr) -> bool {
     }
 }
 
-/// Inequalities joined by "or" (`x \le 1 \text{ or } x \ge 2`) as the union of their intervals.
-pub(super) fn rels_to_union(items: &[Expr]) -> Option<Vec<Expr>> {
-    items
-        .iter()
-        .map(|e| match e {
-            Expr::Rel { .. } => rel_to_interval(e),
-            Expr::Interval { .. } => Some(e.clone()),
-            _ => None,
-        })
-        .collect()
-}
-
 pub(super) fn interval(lo: Expr, hi: Expr, lo_closed: bool, hi_closed: bool) -> Expr {
     Expr::Interval {
         lo: Box::new(lo),
