@@ -1,11 +1,11 @@
 //! The math grader: extract the final answer from a text, then decide whether two answers are
 //! the same (plain-number fast path, normalised strings, then the expression engine).
 use crate::expr::{equivalent, parse, EquivOptions, Expr};
-use crate::extract::{after_hashes, answer_block};
+use crate::extract::after_hashes;
 use crate::grader_options::ExtractionTargets;
-use crate::ranked::{candidates, Candidate};
 use crate::grader_options::GraderOptions;
 use crate::normalize::{normalize, plain_equal, plain_number};
+use crate::ranked::{candidates, Candidate};
 use serde::Serialize;
 use std::time::{Duration, Instant};
 
@@ -228,17 +228,8 @@ pub fn extract_answer(text: &str, mode: Extraction) -> Option<String> {
     ranked_answer(text, targets)
 }
 
-/// The answer in `text` for the given extraction targets (an `<answer>` block searched alone):
-/// the best-ranked candidate the expression engine reads, else the best-ranked one.
+/// The answer in `text` for the given extraction targets: the best-ranked candidate.
 pub fn ranked_answer(text: &str, targets: ExtractionTargets) -> Option<String> {
-    let block;
-    let text = match answer_block(text) {
-        Some(b) => {
-            block = b;
-            block.as_str()
-        }
-        None => text,
-    };
     let found = candidates(text, targets);
     let render = |c: &Candidate| {
         let t = c.text.trim();
@@ -248,11 +239,19 @@ pub fn ranked_answer(text: &str, targets: ExtractionTargets) -> Option<String> {
             t.to_string()
         }
     };
-    let readable = found.iter().map(render).find(|t| {
-        let n = normalize(t);
-        !n.is_empty() && n.len() <= MAX_PARSE_LEN && parse(&n).is_ok()
-    });
-    readable.or_else(|| found.first().map(render))
+    // math-verify moves on to the next candidate only when its LaTeX parser cannot read one,
+    // which is rare; the one case models hit often is math ending in a period (`$\frac{1}{3}.$`,
+    // but not the number `$5.$`), and a plain expression it cannot read. Otherwise the first is taken, so that a too-deep or too-long
+    // answer stays an error rather than a reason to read some other number.
+    let unreadable = |c: &Candidate| {
+        let t = c.text.trim_end();
+        if c.latex {
+            t.ends_with('.') && plain_number(t).is_none()
+        } else {
+            parse(&normalize(t)).is_err()
+        }
+    };
+    found.iter().find(|c| !unreadable(c)).map(render)
 }
 
 /// Whether a ground truth is written with math markup (then its answer is found in it as in a
@@ -393,7 +392,7 @@ impl Grader {
             float_rounding: self.options.float_rounding,
             ..EquivOptions::with_deadline(Instant::now() + self.timeout)
         };
-        let (Ok(ge), Ok(pe)) = (parse(&g), parse(&p)) else {
+        let (Ok(ge), Ok(pe)) = (read(&g), read(&p)) else {
             return false;
         };
         if equivalent(&ge, &pe, &opts) {
@@ -414,6 +413,19 @@ impl Grader {
         }
         false
     }
+}
+
+/// Parse an answer; a chain of three or more equal sides that does not parse as a whole is
+/// read as its last side (`1 = \zzz = x = 0` is `0`), as math-verify does.
+fn read(s: &str) -> anyhow::Result<Expr> {
+    parse(s).or_else(|e| {
+        let parts = top_level_split(s, '=');
+        if parts.len() > 2 && !s.contains([',', ';']) {
+            parse(parts[parts.len() - 1].trim())
+        } else {
+            Err(e)
+        }
+    })
 }
 
 /// Grade with default settings.

@@ -50,7 +50,7 @@ pub fn r1_zero(grader: &Grader, response: &str, ground_truth: &str) -> R1ZeroSco
     let (mut correct, mut error) = grader.judge(&gold, &pred);
     let mut taken = pred.clone();
     // Prose inside the tags ("The answer is 5."): read the answer out of it.
-    if !correct && !looks_like_answer(&pred) {
+    if !correct && error.is_none() && !looks_like_answer(&pred) {
         if let Some(inner) = extract_answer(&pred, Extraction::Strict) {
             (correct, error) = grader.judge(&gold, &inner);
             taken = inner;

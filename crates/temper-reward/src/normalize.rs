@@ -174,8 +174,8 @@ pub fn normalize(s: &str) -> String {
         .replace("\\$", "")
         .replace('$', "")
         .replace("{,}", "")
-        .replace(",\\!", "")
-        .replace("\\!", "")
+        .replace("\\!", "\u{3}")
+        .replace("\\angle", "")
         .replace("\\dfrac", "\\frac")
         .replace("\\tfrac", "\\frac")
         .replace("^{\\circ}", "")
@@ -185,12 +185,18 @@ pub fn normalize(s: &str) -> String {
         .replace("\\text{ and }", ",")
         .replace("\\text{and}", ",")
         .replace("\\text{ or }", ",")
-        .replace("\\,", "\u{2}")
+        .replace("\\,", " ")
         .replace("\\;", " ")
         .replace("\\\\", "\u{1}")
         .replace("\\ ", " ")
         .replace('\u{1}', "\\\\")
         .replace('\n', " ");
+    // `\!` goes with the spaces after it (`32,\! 349` is 32,349).
+    while let Some(k) = t.find('\u{3}') {
+        let rest = t[k + 1..].trim_start().to_string();
+        t.truncate(k);
+        t.push_str(&rest);
+    }
     for w in percent_words {
         if let Some(k) = t.find(w) {
             t.replace_range(k..k + w.len(), "%");
@@ -201,12 +207,8 @@ pub fn normalize(s: &str) -> String {
     t = strip_text_units(&t);
     t = strip_unit_words(&t);
     t = strip_trailing_punct(&t);
-    // A thin space between digit groups (`90\,952`) is not a thousands separator to
-    // math-verify; other spaces are (`1 000`).
-    if !t.contains('\u{2}') {
-        t = join_space_thousands(&t);
-    }
-    t = t.replace('\u{2}', " ");
+    // Spaces between digit groups (`1 000`, `90\,952`) are not thousands separators in LaTeX
+    // (math-verify reads a product there); a plain number found in prose arrives without them.
     t = strip_comma_thousands(&t);
     leading_zero_decimal_comma(t.trim())
 }
@@ -333,30 +335,6 @@ fn strip_unit_words(s: &str) -> String {
     let head = words.join(" ");
     if head.ends_with(|c: char| c.is_ascii_digit() || c == '}' || c == ')' || c == '%') {
         head
-    } else {
-        s.to_string()
-    }
-}
-
-/// `1 000 000` -> `1000000` when the whole answer is such a number.
-fn join_space_thousands(s: &str) -> String {
-    let parts: Vec<&str> = s.split(' ').collect();
-    if parts.len() < 2 {
-        return s.to_string();
-    }
-    let first = parts[0].trim_start_matches('-');
-    let ok_first =
-        !first.is_empty() && first.len() <= 3 && first.bytes().all(|c| c.is_ascii_digit());
-    let ok_rest = parts[1..].iter().enumerate().all(|(i, p)| {
-        let p = if i == parts.len() - 2 {
-            p.split('.').next().unwrap_or(p)
-        } else {
-            p
-        };
-        p.len() == 3 && p.bytes().all(|c| c.is_ascii_digit())
-    });
-    if ok_first && ok_rest {
-        parts.concat()
     } else {
         s.to_string()
     }

@@ -21,6 +21,8 @@ pub struct Candidate {
     /// `\%` / "percent" written after it.
     pub percent: bool,
     pub priority: u32,
+    /// Found by the LaTeX target (math environment, box, bare `\frac`), not as a plain number.
+    pub latex: bool,
     end: usize,
     start: usize,
 }
@@ -118,14 +120,23 @@ fn env_at(s: &str, i: usize) -> Option<(usize, usize, usize)> {
 fn percent_at(s: &str) -> Option<usize> {
     let t = s.trim_start();
     let skipped = s.len() - t.len();
-    ["\\%", "%", "percentage", "Percentage", "percent", "Percent", "pct", "Pct"]
-        .iter()
-        .find(|w| t.starts_with(*w))
-        .map(|w| skipped + w.len())
+    [
+        "\\%",
+        "%",
+        "percentage",
+        "Percentage",
+        "percent",
+        "Percent",
+        "pct",
+        "Pct",
+    ]
+    .iter()
+    .find(|w| t.starts_with(*w))
+    .map(|w| skipped + w.len())
 }
 
 /// Math environments chained by `,`, "and", "or" from `i`: the candidate and the match end.
-fn envs_at(s: &str, i: usize, need_box: bool) -> Option<(Vec<(String, bool)>, usize)> {
+fn envs_at(s: &str, i: usize, need_box: bool) -> Option<(EnvParts, usize)> {
     let (cs, ce, mut end) = env_at(s, i)?;
     if need_box && !s[cs..ce].contains("\\boxed") {
         return None;
@@ -157,8 +168,11 @@ fn envs_at(s: &str, i: usize, need_box: bool) -> Option<(Vec<(String, bool)>, us
     Some((parts, end))
 }
 
-/// All non-overlapping environment chains from `from`, left to right (regex `finditer`).
-fn all_envs(s: &str, need_box: bool) -> Vec<(usize, usize, Vec<(String, bool)>)> {
+/// Math environments joined into one answer, each with whether a percent sign follows it.
+type EnvParts = Vec<(String, bool)>;
+
+/// All non-overlapping environment chains, left to right (regex `finditer`).
+fn all_envs(s: &str, need_box: bool) -> Vec<(usize, usize, EnvParts)> {
     let mut out = vec![];
     let mut i = 0;
     while i < s.len() {
@@ -315,9 +329,8 @@ fn number_at(s: &str, i: usize) -> Option<(String, usize, bool)> {
         let mut e = int_end;
         let mut groups = String::new();
         if lead.len() <= 3 && !lead.starts_with('0') {
-            while e + 3 < b.len() + 0
+            while e + 3 < b.len()
                 && matches!(b[e], b',' | b' ')
-                && b.len() >= e + 4
                 && b[e + 1..e + 4].iter().all(u8::is_ascii_digit)
                 && !b.get(e + 4).is_some_and(u8::is_ascii_digit)
             {
@@ -347,9 +360,17 @@ fn number_at(s: &str, i: usize) -> Option<(String, usize, bool)> {
     }
     let rest = &s[end..];
     let t = rest.trim_start();
-    let pct = ["%", "percentage", "Percentage", "percent", "Percent", "pct", "Pct"]
-        .iter()
-        .find(|w| t.starts_with(*w));
+    let pct = [
+        "%",
+        "percentage",
+        "Percentage",
+        "percent",
+        "Percent",
+        "pct",
+        "Pct",
+    ]
+    .iter()
+    .find(|w| t.starts_with(*w));
     if let Some(w) = pct {
         end += rest.len() - t.len() + w.len();
     }
@@ -358,84 +379,106 @@ fn number_at(s: &str, i: usize) -> Option<(String, usize, bool)> {
 
 const OPERATORS: &[char] = &['+', '-', '*', '×', '/', '^', '(', ')', '÷'];
 
-/// A plain arithmetic expression at `i` (`3/4`, `2*(5+1)`): digits, spaces, `.` and operators,
-/// with at least one operator after the first digit. Returns (text, end).
+/// A plain arithmetic expression at `i` (`3/4`, `2 * (5+1)`): an optional `-`, `(`, `-`, a
+/// digit, then digits, `.`, spaces and operators with at least one operator that has something
+/// after it; the longest such text that is followed by the end, a space, `.`, `,`, `:`, `)` or
+/// `$`. Returns (text, end).
 fn expression_at(s: &str, i: usize) -> Option<(String, usize)> {
-    let rest = &s[i..];
-    let mut j = 0;
-    for pre in ["-", "(", "-"] {
-        if rest[j..].starts_with(pre) {
+    let mut j = i;
+    for pre in ['-', '(', '-'] {
+        if s[j..].starts_with(pre) {
             j += 1;
         }
     }
-    if !rest[j..].starts_with(|c: char| c.is_ascii_digit()) {
+    if !s[j..].starts_with(|c: char| c.is_ascii_digit()) {
         return None;
     }
-    let ok = |c: char| c.is_ascii_digit() || c == '.' || c.is_whitespace() || OPERATORS.contains(&c);
-    let body_len: usize = rest[j..].chars().take_while(|&c| ok(c)).map(char::len_utf8).sum();
-    let mut body = &rest[j..j + body_len];
-    // The regex backtracks to end on a character its suffix accepts; trim trailing space.
-    body = body.trim_end();
-    let has_op = body.chars().skip(1).any(|c| OPERATORS.contains(&c) && c != '(' && c != ')')
-        || body.chars().skip(1).any(|c| c == '(' || c == ')') && body.len() > 2;
-    if !has_op || body.trim_end_matches(OPERATORS).len() == body.len() && false {
-        return None;
+    let in_run =
+        |c: char| c.is_ascii_digit() || c == '.' || c.is_whitespace() || OPERATORS.contains(&c);
+    let run: Vec<(usize, char)> = s[j + 1..]
+        .char_indices()
+        .take_while(|&(_, c)| in_run(c))
+        .map(|(k, c)| (j + 1 + k, c))
+        .collect();
+    let suffix_ok = |end: usize| {
+        let after = &s[end..];
+        after.is_empty()
+            || after.starts_with(['.', ',', ':', ')', '$'])
+            || after.starts_with(char::is_whitespace)
+            || after.strip_prefix("**").is_some_and(|r| {
+                r.is_empty() || r.starts_with(['.', ',', ':', ')', '$', ' ', '\n'])
+            })
+    };
+    // Longest first, as the regex backtracks from the longest run.
+    for len in (2..=run.len()).rev() {
+        let has_op = run[..len - 1].iter().any(|&(_, c)| OPERATORS.contains(&c));
+        let (k, c) = run[len - 1];
+        let end = k + c.len_utf8();
+        if has_op && suffix_ok(end) {
+            return Some((s[i..end].to_string(), end));
+        }
     }
-    let body = body.trim_end_matches(|c: char| matches!(c, '+' | '-' | '*' | '/' | '^' | '×' | '÷'));
-    let end = i + j + body.len();
-    let text = &s[i..end];
-    (text.chars().any(|c| OPERATORS.contains(&c) && c != '-') || text[1..].contains('-'))
-        .then(|| (text.to_string(), end))
+    None
 }
 
 fn currency_len(s: &str) -> usize {
-    let c = s.chars().next();
-    match c {
+    match s.chars().next() {
         Some(c) if "$€£¥₹₽₪₩₫฿".contains(c) => c.len_utf8(),
         _ => 0,
     }
 }
 
-/// A number or expression at `i` after math-verify's prefix (start, a space or `=`, optional
-/// `**`, optional currency sign). Returns (text, end, percent).
-fn plain_at(s: &str, i: usize) -> Option<(String, usize, bool)> {
-    let mut j = i;
-    if s[j..].starts_with("**") {
-        j += 2;
-    }
-    if let Some((t, e)) = expression_at(s, j) {
-        let after = &s[e..];
-        let suffix_ok = after.is_empty()
-            || after.starts_with("**")
-            || after.starts_with(['.', ',', ':', ')', '$'])
-            || after.starts_with(char::is_whitespace);
-        if suffix_ok {
-            return Some((t, e, false));
-        }
-    }
-    j += currency_len(&s[j..]);
-    number_at(s, j)
+/// Whether a plain match may start at `i` (after math-verify's prefix: the start, a space or
+/// `=`), the prefix not being part of the previous match (which ended at `taken`).
+fn prefix_ok(s: &str, i: usize, taken: usize) -> bool {
+    i == 0 || i > taken && (s[..i].ends_with(char::is_whitespace) || s[..i].ends_with('='))
 }
 
-fn prefix_ok(s: &str, i: usize) -> bool {
-    i == 0 || s[..i].ends_with(char::is_whitespace) || s[..i].ends_with('=')
+/// An optional `**` at `i`: its length.
+fn bold(s: &str, i: usize) -> usize {
+    if s[i..].starts_with("**") {
+        2
+    } else {
+        0
+    }
 }
 
-/// Every plain number / expression with a valid prefix, non-overlapping, left to right.
+/// Every prefixed plain expression and every prefixed number (optional currency sign), each
+/// found left to right without overlap, as two separate searches.
 fn all_plain(s: &str) -> Vec<(usize, usize, String, bool)> {
     let mut out = vec![];
-    let mut i = 0;
-    while i < s.len() {
-        if s.is_char_boundary(i) && prefix_ok(s, i) {
-            if let Some((t, e, pct)) = plain_at(s, i) {
-                out.push((i, e, t, pct));
-                i = e.max(i + 1);
-                continue;
+    for numbers in [false, true] {
+        let (mut i, mut taken) = (0, 0);
+        while i < s.len() {
+            if s.is_char_boundary(i) && prefix_ok(s, i, taken) {
+                let mut j = i + bold(s, i);
+                let found = if numbers {
+                    j += currency_len(&s[j..]);
+                    number_at(s, j)
+                } else {
+                    expression_at(s, j).map(|(t, e)| (t, e, false))
+                };
+                if let Some((t, e, pct)) = found {
+                    out.push((i, e, t, pct));
+                    taken = e;
+                    i = e.max(i + 1);
+                    continue;
+                }
             }
+            i += 1;
         }
-        i += 1;
     }
     out
+}
+
+/// A number or expression at `i` (the expression first), with an optional `**` and currency
+/// sign before a number. Returns (text, end, percent).
+fn plain_at(s: &str, i: usize) -> Option<(String, usize, bool)> {
+    let j = i + bold(s, i);
+    if let Some((t, e)) = expression_at(s, j) {
+        return Some((t, e, false));
+    }
+    number_at(s, j + currency_len(&s[j..]))
 }
 
 /// Candidates after an anchor word: for each occurrence of `word` (case-insensitive), the first
@@ -461,6 +504,7 @@ fn after_anchor_latex(s: &str, word: &str, window: usize, out: &mut Vec<Candidat
                     text,
                     percent,
                     priority: prio,
+                    latex: true,
                     start: k,
                     end,
                 });
@@ -519,6 +563,7 @@ fn after_anchor_plain(s: &str, word: &str, out: &mut Vec<Candidate>, prio: u32) 
                 text,
                 percent,
                 priority: prio,
+                latex: false,
                 start: k,
                 end,
             });
@@ -534,18 +579,14 @@ fn floor_boundary(s: &str, mut i: usize) -> usize {
     i
 }
 
-/// A prefixed number or expression whose prefix (a space, `=` or the position itself after the
-/// anchor) is at `i`.
+/// A number or expression at `i` right after math-verify's prefix (a space or `=`).
 fn anchored_plain(s: &str, i: usize) -> Option<(String, usize, bool)> {
-    // The prefix is consumed: whitespace or `=` just before, or the match starts right here.
-    plain_at(s, i).filter(|_| {
-        i == 0
-            || s[..i].ends_with(char::is_whitespace)
-            || s[..i].ends_with('=')
-            || s[..i].ends_with(':')
-            || s[..i].to_ascii_lowercase().ends_with("answer")
-            || s[..i].ends_with("is")
-    })
+    let prefixed = s[..i].ends_with(char::is_whitespace) || s[..i].ends_with('=');
+    if prefixed {
+        plain_at(s, i)
+    } else {
+        None
+    }
 }
 
 /// math-verify's candidates for `text`, best first.
@@ -585,6 +626,7 @@ pub fn candidates(text: &str, targets: ExtractionTargets) -> Vec<Candidate> {
                     text: t,
                     percent,
                     priority: prio,
+                    latex: true,
                     start: k,
                     end,
                 });
@@ -597,6 +639,7 @@ pub fn candidates(text: &str, targets: ExtractionTargets) -> Vec<Candidate> {
                 text: t,
                 percent,
                 priority: 50,
+                latex: true,
                 start,
                 end,
             });
@@ -607,6 +650,7 @@ pub fn candidates(text: &str, targets: ExtractionTargets) -> Vec<Candidate> {
                     text: boxed_content(&text[k..=last], BoxMode::Last),
                     percent: false,
                     priority: 50,
+                    latex: true,
                     start: k,
                     end: last + 1,
                 });
@@ -620,6 +664,7 @@ pub fn candidates(text: &str, targets: ExtractionTargets) -> Vec<Candidate> {
                 text: t,
                 percent,
                 priority: 300,
+                latex: true,
                 start,
                 end,
             });
@@ -633,6 +678,7 @@ pub fn candidates(text: &str, targets: ExtractionTargets) -> Vec<Candidate> {
                 text: t,
                 percent,
                 priority: 300,
+                latex: false,
                 start,
                 end,
             });
@@ -640,9 +686,8 @@ pub fn candidates(text: &str, targets: ExtractionTargets) -> Vec<Candidate> {
     }
     if targets.string {
         for (k, c) in text.char_indices() {
-            let standalone = |i: usize| {
-                text[..i].is_empty() || text[..i].ends_with(char::is_whitespace)
-            };
+            let standalone =
+                |i: usize| text[..i].is_empty() || text[..i].ends_with(char::is_whitespace);
             if "ABCD".contains(c) && standalone(k) {
                 let after = &text[k + 1..];
                 if after.is_empty() || after.starts_with(['.', ',', ':', ' ', '\n']) {
@@ -650,6 +695,7 @@ pub fn candidates(text: &str, targets: ExtractionTargets) -> Vec<Candidate> {
                         text: c.to_ascii_lowercase().to_string(),
                         percent: false,
                         priority: 300,
+                        latex: false,
                         start: k,
                         end: k + 1,
                     });

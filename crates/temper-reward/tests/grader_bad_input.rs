@@ -37,7 +37,7 @@ fn deep_nesting_is_refused_quickly() {
     assert!(!g.correct);
     assert_eq!(g.error, Some(Unscored::TooDeep));
     // Depth the engine follows still grades.
-    assert!(grade("\\frac{1}{8}", &nested_fracs(3)).correct);
+    assert!(grade("\\frac{1}{8}", &format!("\\boxed{{{}}}", nested_fracs(3))).correct);
 }
 
 #[test]

@@ -1,12 +1,50 @@
-//! Hand-written cases for each grader rule: (gold, prediction, expected). Semantics follow
-//! CS336's drgrpo_grader and HF math-verify where they agree; where they differ we take the
-//! mathematically right answer (e.g. an unreduced fraction equal in value is correct).
+//! Hand-written cases for each grader rule: (gold, prediction, math-verify's verdict). People
+//! chose the pairs; the verdicts are math-verify 0.9.0's, on the pair as the test hands it to
+//! temper (a bare answer inside `$..$`), and `tools/grader_rules_check.py` checks
+//! that every one still is (`--fix` rewrites any that is not).
 use temper_reward::grade;
+
+/// A bare answer (no math markup, no words) is an answer in math mode; prose is handed over as
+/// it is (the same rule as tools/grader_rules_check.py).
+fn wrap(s: &str) -> String {
+    let markup = ["$", "\\(", "\\[", "\\boxed", "\\fbox"]
+        .iter()
+        .any(|m| s.contains(m));
+    if markup || is_prose(s) {
+        s.to_string()
+    } else {
+        format!("${s}$")
+    }
+}
+
+/// Four letters or more in a row outside LaTeX commands and `\text{}` groups.
+fn is_prose(s: &str) -> bool {
+    let mut bare = String::new();
+    let mut rest = s;
+    while let Some(k) = rest.find('\\') {
+        bare.push_str(&rest[..k]);
+        bare.push(' ');
+        let after = &rest[k + 1..];
+        let name_len = after
+            .find(|c: char| !c.is_ascii_alphabetic())
+            .unwrap_or(after.len());
+        rest = &after[name_len..];
+        if matches!(&after[..name_len], "text" | "begin" | "end") && rest.starts_with('{') {
+            rest = rest.find('}').map_or("", |e| &rest[e + 1..]);
+        }
+    }
+    bare.push_str(rest);
+    let mut run = 0;
+    bare.chars().any(|c| {
+        run = if c.is_ascii_alphabetic() { run + 1 } else { 0 };
+        run >= 4
+    })
+}
 
 fn check(cases: &[(&str, &str, bool)]) {
     let mut bad = vec![];
     for &(g, p, want) in cases {
-        let got = grade(g, p);
+        let got = grade(&wrap(g), &wrap(p));
         if got.correct != want {
             bad.push(format!(
                 "gold={g:?} pred={p:?} want={want} got={} (gold_answer={:?}, pred_answer={:?})",
@@ -36,7 +74,7 @@ fn plain_numbers() {
         ("-5", "-5", true),
         ("-5", "5", false),
         ("7425000", "7,425,000", true),
-        ("1000", "1 000", true),
+        ("1000", "1 000", false),
         ("1000", "1000.0", true),
         ("1000.0", "1,000.0", true),
         ("1000.99", "$1,000.99", true),
@@ -51,8 +89,8 @@ fn plain_numbers() {
         ),
         ("14916", "\\boxed{14{,}916}", true),
         ("2", "AZYUK2A", false),
-        ("1000.99", "1000,99", true),
-        ("1.22", "1,22", true),
+        ("1000.99", "1000,99", false),
+        ("1.22", "1,22", false),
     ]);
 }
 
@@ -78,7 +116,7 @@ fn fractions_and_decimals() {
         ("\\frac{1}{3}", "\\frac{2}{6}", true),
         ("3\\frac{1}{2}", "3.5", true),
         ("3\\frac{1}{2}", "\\frac{7}{2}", true),
-        ("7 3/4", "7.75", true),
+        ("7 3/4", "7.75", false),
         ("1.5e3", "1500", false),
         ("\\frac{9}{4}\\pi", "\\frac94\\pi", true),
         (
@@ -137,7 +175,7 @@ fn roots_powers_constants() {
         ("$1\\sqrt{19}$", "$1$", false),
         ("\\sqrt[3]{8}", "2", true),
         ("2^{10}", "1024", true),
-        ("$2$", "$2^{10}.$", false),
+        ("$2$", "$2^{10}.$", true),
         ("\\pi", "3.14", false),
         ("2\\pi", "\\pi \\cdot 2", true),
         ("\\frac{\\pi}{2}", "90", false),
@@ -189,7 +227,6 @@ fn equations_and_relations() {
         ("$11$", "$x\\approx11$", true),
         ("$1/3$", "$x=1/3\\approx1.3$", true),
         ("$a +3z = 0$", "$0$", false),
-        ("$1 = \\zzz = x = 0$", "$0$", true),
         ("$2x + z = 1$", "$1$", false),
         ("$a^2 + b = 0$", "$0$", false),
         ("$z = 1 + 1 = 2$", "$z = 3+3 = 2$", true),
@@ -248,7 +285,7 @@ fn tuples_sets_intervals() {
         ("\\boxed{(-6, 10)}", "The solution is \\( x \\in (-6, 10) \\). Final Answer: The final answer is \\((-6, 10)\\).", true),
         ("$\\boxed{1}\\boxed{2}$", "$\\boxed{1,2}$", true),
         ("1, -2", "The integers are \\boxed{-2} and \\boxed{1}.", true),
-        ("\\emptyset", "\\varnothing", true),
+        ("\\emptyset", "\\varnothing", false),
     ]);
 }
 
@@ -306,9 +343,9 @@ fn extraction_from_prose() {
             "Therefore, there are 12 distinct arithmetic sequences that meet the conditions.",
             true,
         ),
-        ("$\\frac{1}{3}$", "The answer is $\\frac{1}{3}.$", true),
-        ("$1$", "The answer is $1/3.$", false),
-        ("$(1,2)$", "$(1,2).$", true),
+        ("$\\frac{1}{3}$", "The answer is $\\frac{1}{3}.$", false),
+        ("$1$", "The answer is $1/3.$", true),
+        ("$(1,2)$", "$(1,2).$", false),
         ("$5$", "$5 \\text{ cm}.$", true),
         ("$42$", "$42.$", true),
         ("$1, 2, 3$", "$1, 2, 3, ...$", false),
@@ -338,10 +375,10 @@ fn more_forms() {
         ("\\frac{\\sqrt{3}}{2}", "\\sqrt{3}/2", true),
         ("\\dfrac{1}{2}", "0.50", true),
         ("$10^{2^n-n-1}$", "10^{2^{n}-(n+1)}", true),
-        ("18", "\\$18.00", true),
+        ("18", "\\$18.00", false),
         ("18\\%", "18%", true),
         ("x \\in (-\\infty, 3)", "(-\\infty, 3)", true),
-        ("(-\\infty, 3)", "x < 3", true),
+        ("(-\\infty, 3)", "x < 3", false),
         ("(-\\infty, 3)", "x \\le 3", false),
         ("\\text{yes}", "Yes", true),
         ("5\\text{ inches}", "5", true),
@@ -360,7 +397,7 @@ fn more_forms() {
         (
             "\\boxed{5}",
             "<think> hmm </think> <answer>5</answer>",
-            true,
+            false,
         ),
         ("\\frac{1}{2}", "\\frac{1}{3}", false),
         ("3", "3x", false),
@@ -436,12 +473,12 @@ fn never_panics_on_odd_text() {
 #[test]
 fn rounded_gold_is_answered_by_an_exact_value_that_rounds_to_it() {
     check(&[
-        ("0.33", "\\frac13", true),
-        ("0.333", "\\frac{1}{3}", true),
-        ("2.6667", "\\frac83", true),
-        ("1.41", "\\sqrt2", true),
-        ("3.14", "\\pi", true),
-        ("-0.67", "-\\frac23", true),
+        ("0.33", "\\frac13", false),
+        ("0.333", "\\frac{1}{3}", false),
+        ("2.6667", "\\frac83", false),
+        ("1.41", "\\sqrt2", false),
+        ("3.14", "\\pi", false),
+        ("-0.67", "-\\frac23", false),
         ("0.34", "\\frac13", false),
         // The prediction is the rounding: not accepted for an exact gold.
         ("\\frac13", "0.33", false),
@@ -451,11 +488,11 @@ fn rounded_gold_is_answered_by_an_exact_value_that_rounds_to_it() {
         ("0.33", "0.333", false),
         // One decimal is taken as exact: 2.45 does not answer 2.5.
         ("2.5", "\\frac{49}{20}", false),
-        ("(0.6, 2.6667]", "(\\frac35, \\frac83]", true),
+        ("(0.6, 2.6667]", "(\\frac35, \\frac83]", false),
         (
             "\\begin{pmatrix}0.33\\\\0.5\\end{pmatrix}",
             "\\begin{pmatrix}\\frac13\\\\\\frac12\\end{pmatrix}",
-            true,
+            false,
         ),
     ]);
 }
@@ -463,20 +500,20 @@ fn rounded_gold_is_answered_by_an_exact_value_that_rounds_to_it() {
 #[test]
 fn inequalities_answer_intervals_and_unions() {
     check(&[
-        ("(0,1)", "0<f(x)<1", true),
+        ("(0,1)", "0<f(x)<1", false),
         ("(0,1)", "0<f(x)\\le 1", false),
-        ("[2,5)", "2 \\le x < 5", true),
-        ("(3,\\infty)", "x>3", true),
+        ("[2,5)", "2 \\le x < 5", false),
+        ("(3,\\infty)", "x>3", false),
         ("(3,\\infty)", "x \\ge 3", false),
         (
             "(-\\infty,1]\\cup[2,\\infty)",
             "x \\le 1 \\text{ or } x \\ge 2",
-            true,
+            false,
         ),
         (
             "(-\\infty,1]\\cup[2,\\infty)",
             "x \\ge 2 \\text{ or } x \\le 1",
-            true,
+            false,
         ),
         (
             "(-\\infty,1]\\cup[2,\\infty)",
@@ -492,7 +529,7 @@ fn thousands_groups_are_not_decimal_commas() {
         ("1234", "1,234", true),
         ("1.234", "1,234", false),
         ("0.234", "0,234", true),
-        ("2.74", "2,74", true),
+        ("2.74", "2,74", false),
         ("1234567", "1,234,567", true),
         ("1234.5", "1,234.5", true),
         (

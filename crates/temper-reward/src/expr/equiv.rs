@@ -231,8 +231,7 @@ fn distinct(v: &[Expr]) -> Vec<Expr> {
     let mut out: Vec<Expr> = vec![];
     for x in v {
         let repeat = out.iter().any(|y| {
-            y == x
-                || matches!((exact_value(x), exact_value(y)), (Some(a), Some(b)) if a == b)
+            y == x || matches!((exact_value(x), exact_value(y)), (Some(a), Some(b)) if a == b)
         });
         if !repeat {
             out.push(x.clone());

@@ -312,7 +312,7 @@ impl Parser {
             }
             "overline" | "bar" | "hat" | "vec" | "tilde" | "widehat" | "underline" | "boxed"
             | "fbox" | "mathbf" => self.arg(),
-            "emptyset" | "varnothing" => Ok(Expr::Set(vec![])),
+            "emptyset" => Ok(Expr::Set(vec![])),
             "begin" => self.environment(),
             "e" => Ok(Expr::E),
             "infty" => Ok(Expr::Inf),
