@@ -15,7 +15,7 @@ default time limits (5 s per parse and per comparison, by SIGALRM, as math-verif
 Where a case sets `options` (`strict`, `allow_set_relation_comp`), they are passed to `verify`
 under those names and the test hands the same options to temper.
 
-Usage: .venv/bin/python tools/grader_corpus.py OUT.jsonl [--per-family 900] [--seed 1]
+Usage: .venv/bin/python tools/grader_corpus.py OUT.jsonl [--per-family 700] [--seed 1]
 Each line: {"family", "kind", "gold", "pred", "options"?, "math_verify": bool}.
 """
 import argparse
@@ -361,6 +361,43 @@ def math_golds(rng):
     return kind, gold, pred
 
 
+def variety(rng):
+    """Further answer shapes, added after the grader was tuned on the families above and first
+    measured on a fresh seed: bold and colon answer lines, answers followed by more numbers,
+    money, scientific notation, rounded decimals, radicals, logs, angles, words."""
+    a, b = rng.randint(2, 60), rng.randint(2, 9)
+    q = maybe(rng, a, other_int(rng, a, 2, 60))
+    r = maybe(rng, b, b + 1)
+    kinds = [
+        ("bold_answer", dollars(a), f"{cot(rng)}\n\n**Answer:** {q}"),
+        ("final_answer_colon", dollars(a), f"{cot(rng)}\nFinal answer: {q}"),
+        ("answer_then_check", dollars(a), f"{cot(rng)} The answer is {q}. Note that {b} + {b} = {2 * b}."),
+        ("boxed_then_units", dollars(a), f"{cot(rng)} So the total is $\\boxed{{{q}}}$ dollars."),
+        ("money", dollars(f"{a}.50"), f"{cot(rng)} She spent ${q},000.50 in total." if rng.random() < 0.3 else f"{cot(rng)} She spent ${q}.50 in total."),
+        ("plain_fraction", dollars(f"\\frac{{{b}}}{{{b + 5}}}"), f"{cot(rng)} The probability is {r}/{b + 5}."),
+        ("negative", dollars(-a), f"{cot(rng)} Therefore the minimum value is $-{q}$."),
+        ("scientific", dollars(f"{b}.5 \\times 10^{{3}}"), f"{cot(rng)} The answer is ${r}.5 \\times 10^3$."),
+        ("rounded_decimal", dollars(f"\\frac{{1}}{{{b}}}"), f"{cot(rng)} The answer is approximately {round(1 / r, rng.choice([2, 4, 6])):.{rng.choice([2, 4, 6])}f}."),
+        ("cube_root", dollars(f"\\sqrt[3]{{{b}}}"), f"{cot(rng)} $\\boxed{{{r}^{{1/3}}}}$"),
+        ("log", dollars(f"\\log_2 {2 ** b}"), f"{cot(rng)} The answer is $\\boxed{{{r}}}$."),
+        ("angle_plain", dollars(f"{a}^\\circ"), f"{cot(rng)} The angle measures $\\boxed{{{q}}}$ degrees."),
+        ("word", dollars("\\text{Tuesday}"), f"{cot(rng)} The answer is $\\boxed{{\\text{{{rng.choice(['Tuesday', 'tuesday', 'Monday'])}}}}}$."),
+        ("pi_fraction", dollars(f"\\frac{{\\pi}}{{{b}}}"), f"{cot(rng)} The answer is $\\boxed{{\\frac{{{maybe(rng, 1, 2)}\\pi}}{{{b}}}}}$."),
+        ("pi_decimal", dollars(f"\\frac{{\\pi}}{{4}}"), f"{cot(rng)} So the answer is {maybe(rng, '0.785398', '0.785')}."),
+        ("assignment_plain", dollars(a), f"{cot(rng)} Therefore, x = {q}."),
+        ("two_labelled_envs", dollars(f"({a}, {b})"), f"{cot(rng)} We get $a = {q}$ and $b = {b}$."),
+        ("set_words", dollars(f"\\{{{a}, {a + b}\\}}"), f"{cot(rng)} The solutions are $x = {q}$ and $x = {a + b}$."),
+        ("interval_text", dollars(f"[{-b}, {a}]"), f"{cot(rng)} The range is $[{-r}, {a}]$."),
+        ("expression_answer", dollars(f"{b}x^2 - {a}"), f"{cot(rng)} The answer is $\\boxed{{{r}x^2 - {a}}}$."),
+        ("degree_gold_plain", dollars(f"{a}"), f"{cot(rng)} The angle is $\\boxed{{{q}^\\circ}}$."),
+        ("percent_decimal", dollars(f"{a}\\%"), f"{cot(rng)} The answer is $\\boxed{{{maybe(rng, a / 100, a)}}}$."),
+        ("boxed_in_text_later_math", dollars(a), f"{cot(rng)} The answer is $\\boxed{{{q}}}$. Indeed $\\frac{{{2 * q}}}{{2}} = {q}$ checks out."),
+        ("answer_is_then_box", dollars(a), f"{cot(rng)} I think the answer is {a + 1}. Actually, correcting the slip: $\\boxed{{{q}}}$."),
+        ("thousands_space", dollars(a * 1000 + 7), f"{cot(rng)} The population is {q} 007 people."),
+    ]
+    return rng.choice(kinds)
+
+
 FAMILIES = {
     "prose": prose,
     "labelled": labelled,
@@ -370,6 +407,7 @@ FAMILIES = {
     "strictness": strictness,
     "not_answer": not_answer,
     "math_golds": math_golds,
+    "variety": variety,
 }
 
 
@@ -383,7 +421,7 @@ def mv(gold, pred, options):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("out")
-    ap.add_argument("--per-family", type=int, default=900)
+    ap.add_argument("--per-family", type=int, default=700)
     ap.add_argument("--seed", type=int, default=1)
     a = ap.parse_args()
     rng = random.Random(a.seed)

@@ -1,11 +1,12 @@
 //! The math grader: extract the final answer from a text, then decide whether two answers are
 //! the same (plain-number fast path, normalised strings, then the expression engine).
-use crate::expr::{equivalent, parse, EquivOptions, Expr};
+use crate::expr::{equivalent, exact_value, parse, EquivOptions, Expr};
 use crate::extract::after_hashes;
 use crate::grader_options::ExtractionTargets;
 use crate::grader_options::GraderOptions;
 use crate::normalize::{normalize, plain_equal, plain_number};
 use crate::ranked::{candidates, Candidate};
+use num_traits::ToPrimitive;
 use serde::Serialize;
 use std::time::{Duration, Instant};
 
@@ -349,6 +350,9 @@ impl Grader {
 
     /// Whether two extracted answers are equivalent.
     pub fn answers_match(&self, gold: &str, pred: &str) -> bool {
+        if let Some(v) = float_quotient(pred) {
+            return self.float_quotient_matches(gold, v);
+        }
         // Matrices and vectors: the same shape, entries equal one by one (`pmatrix`, `bmatrix`
         // and `matrix` alike). One side written another way (`\left[\begin{array}...`) goes
         // through the general rules.
@@ -412,6 +416,35 @@ impl Grader {
             }
         }
         false
+    }
+}
+
+/// A plain quotient of integers written at the end of a sentence (`9/14.`): math-verify reads
+/// the period as part of the number, so the value is computed in floating point, `a * (1/b.)`.
+fn float_quotient(pred: &str) -> Option<f64> {
+    let body = pred.trim().strip_suffix('.')?;
+    let (a, b) = body.split_once('/')?;
+    let int = |x: &str| {
+        let d = x.trim_start_matches('-');
+        (!d.is_empty() && d.bytes().all(|c| c.is_ascii_digit()))
+            .then(|| x.parse::<f64>().ok())
+            .flatten()
+    };
+    Some(int(a)? * (1.0 / int(b)?))
+}
+
+impl Grader {
+    /// math-verify compares such a float with an exact gold by value at double precision: `1/3.`
+    /// answers `\frac{1}{3}` while `9/14.` does not answer `\frac{9}{14}` (9 * (1/14) rounds
+    /// differently from 9/14).
+    fn float_quotient_matches(&self, gold: &str, v: f64) -> bool {
+        let Ok(g) = read(&normalize(gold)) else {
+            return false;
+        };
+        match exact_value(&g) {
+            Some(exact) => exact.to_f64() == Some(v),
+            None => false,
+        }
     }
 }
 
@@ -527,9 +560,18 @@ fn matrix_cells(s: &str) -> Option<Vec<Vec<String>>> {
     None
 }
 
-/// The named rule of docs/rewards.md ("Deliberate differences") under which temper's verdict on
-/// this pair differs from math-verify's on purpose, if any.
+/// The named rule of docs/rewards.md ("Deliberate differences from math-verify") under which
+/// temper's verdict on this pair may differ from math-verify's on purpose, if any:
+/// - `gold_field_whole`: a ground truth with no math markup is the answer as a whole (as verl
+///   boxes a dataset's answer field), where math-verify's `parse` reads only what its patterns
+///   find in it (a bare `(3, 2)` gives nothing, a bare `2x+3` gives `2`).
+/// - `unbalanced_braces`: an answer with unclosed braces scores 0 with the reason `unbalanced`.
 pub fn deliberate_difference(gold: &str, pred: &str) -> Option<&'static str> {
-    let _ = (gold, pred);
+    if !has_math_markup(gold) && after_hashes(gold).is_none() {
+        return Some("gold_field_whole");
+    }
+    if !braces_balanced(pred) {
+        return Some("unbalanced_braces");
+    }
     None
 }

@@ -218,9 +218,9 @@ pub(super) fn equiv(g: &Expr, p: &Expr, o: &EquivOptions) -> bool {
             unordered(&distinct(a), &distinct(b), o)
         }
         (Tuple(a), Tuple(b)) | (Tuple(a), List(b)) | (List(a), Tuple(b)) => ordered(a, b, o),
-        // `\{5\}` and `5` name the same single answer.
-        (Set(a), x) | (List(a), x) if a.len() == 1 && x.is_scalar() => equiv(&a[0], x, o),
-        (x, Set(b)) | (x, List(b)) if b.len() == 1 && x.is_scalar() => equiv(x, &b[0], o),
+        // `\{5\}`, `5, 5` and `5` name the same single answer.
+        (Set(a), x) | (List(a), x) if x.is_scalar() && distinct(a).len() == 1 => equiv(&a[0], x, o),
+        (x, Set(b)) | (x, List(b)) if x.is_scalar() && distinct(b).len() == 1 => equiv(x, &b[0], o),
         _ if g.is_scalar() && p.is_scalar() => scalar_equiv(g, p, o),
         _ => false,
     }
