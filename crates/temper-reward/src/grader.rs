@@ -201,17 +201,7 @@ pub fn looks_like_answer(s: &str) -> bool {
     if plain_number(&n).is_some() {
         return true;
     }
-    // A ratio (`11:21`) or a labelled answer (`V_1:V_2=11:21`, `AB=4, CD=5`: labels are not
-    // prose) reads as one too.
-    let reads = |x: &str| {
-        top_level_split(x, ':')
-            .iter()
-            .all(|part| parse(part.trim()).is_ok())
-    };
-    if without_labels(&n).is_some_and(|v| !is_prose(&v) && reads(&v)) {
-        return true;
-    }
-    !is_prose(&n) && reads(&n)
+    !is_prose(&n) && parse(&n).is_ok()
 }
 
 /// The final answer in a text, found the way math-verify ranks candidates (see [`crate::ranked`]):
@@ -487,50 +477,6 @@ fn top_level_split(s: &str, sep: char) -> Vec<&str> {
     }
     out.push(&s[start..]);
     out
-}
-
-/// Whether `s` names a quantity rather than computing one: letters (and LaTeX commands),
-/// subscripts, parentheses, commas and colons, no digits outside subscripts and no operators
-/// (`f(x)`, `(p,q)`, `AB`, `V_1:V_2`, `\angle ABC`; not `2x` or `x+1`).
-fn is_label(s: &str) -> bool {
-    let s = s.trim();
-    let mut plain = String::new();
-    let mut chars = s.chars().peekable();
-    while let Some(c) = chars.next() {
-        if c == '_' {
-            // Drop a subscript: `_1`, `_{12}`.
-            if chars.peek() == Some(&'{') {
-                for d in chars.by_ref() {
-                    if d == '}' {
-                        break;
-                    }
-                }
-            } else {
-                chars.next();
-            }
-            continue;
-        }
-        plain.push(c);
-    }
-    plain.chars().any(|c| c.is_alphabetic())
-        && plain
-            .chars()
-            .all(|c| c.is_alphabetic() || "\\(),: '{}".contains(c))
-}
-
-/// The values of a labelled answer (`label = value`, or a comma list of them); `None` when it is
-/// not one.
-fn without_labels(pred: &str) -> Option<String> {
-    let items = top_level_split(pred, ',');
-    let mut values = vec![];
-    for item in &items {
-        let parts = top_level_split(item, '=');
-        if parts.len() != 2 || !is_label(parts[0]) || parts[1].trim().is_empty() {
-            return None;
-        }
-        values.push(parts[1].trim());
-    }
-    Some(values.join(", "))
 }
 
 /// The rows and cells of a `pmatrix`, `bmatrix` or `matrix` environment that is the whole
