@@ -395,7 +395,11 @@ def variety(rng):
         ("answer_is_then_box", dollars(a), f"{cot(rng)} I think the answer is {a + 1}. Actually, correcting the slip: $\\boxed{{{q}}}$."),
         ("thousands_space", dollars(a * 1000 + 7), f"{cot(rng)} The population is {q} 007 people."),
     ]
-    return rng.choice(kinds)
+    kind, gold, pred = rng.choice(kinds)
+    if kind in ("rounded_decimal", "pi_decimal", "percent_decimal") and rng.random() < 0.5:
+        # math-verify's float_rounding, set per reward.
+        return kind, gold, pred, {"float_rounding": rng.choice([2, 3, 4])}
+    return kind, gold, pred
 
 
 FAMILIES = {

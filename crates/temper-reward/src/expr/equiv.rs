@@ -324,10 +324,21 @@ fn is_written_decimal(e: &Expr) -> bool {
     }
 }
 
-/// `v` rounded half away from zero to `places` decimals, scaled to an integer.
+/// `v` rounded to `places` decimals, scaled to an integer; a tie goes to the even neighbour, as
+/// sympy rounds a written decimal (`0.785` to two places is `0.78`).
 fn rounded_scaled(v: &BigRational, places: u32) -> BigRational {
     let scale = BigRational::from_integer(num_bigint::BigInt::from(10u32).pow(places));
-    (v * scale).round()
+    let x = v * scale;
+    let floor = x.floor();
+    let half = BigRational::new(1.into(), 2.into());
+    let frac = &x - &floor;
+    let one = BigRational::from_integer(1.into());
+    let odd = (floor.to_integer() % 2u32) != 0.into();
+    if frac > half || frac == half && odd {
+        floor + one
+    } else {
+        floor
+    }
 }
 
 /// math-verify's comparison when one side is a written decimal: both sides rounded to
