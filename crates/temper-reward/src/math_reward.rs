@@ -2,7 +2,8 @@
 //! `math` / `gsm8k` rewards.
 use crate::extract::{answer_block, has_boxed, last_boxed};
 use crate::grader::{
-    braces_balanced, extract_answer, gold_answer, looks_like_answer, Extraction, Grader, Unscored,
+    braces_balanced, extract_answer, gold_answer, looks_like_answer, ranked_answer, Extraction,
+    Grader, Unscored,
 };
 use crate::grader_options::GraderOptions;
 use crate::reward::{opt_seconds, opt_str, Reward, RewardOutput};
@@ -133,7 +134,11 @@ impl Reward for AnswerReward {
 
     fn score(&self, _prompt: &str, completion: &str, gt: &str, _meta: &Value) -> RewardOutput {
         let gold = gold_answer(gt);
-        let pred = extract_answer(completion, self.mode);
+        let mut targets = self.grader.options.extraction_config;
+        if self.mode == Extraction::Strict {
+            targets.expr = false;
+        }
+        let pred = ranked_answer(completion, targets);
         let (correct, mut error) = match pred.as_deref() {
             Some(p) => self.grader.judge(&gold, p),
             None => (false, None),
