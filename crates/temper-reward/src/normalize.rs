@@ -176,6 +176,7 @@ pub fn normalize(s: &str) -> String {
         .replace("{,}", "")
         .replace("\\!", "\u{3}")
         .replace("\\angle", "")
+        .replace("\\mathbb{R}", "(-\\infty,\\infty)")
         .replace("\\dfrac", "\\frac")
         .replace("\\tfrac", "\\frac")
         .replace("^{\\circ}", "")

@@ -217,7 +217,28 @@ pub(super) fn equiv(g: &Expr, p: &Expr, o: &EquivOptions) -> bool {
         (Set(a), Set(b)) | (Set(a), List(b)) | (List(a), Set(b)) | (List(a), List(b)) => {
             unordered(&distinct(a), &distinct(b), o)
         }
-        (Tuple(a), Tuple(b)) | (Tuple(a), List(b)) | (List(a), Tuple(b)) => ordered(a, b, o),
+        // A gold set against a tuple or an open interval `(a, b)`: the elements in any order; a
+        // gold tuple against a set or list: in the order written (math-verify sorts a gold set).
+        (Tuple(a), Tuple(b)) | (Tuple(a), List(b)) | (Tuple(a), Set(b)) => ordered(a, b, o),
+        (List(a), Tuple(b)) | (Set(a), Tuple(b)) => unordered(&distinct(a), b, o),
+        (
+            List(a) | Set(a),
+            Interval {
+                lo,
+                hi,
+                lo_closed: false,
+                hi_closed: false,
+            },
+        ) => unordered(&distinct(a), &[(**lo).clone(), (**hi).clone()], o),
+        (
+            Interval {
+                lo,
+                hi,
+                lo_closed: false,
+                hi_closed: false,
+            },
+            List(b) | Set(b),
+        ) => ordered(&[(**lo).clone(), (**hi).clone()], b, o),
         // `\{5\}`, `5, 5` and `5` name the same single answer.
         (Set(a), x) | (List(a), x) if x.is_scalar() && distinct(a).len() == 1 => equiv(&a[0], x, o),
         (x, Set(b)) | (x, List(b)) if x.is_scalar() && distinct(b).len() == 1 => equiv(x, &b[0], o),

@@ -163,6 +163,10 @@ impl Parser {
             if k > 0 {
                 ops.truncate(k);
                 terms.truncate(k + 1);
+            } else if ops.len() == 1 && !matches!(terms[0], Expr::Sym(_)) {
+                // `\pi \approx 3.14` is `\pi` (`x \approx 3.14` stays `x = 3.14`), as math-verify
+                // reads it.
+                return Ok(terms.swap_remove(0));
             }
         }
         Ok(if ops.is_empty() {

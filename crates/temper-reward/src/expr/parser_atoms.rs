@@ -66,7 +66,9 @@ impl Parser {
     pub(super) fn letter_atom(&mut self, w: &str) -> Expr {
         match w {
             "e" => Expr::E,
-            "i" => Expr::I,
+            // math-verify 0.9.0 reads `i` as a variable, never as the imaginary unit
+            // (`i^2` does not answer `-1`, `3+4i` still answers `4i+3`).
+            "i" => Expr::Sym("i".into()),
             _ => Expr::Sym(w.to_string()),
         }
     }
