@@ -312,6 +312,33 @@ pub(super) fn random_env(syms: &[String], rng: &mut impl Rng) -> Vec<(String, Co
         .collect()
 }
 
+/// As [`random_env`], with a random sign on each value: used when an absolute value is
+/// compared, so that `|x|` is not taken for `x`.
+pub(super) fn random_signed_env(syms: &[String], rng: &mut impl Rng) -> Vec<(String, Complex64)> {
+    let mut env = random_env(syms, rng);
+    for (_, v) in env.iter_mut() {
+        if rng.random_bool(0.5) {
+            *v = -*v;
+        }
+    }
+    env
+}
+
+/// Whether an absolute value occurs in the tree.
+pub(super) fn has_abs(e: &Expr) -> bool {
+    use Expr::*;
+    match e {
+        Call(super::Func::Abs, _) => true,
+        Add(a, b) | Sub(a, b) | Mul(a, b) | Div(a, b) | Pow(a, b) | PlusMinus(a, b) => {
+            has_abs(a) || has_abs(b)
+        }
+        Neg(a) => has_abs(a),
+        Call(_, v) | Tuple(v) | List(v) | Set(v) | Union(v) => v.iter().any(has_abs),
+        Rel { terms, .. } => terms.iter().any(has_abs),
+        _ => false,
+    }
+}
+
 fn max_decimals(e: &Expr) -> u32 {
     match e {
         Expr::Num { decimals, .. } => *decimals,
@@ -429,7 +456,11 @@ fn scalar_equiv(g: &Expr, p: &Expr, o: &EquivOptions) -> bool {
         if agreeing >= o.points {
             break;
         }
-        let env = random_env(&syms, &mut rng);
+        let env = if has_abs(g) || has_abs(p) {
+            random_signed_env(&syms, &mut rng)
+        } else {
+            random_env(&syms, &mut rng)
+        };
         let a = eval_complex(g, &env);
         let b = eval_complex(p, &env);
         match (finite(a), finite(b)) {

@@ -1,7 +1,9 @@
 //! Relations as answers: equations (`x = 3`, `(p,q) = (3,2)`: a label or a variable on the left
 //! compares by its value), inequalities and chains (compared as intervals, `0 < f(x) < 1` as
 //! `(0, 1)`), and "or"-lists of them as unions of intervals.
-use super::equiv::{close, equiv, finite, ordered, random_env, timed_out, EquivOptions};
+use super::equiv::{
+    close, equiv, finite, has_abs, ordered, random_env, random_signed_env, timed_out, EquivOptions,
+};
 use super::eval::eval_complex;
 use super::{Expr, Func, RelOp};
 use num_complex::Complex64;
@@ -40,7 +42,14 @@ pub(super) fn is_equation(e: &Expr) -> bool {
 /// An equation whose left side names a quantity (`x = 3`, `f(x) = 2x`, `(p, q) = (3, 2)`).
 pub(super) fn is_assignment(e: &Expr) -> bool {
     match e {
-        Expr::Rel { terms, .. } if is_equation(e) => is_name(&terms[0]) || is_variable(&terms[0]),
+        Expr::Rel { terms, .. } if is_equation(e) => {
+            let lhs = match &terms[0] {
+                // `|AB| = 1` names the length |AB|.
+                Expr::Call(Func::Abs, args) if args.len() == 1 => &args[0],
+                other => other,
+            };
+            is_name(lhs) || is_variable(lhs)
+        }
         _ => false,
     }
 }
@@ -208,7 +217,11 @@ pub(super) fn rel_equiv(g: &Expr, p: &Expr, o: &EquivOptions) -> bool {
         if timed_out(o) || agreeing >= o.points {
             break;
         }
-        let env = random_env(&syms, &mut rng);
+        let env = if has_abs(&dg) || has_abs(&dp) {
+            random_signed_env(&syms, &mut rng)
+        } else {
+            random_env(&syms, &mut rng)
+        };
         let a = eval_complex(&dg, &env);
         let b = eval_complex(&dp, &env);
         if !finite(a) || !finite(b) {
