@@ -239,7 +239,8 @@ pub fn ranked_answer(text: &str, targets: ExtractionTargets) -> Option<String> {
         if c.latex {
             t.ends_with('.') && plain_number(t).is_none()
         } else {
-            parse(&normalize(t)).is_err()
+            // Too long to parse: kept, so that judging reports it (`too_long`).
+            t.len() <= MAX_PARSE_LEN && parse(&normalize(t)).is_err()
         }
     };
     found.iter().find(|c| !unreadable(c)).map(render)
@@ -428,7 +429,11 @@ impl Grader {
     /// answers `\frac{1}{3}` while `9/14.` does not answer `\frac{9}{14}` (9 * (1/14) rounds
     /// differently from 9/14).
     fn float_quotient_matches(&self, gold: &str, v: f64) -> bool {
-        let Ok(g) = read(&normalize(gold)) else {
+        let g = normalize(gold);
+        if g.len() > MAX_PARSE_LEN {
+            return false;
+        }
+        let Ok(g) = read(&g) else {
             return false;
         };
         match exact_value(&g) {

@@ -27,55 +27,84 @@ pub struct Candidate {
     start: usize,
 }
 
-const INLINE: [(&str, &str); 2] = [("$", "$"), ("\\(", "\\)")];
+/// A text with the positions of its delimiters, so that an unclosed one is found out with a
+/// binary search instead of a scan to the end (a text of many unclosed `\[` stays linear).
+struct Text<'a> {
+    s: &'a str,
+    /// Byte positions of `$`, `\]`, `\)` and newlines, in order.
+    dollars: Vec<usize>,
+    bracket_closes: Vec<usize>,
+    paren_closes: Vec<usize>,
+    newlines: Vec<usize>,
+}
+
+impl<'a> Text<'a> {
+    fn new(s: &'a str) -> Self {
+        let at = |pat: &str| s.match_indices(pat).map(|(k, _)| k).collect::<Vec<_>>();
+        Text {
+            s,
+            dollars: at("$"),
+            bracket_closes: at("\\]"),
+            paren_closes: at("\\)"),
+            newlines: at("\n"),
+        }
+    }
+
+    /// The first position in `positions` at or after `from` that `ok` accepts.
+    fn first_from(positions: &[usize], from: usize, ok: impl Fn(usize) -> bool) -> Option<usize> {
+        let k = positions.partition_point(|&p| p < from);
+        positions[k..].iter().copied().find(|&p| ok(p))
+    }
+
+    fn next_newline(&self, from: usize) -> usize {
+        Self::first_from(&self.newlines, from, |_| true).unwrap_or(self.s.len())
+    }
+}
 
 /// A math environment starting exactly at `i`: (content start, content end, end of the match).
-fn env_at(s: &str, i: usize) -> Option<(usize, usize, usize)> {
+fn env_at(t: &Text, i: usize) -> Option<(usize, usize, usize)> {
+    let s = t.s;
     let b = s.as_bytes();
     let rest = &s[i..];
     let escaped = i > 0 && b[i - 1] == b'\\';
-    // `$$ .. $$` (may span lines).
-    if rest.starts_with("$$") && !escaped {
-        let from = i + 2;
-        let mut j = from;
-        while j + 1 < b.len() {
-            if b[j] == b'$' && b[j + 1] == b'$' && b[j - 1] != b'\\' && j > from {
+    let unescaped = |p: usize| b[p - 1] != b'\\';
+    if !escaped {
+        // `$$ .. $$` (may span lines).
+        if rest.starts_with("$$") {
+            let from = i + 2;
+            let close = Text::first_from(&t.dollars, from + 1, |p| {
+                b.get(p + 1) == Some(&b'$') && unescaped(p)
+            });
+            if let Some(j) = close {
                 return Some((from, j, j + 2));
             }
-            j += 1;
         }
-    }
-    // `\[ .. \]` (may span lines).
-    if rest.starts_with("\\[") && !escaped {
-        let from = i + 2;
-        if let Some(k) = s[from..].find("\\]") {
-            if k > 0 && b[from + k - 1] != b'\\' {
-                return Some((from, from + k, from + k + 2));
+        // `\[ .. \]` (may span lines): the first `\]`.
+        if rest.starts_with("\\[") {
+            let from = i + 2;
+            if let Some(j) = Text::first_from(&t.bracket_closes, from, |_| true) {
+                if j > from && unescaped(j) {
+                    return Some((from, j, j + 2));
+                }
             }
         }
-    }
-    for (open, close) in INLINE {
-        if !rest.starts_with(open) || escaped {
-            continue;
-        }
-        if open == "$" && i > 0 && b[i - 1].is_ascii_digit() {
-            continue;
-        }
-        let from = i + open.len();
-        let mut j = from;
-        while j < b.len() {
-            if b[j] == b'\n' {
-                break;
+        // Inline `$ .. $` and `\( .. \)`: on one line; a `$` right after a digit opens nothing.
+        let line_end = || t.next_newline(i);
+        if rest.starts_with('$') && !(i > 0 && b[i - 1].is_ascii_digit()) {
+            let from = i + 1;
+            if let Some(j) = Text::first_from(&t.dollars, from + 1, unescaped) {
+                if j < line_end() {
+                    return Some((from, j, j + 1));
+                }
             }
-            if b[j..].starts_with(close.as_bytes()) && j > from && b[j - 1] != b'\\' {
-                return Some((from, j, j + close.len()));
+        }
+        if rest.starts_with("\\(") {
+            let from = i + 2;
+            if let Some(j) = Text::first_from(&t.paren_closes, from + 1, unescaped) {
+                if j < line_end() {
+                    return Some((from, j, j + 2));
+                }
             }
-            // `\$` inside inline math is a dollar sign, not the end.
-            j += if b[j] == b'\\' && open == "$" && b.get(j + 1) == Some(&b'$') {
-                2
-            } else {
-                1
-            };
         }
     }
     // ` [ .. ] ` between spaces, on one line, no nested brackets.
@@ -136,8 +165,9 @@ fn percent_at(s: &str) -> Option<usize> {
 }
 
 /// Math environments chained by `,`, "and", "or" from `i`: the candidate and the match end.
-fn envs_at(s: &str, i: usize, need_box: bool) -> Option<(EnvParts, usize)> {
-    let (cs, ce, mut end) = env_at(s, i)?;
+fn envs_at(t: &Text, i: usize, need_box: bool) -> Option<(EnvParts, usize)> {
+    let s = t.s;
+    let (cs, ce, mut end) = env_at(t, i)?;
     if need_box && !s[cs..ce].contains("\\boxed") {
         return None;
     }
@@ -146,16 +176,16 @@ fn envs_at(s: &str, i: usize, need_box: bool) -> Option<(EnvParts, usize)> {
     let mut parts = vec![(s[cs..ce].to_string(), pct.is_some())];
     while parts.len() < 6 {
         let rest = &s[end..];
-        let t = rest.trim_start();
-        let mut k = rest.len() - t.len();
+        let trimmed = rest.trim_start();
+        let mut k = rest.len() - trimmed.len();
         let sep = [",and", ",or", "and", "or", ","]
             .iter()
-            .find(|w| t.starts_with(*w));
+            .find(|w| trimmed.starts_with(*w));
         let Some(sep) = sep else { break };
         k += sep.len();
         let t2 = &rest[k..];
         k += t2.len() - t2.trim_start().len();
-        let Some((cs, ce, e)) = env_at(s, end + k) else {
+        let Some((cs, ce, e)) = env_at(t, end + k) else {
             break;
         };
         if need_box && !s[cs..ce].contains("\\boxed") {
@@ -172,12 +202,13 @@ fn envs_at(s: &str, i: usize, need_box: bool) -> Option<(EnvParts, usize)> {
 type EnvParts = Vec<(String, bool)>;
 
 /// All non-overlapping environment chains, left to right (regex `finditer`).
-fn all_envs(s: &str, need_box: bool) -> Vec<(usize, usize, EnvParts)> {
+fn all_envs(t: &Text, need_box: bool) -> Vec<(usize, usize, EnvParts)> {
+    let s = t.s;
     let mut out = vec![];
     let mut i = 0;
     while i < s.len() {
         if s.is_char_boundary(i) {
-            if let Some((parts, end)) = envs_at(s, i, need_box) {
+            if let Some((parts, end)) = envs_at(t, i, need_box) {
                 out.push((i, end, parts));
                 i = end.max(i + 1);
                 continue;
@@ -208,9 +239,12 @@ pub fn boxed_content(s: &str, mode: BoxMode) -> String {
     let mut to = s.len();
     let mut limit = s.len();
     let mut later_start: Option<usize> = None;
+    let has_fbox = s.contains("\\fbox");
     loop {
         let hay = &s[..to];
-        let k = match (hay.rfind("\\boxed"), hay.rfind("\\fbox")) {
+        // (`\\fbox` is looked for only when the text has one: each search runs to the start.)
+        let fbox = if has_fbox { hay.rfind("\\fbox") } else { None };
+        let k = match (hay.rfind("\\boxed"), fbox) {
             (Some(a), Some(b)) => a.max(b),
             (a, b) => match a.or(b) {
                 Some(k) => k,
@@ -382,8 +416,9 @@ const OPERATORS: &[char] = &['+', '-', '*', '×', '/', '^', '(', ')', '÷'];
 /// A plain arithmetic expression at `i` (`3/4`, `2 * (5+1)`): an optional `-`, `(`, `-`, a
 /// digit, then digits, `.`, spaces and operators with at least one operator that has something
 /// after it; the longest such text that is followed by the end, a space, `.`, `,`, `:`, `)` or
-/// `$`. Returns (text, end).
-fn expression_at(s: &str, i: usize) -> Option<(String, usize)> {
+/// `$`. Returns (text, end), or where the next attempt may start: past the whole run when it has
+/// no operator (no start inside it can have one either), else the next byte.
+fn expression_at(s: &str, i: usize) -> Result<(String, usize), usize> {
     let mut j = i;
     for pre in ['-', '(', '-'] {
         if s[j..].starts_with(pre) {
@@ -391,7 +426,7 @@ fn expression_at(s: &str, i: usize) -> Option<(String, usize)> {
         }
     }
     if !s[j..].starts_with(|c: char| c.is_ascii_digit()) {
-        return None;
+        return Err(i + 1);
     }
     let in_run =
         |c: char| c.is_ascii_digit() || c == '.' || c.is_whitespace() || OPERATORS.contains(&c);
@@ -400,6 +435,10 @@ fn expression_at(s: &str, i: usize) -> Option<(String, usize)> {
         .take_while(|&(_, c)| in_run(c))
         .map(|(k, c)| (j + 1 + k, c))
         .collect();
+    let run_end = run.last().map_or(j + 1, |&(k, c)| k + c.len_utf8());
+    let Some(first_op) = run.iter().position(|&(_, c)| OPERATORS.contains(&c)) else {
+        return Err(run_end.max(i + 1));
+    };
     let suffix_ok = |end: usize| {
         let after = &s[end..];
         after.is_empty()
@@ -409,16 +448,16 @@ fn expression_at(s: &str, i: usize) -> Option<(String, usize)> {
                 r.is_empty() || r.starts_with(['.', ',', ':', ')', '$', ' ', '\n'])
             })
     };
-    // Longest first, as the regex backtracks from the longest run.
-    for len in (2..=run.len()).rev() {
-        let has_op = run[..len - 1].iter().any(|&(_, c)| OPERATORS.contains(&c));
+    // Longest first, as the regex backtracks from the longest run; an operator must have
+    // something after it.
+    for len in (first_op + 2..=run.len()).rev() {
         let (k, c) = run[len - 1];
         let end = k + c.len_utf8();
-        if has_op && suffix_ok(end) {
-            return Some((s[i..end].to_string(), end));
+        if suffix_ok(end) {
+            return Ok((s[i..end].to_string(), end));
         }
     }
-    None
+    Err(i + 1)
 }
 
 fn currency_len(s: &str) -> usize {
@@ -456,7 +495,13 @@ fn all_plain(s: &str) -> Vec<(usize, usize, String, bool)> {
                     j += currency_len(&s[j..]);
                     number_at(s, j)
                 } else {
-                    expression_at(s, j).map(|(t, e)| (t, e, false))
+                    match expression_at(s, j) {
+                        Ok((t, e)) => Some((t, e, false)),
+                        Err(next) => {
+                            i = next.max(i + 1);
+                            continue;
+                        }
+                    }
                 };
                 if let Some((t, e, pct)) = found {
                     out.push((i, e, t, pct));
@@ -475,7 +520,7 @@ fn all_plain(s: &str) -> Vec<(usize, usize, String, bool)> {
 /// sign before a number. Returns (text, end, percent).
 fn plain_at(s: &str, i: usize) -> Option<(String, usize, bool)> {
     let j = i + bold(s, i);
-    if let Some((t, e)) = expression_at(s, j) {
+    if let Ok((t, e)) = expression_at(s, j) {
         return Some((t, e, false));
     }
     number_at(s, j + currency_len(&s[j..]))
@@ -483,7 +528,8 @@ fn plain_at(s: &str, i: usize) -> Option<(String, usize, bool)> {
 
 /// Candidates after an anchor word: for each occurrence of `word` (case-insensitive), the first
 /// environment chain within `window` bytes after it (lazy `.{0,window}?`).
-fn after_anchor_latex(s: &str, word: &str, window: usize, out: &mut Vec<Candidate>, prio: u32) {
+fn after_anchor_latex(t: &Text, word: &str, window: usize, out: &mut Vec<Candidate>, prio: u32) {
+    let s = t.s;
     let mut from = 0;
     for k in find_all_ci(s, word) {
         if k < from {
@@ -498,7 +544,7 @@ fn after_anchor_latex(s: &str, word: &str, window: usize, out: &mut Vec<Candidat
             if !s.is_char_boundary(i) {
                 continue;
             }
-            if let Some((parts, end)) = envs_at(s, i, false) {
+            if let Some((parts, end)) = envs_at(t, i, false) {
                 let (text, percent) = joined(&parts, BoxMode::All);
                 out.push(Candidate {
                     text,
@@ -591,6 +637,7 @@ fn anchored_plain(s: &str, i: usize) -> Option<(String, usize, bool)> {
 
 /// math-verify's candidates for `text`, best first.
 pub fn candidates(text: &str, targets: ExtractionTargets) -> Vec<Candidate> {
+    let t = Text::new(text);
     let mut all: Vec<Candidate> = vec![];
     if targets.latex {
         // 0 and 50: "final answer is ... I hope", "final answer ... is ...".
@@ -612,7 +659,7 @@ pub fn candidates(text: &str, targets: ExtractionTargets) -> Vec<Candidate> {
             while text[i..].starts_with(char::is_whitespace) {
                 i += 1;
             }
-            if let Some((parts, end)) = envs_at(text, i, false) {
+            if let Some((parts, end)) = envs_at(&t, i, false) {
                 let (t, percent) = joined(&parts, BoxMode::All);
                 let hope = text[end..]
                     .trim_start_matches('.')
@@ -633,7 +680,7 @@ pub fn candidates(text: &str, targets: ExtractionTargets) -> Vec<Candidate> {
             }
         }
         // 50: boxes inside math environments, and the plain `\boxed{...}` up to the last `}`.
-        for (start, end, parts) in all_envs(text, true) {
+        for (start, end, parts) in all_envs(&t, true) {
             let (t, percent) = joined(&parts, BoxMode::All);
             all.push(Candidate {
                 text: t,
@@ -656,9 +703,9 @@ pub fn candidates(text: &str, targets: ExtractionTargets) -> Vec<Candidate> {
                 });
             }
         }
-        after_anchor_latex(text, "answer:", 50, &mut all, 100);
-        after_anchor_latex(text, "answer", 50, &mut all, 200);
-        for (start, end, parts) in all_envs(text, false) {
+        after_anchor_latex(&t, "answer:", 50, &mut all, 100);
+        after_anchor_latex(&t, "answer", 50, &mut all, 200);
+        for (start, end, parts) in all_envs(&t, false) {
             let (t, percent) = joined(&parts, BoxMode::All);
             all.push(Candidate {
                 text: t,

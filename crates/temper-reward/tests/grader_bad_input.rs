@@ -113,3 +113,33 @@ fn rewards_report_why_they_gave_up() {
     );
     assert_eq!(out.error.as_deref(), Some("too_deep"));
 }
+
+/// Long texts built to make answer finding scan again and again (unclosed delimiters, runs of
+/// numbers with no operator, many anchor words) stay linear enough: each is graded well inside
+/// the bound (which only catches hangs; it is not a timing).
+#[test]
+fn adversarial_texts_do_not_hang_answer_finding() {
+    let patterns = [
+        "\\[".repeat(100_000),
+        "\\(".repeat(100_000),
+        "$$ x ".repeat(40_000),
+        "$".repeat(200_000),
+        "1 ".repeat(100_000),
+        "1+".repeat(100_000),
+        "answer ".repeat(30_000),
+        "final answer ".repeat(15_000),
+        "\\boxed{".repeat(30_000),
+        "\\boxed{1}".repeat(20_000),
+        " [".repeat(100_000),
+        "-\\frac{1}{".repeat(20_000),
+        "1,000".repeat(40_000),
+    ];
+    for p in &patterns {
+        let t = Instant::now();
+        let g = grade("1", p);
+        let took = t.elapsed();
+        println!("{:?}...: {took:?}", &p[..12.min(p.len())]);
+        assert!(took < Duration::from_secs(60), "{:?}", &p[..12]);
+        let _ = g;
+    }
+}
