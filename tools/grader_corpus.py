@@ -12,8 +12,10 @@ the label of every pair is math-verify 0.9.0's verdict.
 The call mirrored is math-verify's documented default, `verify(parse(gold), parse(pred))`, with
 `parse`'s default extraction targets `[LatexExtractionConfig(), ExprExtractionConfig()]` and its
 default time limits (5 s per parse and per comparison, by SIGALRM, as math-verify itself does).
-Where a case sets `options` (`strict`, `allow_set_relation_comp`), they are passed to `verify`
-under those names and the test hands the same options to temper.
+Where a case sets `options`, `extraction_config` goes to both parses and the rest (`strict`,
+`allow_set_relation_comp`, `float_rounding`) to `verify`, under those names; the test hands the
+same options to temper. A gold without math markup (only the multiple-choice letters) is boxed
+first, as verl does with a dataset's answer field, except for the string target.
 
 Usage: .venv/bin/python tools/grader_corpus.py OUT.jsonl [--per-family 700] [--seed 1]
 Each line: {"family", "kind", "gold", "pred", "options"?, "math_verify": bool}.
@@ -22,7 +24,13 @@ import argparse
 import json
 import random
 
-from math_verify import parse, verify
+from math_verify import (
+    ExprExtractionConfig,
+    LatexExtractionConfig,
+    StringExtractionConfig,
+    parse,
+    verify,
+)
 
 # ---------------------------------------------------------------- prose around an answer
 
@@ -402,6 +410,29 @@ def variety(rng):
     return kind, gold, pred
 
 
+def multiple_choice(rng):
+    """Multiple-choice answers read with math-verify's string target (`extraction_config =
+    ["string"]`), or with LaTeX only, or the default targets."""
+    letters = "ABCD"
+    g = rng.choice(letters)
+    p = maybe(rng, g, rng.choice(letters.replace(g, "")))
+    other = rng.choice(letters.replace(p, ""))
+    opts = rng.choice([["string"], ["string"], ["latex"], ["latex", "expr"]])
+    listing = " ".join(f"({c}) {rng.randint(1, 99)}" for c in letters)
+    kinds = [
+        ("answer_is", f"The answer is {p}."),
+        ("bold", f"**Answer:** {p}"),
+        ("alone", f"{p}"),
+        ("then_other", f"The answer is {p}. {other} is wrong because the sum is odd."),
+        ("boxed", f"$\\boxed{{{p}}}$"),
+        ("paren", f"The answer is ({p})."),
+        ("start_of_line", f"{p}. Because the other options fail."),
+    ]
+    kind, tail = rng.choice(kinds)
+    pred = f"Options: {listing}. {cot(rng, 2)} {tail}"
+    return kind, g, pred, {"extraction_config": opts}
+
+
 FAMILIES = {
     "prose": prose,
     "labelled": labelled,
@@ -412,12 +443,27 @@ FAMILIES = {
     "not_answer": not_answer,
     "math_golds": math_golds,
     "variety": variety,
+    "multiple_choice": multiple_choice,
 }
 
 
+TARGETS = {"latex": LatexExtractionConfig, "expr": ExprExtractionConfig, "string": StringExtractionConfig}
+
+
 def mv(gold, pred, options):
+    """math-verify's verdict; `extraction_config` goes to both parses (as verl parses gold and
+    response alike), the other options to `verify`."""
+    opts = dict(options)
+    kw = {}
+    targets = opts.pop("extraction_config", ["latex", "expr"])
+    if "extraction_config" in options:
+        kw["extraction_config"] = [TARGETS[t]() for t in targets]
+    # A dataset's answer field without math markup (`C`) is handed over as verl hands it,
+    # inside `\\boxed{}`; the string target reads a bare letter as it is.
+    if not any(m in gold for m in ["$", "\\(", "\\[", "\\boxed"]) and "string" not in targets:
+        gold = f"\\boxed{{{gold}}}"
     try:
-        return bool(verify(parse(gold), parse(pred), **options))
+        return bool(verify(parse(gold, **kw), parse(pred, **kw), **opts))
     except Exception:
         return False
 

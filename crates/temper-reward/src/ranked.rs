@@ -732,23 +732,7 @@ pub fn candidates(text: &str, targets: ExtractionTargets) -> Vec<Candidate> {
         }
     }
     if targets.string {
-        for (k, c) in text.char_indices() {
-            let standalone =
-                |i: usize| text[..i].is_empty() || text[..i].ends_with(char::is_whitespace);
-            if "ABCD".contains(c) && standalone(k) {
-                let after = &text[k + 1..];
-                if after.is_empty() || after.starts_with(['.', ',', ':', ' ', '\n']) {
-                    all.push(Candidate {
-                        text: c.to_ascii_lowercase().to_string(),
-                        percent: false,
-                        priority: 300,
-                        latex: false,
-                        start: k,
-                        end: k + 1,
-                    });
-                }
-            }
-        }
+        string_candidates(text, &mut all);
     }
     // Best priority first; inside one, the match ending last first, then the one starting first.
     all.sort_by(|a, b| {
@@ -758,4 +742,63 @@ pub fn candidates(text: &str, targets: ExtractionTargets) -> Vec<Candidate> {
             .then(a.start.cmp(&b.start))
     });
     all
+}
+
+/// A choice letter `A`..`D` at `k`, standing alone (after the start, a space or `**`; before the
+/// end, a space, `.`, `,`, `:` or `**`).
+fn choice_at(text: &str, k: usize) -> Option<(char, usize)> {
+    let c = text[k..].chars().next()?;
+    let before = &text[..k];
+    let alone_before = before.is_empty()
+        || before.ends_with(char::is_whitespace)
+        || before
+            .strip_suffix("**")
+            .is_some_and(|b| b.is_empty() || b.ends_with(char::is_whitespace));
+    let after = &text[k + 1..];
+    let alone_after = after.is_empty()
+        || after.starts_with(['.', ',', ':', ' ', '\n'])
+        || after.starts_with("**");
+    ("ABCD".contains(c) && alone_before && alone_after).then_some((c, k + 1))
+}
+
+/// math-verify's `StringExtractionConfig` candidates (the letters A to D): after "final answer
+/// ... is" (50), after "answer:" (100) or "answer" (200) within 50 bytes, at the start (250),
+/// anywhere standing alone (300).
+fn string_candidates(text: &str, out: &mut Vec<Candidate>) {
+    let mut push = |c: char, start: usize, end: usize, priority: u32| {
+        out.push(Candidate {
+            text: c.to_ascii_lowercase().to_string(),
+            percent: false,
+            priority,
+            latex: false,
+            start,
+            end,
+        })
+    };
+    for (word, prio) in [("answer:", 100), ("answer", 200)] {
+        let mut from = 0;
+        for k in find_all_ci(text, word) {
+            if k < from {
+                continue;
+            }
+            let start = k + word.len();
+            let found = (0..=50)
+                .map(|off| start + off)
+                .take_while(|&i| i < text.len())
+                .filter(|&i| text.is_char_boundary(i))
+                .find_map(|i| choice_at(text, i));
+            if let Some((c, end)) = found {
+                push(c, k, end, prio);
+                from = end;
+            }
+        }
+    }
+    if let Some((c, end)) = choice_at(text, 0) {
+        push(c, 0, end, 250);
+    }
+    for (k, _) in text.char_indices() {
+        if let Some((c, end)) = choice_at(text, k) {
+            push(c, k, end, 300);
+        }
+    }
 }
