@@ -573,8 +573,8 @@ fn after_anchor_plain(s: &str, word: &str, out: &mut Vec<Candidate>, prio: u32) 
         let line_end = s[start..].find('\n').map_or(s.len(), |n| start + n);
         let mut found = None;
         // `answer ... = X` (greedy: the last `=` within 100 bytes), then `answer ... X` (lazy).
-        let eq_zone = &s[start..line_end.min(start + 101).min(s.len())];
-        let eq_zone = &eq_zone[..floor_boundary(eq_zone, eq_zone.len())];
+        let zone_end = floor_boundary(s, line_end.min(start + 101).min(s.len()));
+        let eq_zone = &s[start..zone_end.max(start)];
         for (q, _) in eq_zone.rmatch_indices('=') {
             let mut i = start + q + 1;
             while s[i..].starts_with(char::is_whitespace) && i < line_end {

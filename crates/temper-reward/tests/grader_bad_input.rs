@@ -143,3 +143,25 @@ fn adversarial_texts_do_not_hang_answer_finding() {
         let _ = g;
     }
 }
+
+/// Multi-byte characters where answer finding measures windows in bytes (after "answer", "final
+/// answer", around `$`, in numbers) never split a character.
+#[test]
+fn windows_never_split_characters() {
+    for fill in ["é", "€", "数", "🙂", "\u{200b}"] {
+        for n in 0..120 {
+            let f = fill.repeat(n);
+            for text in [
+                format!("answer {f}= 5"),
+                format!("answer: {f} 5 {f}"),
+                format!("final answer {f} is 5"),
+                format!("The final answer is {f}$5$. I hope"),
+                format!("answer {f}$\\frac{{1}}{{2}}$"),
+                format!("{f}$5{f}$ {f}\\(6{f}\\) 7{f}"),
+                format!("**{f}** 1,{f}000 -{f}.5 3/{f}4. A{f}"),
+            ] {
+                let _ = grade("5", &text);
+            }
+        }
+    }
+}
