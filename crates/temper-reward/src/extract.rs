@@ -1,5 +1,5 @@
-//! Finding the final answer in a model's text: `<answer>` blocks, `\boxed{}`, GSM8K `####`,
-//! "the answer is ...", the last math span, the last number.
+//! Pieces of answer finding that are not math-verify's ranking (that is `ranked.rs`): `<answer>`
+//! blocks and boxes for r1_zero, GSM8K `####`, the last number for the procedural tasks.
 
 /// The text after the last `<answer>`, with `</answer>` removed (the r1_zero rule).
 pub fn answer_block(response: &str) -> Option<String> {
@@ -126,98 +126,6 @@ pub fn has_boxed(s: &str) -> bool {
 pub fn after_hashes(s: &str) -> Option<&str> {
     let k = s.rfind("####")?;
     Some(s[k + 4..].trim())
-}
-
-/// The region after the last "the answer is" / "final answer:" marker, up to the end of that
-/// sentence.
-pub fn answer_is(s: &str) -> Option<String> {
-    let lower = s.to_ascii_lowercase();
-    let markers = [
-        "final answer is",
-        "the answer is",
-        "answer is:",
-        "answer is",
-        "final answer:",
-        "answer:",
-    ];
-    let (k, len) = markers
-        .iter()
-        .filter_map(|m| lower.rfind(m).map(|k| (k, m.len())))
-        .max_by_key(|&(k, len)| (k + len, len))?;
-    let mut region = s[k + len..]
-        .trim_start_matches([':', ' ', '\n'])
-        .to_string();
-    if let Some(cut) = sentence_end(&region) {
-        region.truncate(cut);
-    }
-    let region = region.trim().to_string();
-    (!region.is_empty()).then_some(region)
-}
-
-/// End of the first sentence: a newline, or a period followed by a space (not a decimal point and
-/// not inside `$...$`).
-fn sentence_end(s: &str) -> Option<usize> {
-    let b = s.as_bytes();
-    let mut in_math = false;
-    for i in 0..b.len() {
-        match b[i] {
-            b'$' => in_math = !in_math,
-            b'\n' => return Some(i),
-            b'.' if !in_math => {
-                let next = b.get(i + 1).copied();
-                if next.is_none() || next == Some(b' ') || next == Some(b'\n') {
-                    return Some(i);
-                }
-            }
-            _ => {}
-        }
-    }
-    None
-}
-
-/// The last `$...$`, `$$...$$`, `\(...\)` or `\[...\]` span's content.
-pub fn math_spans(s: &str) -> Vec<String> {
-    let mut out = vec![];
-    let b = s.as_bytes();
-    let mut i = 0;
-    while i < b.len() {
-        let (open, close): (&str, &str) = if b[i..].starts_with(b"$$") {
-            ("$$", "$$")
-        } else if b[i] == b'$' && (i == 0 || b[i - 1] != b'\\') {
-            ("$", "$")
-        } else if b[i..].starts_with(b"\\(") {
-            ("\\(", "\\)")
-        } else if b[i..].starts_with(b"\\[") {
-            ("\\[", "\\]")
-        } else {
-            i += 1;
-            continue;
-        };
-        let from = i + open.len();
-        let mut j = from;
-        let mut found = None;
-        while j < b.len() {
-            if b[j..].starts_with(close.as_bytes()) && !(close == "$" && j > 0 && b[j - 1] == b'\\')
-            {
-                found = Some(j);
-                break;
-            }
-            j += 1;
-        }
-        match found {
-            Some(j) => {
-                let content = s[from..j].trim();
-                // Inline math does not span lines.
-                let inline = open == "$" || open == "\\(";
-                if !(content.is_empty() || inline && content.contains('\n')) {
-                    out.push(content.to_string());
-                }
-                i = j + close.len();
-            }
-            None => break,
-        }
-    }
-    out
 }
 
 /// The last number in the text (`-3`, `1,234.5`, `2/3`), as written.

@@ -1,10 +1,12 @@
 //! The math grader: extract the final answer from a text, then decide whether two answers are
 //! the same (plain-number fast path, normalised strings, then the expression engine).
-use crate::expr::{equivalent, parse, EquivOptions, Expr};
-use crate::extract::{
-    after_hashes, answer_block, answer_is, has_boxed, last_boxed, last_number, math_spans,
-};
+use crate::expr::{equivalent, exact_value, parse, EquivOptions, Expr};
+use crate::extract::after_hashes;
+use crate::grader_options::ExtractionTargets;
+use crate::grader_options::GraderOptions;
 use crate::normalize::{normalize, plain_equal, plain_number};
+use crate::ranked::{candidates, Candidate};
+use num_traits::ToPrimitive;
 use serde::Serialize;
 use std::time::{Duration, Instant};
 
@@ -101,16 +103,18 @@ pub fn braces_balanced(s: &str) -> bool {
     depth == 0
 }
 
-/// Grader settings: the time limit per comparison.
+/// Grader settings: the time limit per comparison and math-verify's options.
 #[derive(Clone, Debug)]
 pub struct Grader {
     pub timeout: Duration,
+    pub options: GraderOptions,
 }
 
 impl Default for Grader {
     fn default() -> Self {
         Grader {
             timeout: Duration::from_secs(1),
+            options: GraderOptions::default(),
         }
     }
 }
@@ -197,95 +201,71 @@ pub fn looks_like_answer(s: &str) -> bool {
     if plain_number(&n).is_some() {
         return true;
     }
-    // A ratio (`11:21`) or a labelled answer (`V_1:V_2=11:21`, `AB=4, CD=5`: labels are not
-    // prose) reads as one too.
-    let reads = |x: &str| {
-        top_level_split(x, ':')
-            .iter()
-            .all(|part| parse(part.trim()).is_ok())
-    };
-    if without_labels(&n).is_some_and(|v| !is_prose(&v) && reads(&v)) {
-        return true;
-    }
-    !is_prose(&n) && reads(&n)
+    !is_prose(&n) && parse(&n).is_ok()
 }
 
-/// Whether a math span is worth taking as the answer (not a lone variable like `$n$`).
-fn meaningful_span(s: &str) -> bool {
-    let n = normalize(s);
-    !(n.is_empty() || n.chars().count() == 1 && n.chars().all(|c| c.is_alphabetic()))
-        && parse(&n).is_ok()
-}
-
-/// Pick the answer inside a region that may still contain words.
-fn resolve(region: &str, mode: Extraction) -> String {
-    if looks_like_answer(region) {
-        return region.trim().to_string();
-    }
-    if let Some(span) = math_spans(region)
-        .into_iter()
-        .rev()
-        .find(|s| meaningful_span(s))
-    {
-        return span;
-    }
-    if mode == Extraction::LastNumber || region.chars().any(|c| c.is_ascii_digit()) {
-        if let Some(n) = last_number(region) {
-            return n;
-        }
-    }
-    region.trim().to_string()
-}
-
-/// The final answer in a text: `<answer>` block, then `\boxed{}`, `####`, the whole text,
-/// "the answer is", the last math span, and (in `LastNumber` mode) the last number. `None` when
-/// nothing qualifies, including an unbalanced `\boxed{`.
+/// The final answer in a text, found the way math-verify ranks candidates (see [`crate::ranked`]):
+/// `\boxed{}` and "final answer ... is", then "answer: ...", then the last math environment or
+/// plain number. In `Strict` mode only LaTeX is read (no plain numbers). An `<answer>` block, if
+/// present, is searched alone. `None` when nothing qualifies.
 pub fn extract_answer(text: &str, mode: Extraction) -> Option<String> {
-    let block;
-    let text = match answer_block(text) {
-        Some(b) => {
-            block = b;
-            block.as_str()
-        }
-        None => text,
+    let targets = match mode {
+        Extraction::LastNumber => ExtractionTargets::default(),
+        Extraction::Strict => ExtractionTargets {
+            expr: false,
+            ..ExtractionTargets::default()
+        },
     };
-    if has_boxed(text) {
-        return last_boxed(text);
-    }
-    if let Some(h) = after_hashes(text) {
-        return Some(h.to_string());
-    }
-    if looks_like_answer(text) {
-        return Some(text.trim().to_string());
-    }
-    if let Some(region) = answer_is(text) {
-        return Some(resolve(&region, mode));
-    }
-    if let Some(span) = math_spans(text)
-        .into_iter()
-        .rev()
-        .find(|s| meaningful_span(s))
-    {
-        return Some(span);
-    }
-    match mode {
-        Extraction::LastNumber => last_number(text),
-        Extraction::Strict => None,
-    }
+    ranked_answer(text, targets)
 }
 
-/// The answer in a ground truth: GSM8K `####`, `\boxed{}`, or the text itself.
+/// The answer in `text` for the given extraction targets: the best-ranked candidate.
+pub fn ranked_answer(text: &str, targets: ExtractionTargets) -> Option<String> {
+    let found = candidates(text, targets);
+    let render = |c: &Candidate| {
+        let t = c.text.trim();
+        if c.percent && !t.ends_with('%') {
+            format!("{t}\\%")
+        } else {
+            t.to_string()
+        }
+    };
+    // math-verify moves on to the next candidate only when its LaTeX parser cannot read one,
+    // which is rare; the one case models hit often is math ending in a period (`$\frac{1}{3}.$`,
+    // but not the number `$5.$`), and a plain expression it cannot read. Otherwise the first is taken, so that a too-deep or too-long
+    // answer stays an error rather than a reason to read some other number.
+    let unreadable = |c: &Candidate| {
+        let t = c.text.trim_end();
+        if c.latex {
+            t.ends_with('.') && plain_number(t).is_none()
+        } else {
+            // Too long to parse: kept, so that judging reports it (`too_long`).
+            t.len() <= MAX_PARSE_LEN && parse(&normalize(t)).is_err()
+        }
+    };
+    found.iter().find(|c| !unreadable(c)).map(render)
+}
+
+/// Whether a ground truth is written with math markup (then its answer is found in it as in a
+/// response); otherwise the whole text is the answer, as verl boxes a dataset's answer field.
+fn has_math_markup(s: &str) -> bool {
+    ["$", "\\(", "\\[", "\\boxed", "\\fbox"]
+        .iter()
+        .any(|m| s.contains(m))
+}
+
+/// The answer in a ground truth: GSM8K `####`, an answer found in math markup, or the text
+/// itself.
 pub fn gold_answer(gold: &str) -> String {
     if let Some(h) = after_hashes(gold) {
         return h.to_string();
     }
-    if let Some(b) = last_boxed(gold) {
-        return b;
+    if has_math_markup(gold) {
+        if let Some(a) = ranked_answer(gold, ExtractionTargets::default()) {
+            return a;
+        }
     }
-    if looks_like_answer(gold) {
-        return gold.trim().to_string();
-    }
-    extract_answer(gold, Extraction::Strict).unwrap_or_else(|| gold.trim().to_string())
+    gold.trim().to_string()
 }
 
 fn text_key(s: &str) -> String {
@@ -306,7 +286,7 @@ impl Grader {
     /// Grade a prediction text against a ground-truth text (both may be full solutions).
     pub fn grade(&self, gold: &str, pred: &str) -> Graded {
         let g = gold_answer(gold);
-        let p = extract_answer(pred, Extraction::LastNumber);
+        let p = ranked_answer(pred, self.options.extraction_config);
         let (correct, mut error) = match &p {
             Some(p) => self.judge(&g, p),
             None => (false, None),
@@ -329,6 +309,10 @@ impl Grader {
     /// because the comparison gave up ([`Unscored`]) rather than decided.
     pub fn judge(&self, gold: &str, pred: &str) -> (bool, Option<Unscored>) {
         let started = Instant::now();
+        // An answer with unclosed braces (`\frac{1}{2`) is not read.
+        if !braces_balanced(pred) {
+            return (false, Some(Unscored::Unbalanced));
+        }
         if self.answers_match(gold, pred) {
             return (true, None);
         }
@@ -357,19 +341,9 @@ impl Grader {
 
     /// Whether two extracted answers are equivalent.
     pub fn answers_match(&self, gold: &str, pred: &str) -> bool {
-        // A labelled answer against a bare one: `f(x)=1`, `(p,q)=(3,2)`, `AB=4, CD=5`,
-        // `V_1:V_2=11:21` answer `1`, `(3,2)`, `4, 5`, `11:21`.
-        if top_level_split(gold, '=').len() == 1 {
-            if let Some(values) = without_labels(pred) {
-                if self.answers_match_unlabelled(gold, &values) {
-                    return true;
-                }
-            }
+        if let Some(v) = float_quotient(pred) {
+            return self.float_quotient_matches(gold, v);
         }
-        self.answers_match_unlabelled(gold, pred)
-    }
-
-    fn answers_match_unlabelled(&self, gold: &str, pred: &str) -> bool {
         // Matrices and vectors: the same shape, entries equal one by one (`pmatrix`, `bmatrix`
         // and `matrix` alike). One side written another way (`\left[\begin{array}...`) goes
         // through the general rules.
@@ -397,16 +371,24 @@ impl Grader {
                 return eq;
             }
         }
+        // Word answers compare without case, spaces and brackets (`\text{(C)}` is `C`); numbers
+        // do not (`90\,952` is not 90952 to math-verify).
         let (gk, pk) = (text_key(&g), text_key(&p));
-        if !gk.is_empty() && gk == pk {
+        let words = |k: &str| k.chars().any(|c| c.is_alphabetic());
+        if !gk.is_empty() && gk == pk && words(&gk) {
             return true;
         }
         if g.len() > MAX_PARSE_LEN || p.len() > MAX_PARSE_LEN {
             return false;
         }
-        let opts = EquivOptions::with_deadline(Instant::now() + self.timeout);
-        let (Ok(ge), Ok(pe)) = (parse(&g), parse(&p)) else {
-            return self.decimal_comma(&g, &p, &opts);
+        let opts = EquivOptions {
+            strict: self.options.strict,
+            allow_set_relation_comp: self.options.allow_set_relation_comp,
+            float_rounding: self.options.float_rounding,
+            ..EquivOptions::with_deadline(Instant::now() + self.timeout)
+        };
+        let (Ok(ge), Ok(pe)) = (read(&g), read(&p)) else {
+            return false;
         };
         if equivalent(&ge, &pe, &opts) {
             return true;
@@ -424,32 +406,54 @@ impl Grader {
                 return true;
             }
         }
-        self.decimal_comma(&g, &p, &opts)
-    }
-
-    /// European decimal comma (`1,5` for 1.5) on one side against a number on the other.
-    fn decimal_comma(&self, g: &str, p: &str, opts: &EquivOptions) -> bool {
-        let swap = |s: &str| -> Option<String> {
-            let (a, b) = s.split_once(',')?;
-            let digits = |x: &str| !x.is_empty() && x.bytes().all(|c| c.is_ascii_digit());
-            let lead = a.trim_start_matches('-');
-            // Three digits after a non-zero lead (`1,234`) group thousands; they are not decimals.
-            let thousands = b.len() == 3 && lead != "0";
-            (digits(lead) && digits(b) && !b.contains(',') && !thousands)
-                .then(|| format!("{a}.{b}"))
-        };
-        for (x, y) in [(swap(g), p.to_string()), (swap(p), g.to_string())] {
-            if let Some(x) = x {
-                if let (Some(a), Some(b)) = (plain_number(&x), plain_number(&y)) {
-                    if plain_equal(a, b) == Some(true) {
-                        return true;
-                    }
-                }
-            }
-        }
-        let _ = opts;
         false
     }
+}
+
+/// A plain quotient of integers written at the end of a sentence (`9/14.`): math-verify reads
+/// the period as part of the number, so the value is computed in floating point, `a * (1/b.)`.
+fn float_quotient(pred: &str) -> Option<f64> {
+    let body = pred.trim().strip_suffix('.')?;
+    let (a, b) = body.split_once('/')?;
+    let int = |x: &str| {
+        let d = x.trim_start_matches('-');
+        (!d.is_empty() && d.bytes().all(|c| c.is_ascii_digit()))
+            .then(|| x.parse::<f64>().ok())
+            .flatten()
+    };
+    Some(int(a)? * (1.0 / int(b)?))
+}
+
+impl Grader {
+    /// math-verify compares such a float with an exact gold by value at double precision: `1/3.`
+    /// answers `\frac{1}{3}` while `9/14.` does not answer `\frac{9}{14}` (9 * (1/14) rounds
+    /// differently from 9/14).
+    fn float_quotient_matches(&self, gold: &str, v: f64) -> bool {
+        let g = normalize(gold);
+        if g.len() > MAX_PARSE_LEN {
+            return false;
+        }
+        let Ok(g) = read(&g) else {
+            return false;
+        };
+        match exact_value(&g) {
+            Some(exact) => exact.to_f64() == Some(v),
+            None => false,
+        }
+    }
+}
+
+/// Parse an answer; a chain of three or more equal sides that does not parse as a whole is
+/// read as its last side (`1 = \zzz = x = 0` is `0`), as math-verify does.
+fn read(s: &str) -> anyhow::Result<Expr> {
+    parse(s).or_else(|e| {
+        let parts = top_level_split(s, '=');
+        if parts.len() > 2 && !s.contains([',', ';']) {
+            parse(parts[parts.len() - 1].trim())
+        } else {
+            Err(e)
+        }
+    })
 }
 
 /// Grade with default settings.
@@ -480,50 +484,6 @@ fn top_level_split(s: &str, sep: char) -> Vec<&str> {
     out
 }
 
-/// Whether `s` names a quantity rather than computing one: letters (and LaTeX commands),
-/// subscripts, parentheses, commas and colons, no digits outside subscripts and no operators
-/// (`f(x)`, `(p,q)`, `AB`, `V_1:V_2`, `\angle ABC`; not `2x` or `x+1`).
-fn is_label(s: &str) -> bool {
-    let s = s.trim();
-    let mut plain = String::new();
-    let mut chars = s.chars().peekable();
-    while let Some(c) = chars.next() {
-        if c == '_' {
-            // Drop a subscript: `_1`, `_{12}`.
-            if chars.peek() == Some(&'{') {
-                for d in chars.by_ref() {
-                    if d == '}' {
-                        break;
-                    }
-                }
-            } else {
-                chars.next();
-            }
-            continue;
-        }
-        plain.push(c);
-    }
-    plain.chars().any(|c| c.is_alphabetic())
-        && plain
-            .chars()
-            .all(|c| c.is_alphabetic() || "\\(),: '{}".contains(c))
-}
-
-/// The values of a labelled answer (`label = value`, or a comma list of them); `None` when it is
-/// not one.
-fn without_labels(pred: &str) -> Option<String> {
-    let items = top_level_split(pred, ',');
-    let mut values = vec![];
-    for item in &items {
-        let parts = top_level_split(item, '=');
-        if parts.len() != 2 || !is_label(parts[0]) || parts[1].trim().is_empty() {
-            return None;
-        }
-        values.push(parts[1].trim());
-    }
-    Some(values.join(", "))
-}
-
 /// The rows and cells of a `pmatrix`, `bmatrix` or `matrix` environment that is the whole
 /// answer (`$..$` allowed around it); `None` otherwise.
 fn matrix_cells(s: &str) -> Option<Vec<Vec<String>>> {
@@ -536,6 +496,10 @@ fn matrix_cells(s: &str) -> Option<Vec<Vec<String>>> {
         else {
             continue;
         };
+        // `A + B`, `A B`: several matrices are an expression, not one matrix.
+        if body.contains("\\begin") || body.contains("\\end") {
+            return None;
+        }
         let rows: Vec<Vec<String>> = body
             .split("\\\\")
             .map(str::trim)
@@ -543,6 +507,22 @@ fn matrix_cells(s: &str) -> Option<Vec<Vec<String>>> {
             .map(|r| r.split('&').map(|c| c.trim().to_string()).collect())
             .collect();
         return (!rows.is_empty() && rows.iter().flatten().all(|c| !c.is_empty())).then_some(rows);
+    }
+    None
+}
+
+/// The named rule of docs/rewards.md ("Deliberate differences from math-verify") under which
+/// temper's verdict on this pair may differ from math-verify's on purpose, if any:
+/// - `gold_field_whole`: a ground truth with no math markup is the answer as a whole (as verl
+///   boxes a dataset's answer field), where math-verify's `parse` reads only what its patterns
+///   find in it (a bare `(3, 2)` gives nothing, a bare `2x+3` gives `2`).
+/// - `unbalanced_braces`: an answer with unclosed braces scores 0 with the reason `unbalanced`.
+pub fn deliberate_difference(gold: &str, pred: &str) -> Option<&'static str> {
+    if !has_math_markup(gold) && after_hashes(gold).is_none() {
+        return Some("gold_field_whole");
+    }
+    if !braces_balanced(pred) {
+        return Some("unbalanced_braces");
     }
     None
 }

@@ -4,11 +4,14 @@
 pub mod expr;
 pub mod extract;
 pub mod grader;
+pub mod grader_options;
 pub mod normalize;
+pub mod ranked;
 
 pub use grader::{
     answers_match, extract_answer, gold_answer, grade, Extraction, Graded, Grader, Unscored,
 };
+pub use grader_options::{ExtractionTargets, GraderOptions};
 pub mod command;
 pub mod math_reward;
 pub mod reward;

@@ -2,8 +2,10 @@
 //! `math` / `gsm8k` rewards.
 use crate::extract::{answer_block, has_boxed, last_boxed};
 use crate::grader::{
-    braces_balanced, extract_answer, gold_answer, looks_like_answer, Extraction, Grader, Unscored,
+    braces_balanced, extract_answer, gold_answer, looks_like_answer, ranked_answer, Extraction,
+    Grader, Unscored,
 };
+use crate::grader_options::GraderOptions;
 use crate::reward::{opt_seconds, opt_str, Reward, RewardOutput};
 use anyhow::{bail, Result};
 use serde_json::Value;
@@ -49,7 +51,7 @@ pub fn r1_zero(grader: &Grader, response: &str, ground_truth: &str) -> R1ZeroSco
     let (mut correct, mut error) = grader.judge(&gold, &pred);
     let mut taken = pred.clone();
     // Prose inside the tags ("The answer is 5."): read the answer out of it.
-    if !correct && !looks_like_answer(&pred) {
+    if !correct && error.is_none() && !looks_like_answer(&pred) {
         if let Some(inner) = extract_answer(&pred, Extraction::Strict) {
             (correct, error) = grader.judge(&gold, &inner);
             taken = inner;
@@ -75,6 +77,7 @@ impl R1Zero {
         Ok(R1Zero {
             grader: Grader {
                 timeout: opt_seconds(opts, "timeout_s", 1.0)?,
+                options: GraderOptions::from_json(opts)?,
             },
         })
     }
@@ -117,6 +120,7 @@ impl AnswerReward {
             name: name.to_string(),
             grader: Grader {
                 timeout: opt_seconds(opts, "timeout_s", 1.0)?,
+                options: GraderOptions::from_json(opts)?,
             },
             mode,
         })
@@ -130,7 +134,11 @@ impl Reward for AnswerReward {
 
     fn score(&self, _prompt: &str, completion: &str, gt: &str, _meta: &Value) -> RewardOutput {
         let gold = gold_answer(gt);
-        let pred = extract_answer(completion, self.mode);
+        let mut targets = self.grader.options.extraction_config;
+        if self.mode == Extraction::Strict {
+            targets.expr = false;
+        }
+        let pred = ranked_answer(completion, targets);
         let (correct, mut error) = match pred.as_deref() {
             Some(p) => self.grader.judge(&gold, p),
             None => (false, None),

@@ -174,8 +174,9 @@ pub fn normalize(s: &str) -> String {
         .replace("\\$", "")
         .replace('$', "")
         .replace("{,}", "")
-        .replace(",\\!", "")
-        .replace("\\!", "")
+        .replace("\\!", "\u{3}")
+        .replace("\\angle", "")
+        .replace("\\mathbb{R}", "(-\\infty,\\infty)")
         .replace("\\dfrac", "\\frac")
         .replace("\\tfrac", "\\frac")
         .replace("^{\\circ}", "")
@@ -187,8 +188,16 @@ pub fn normalize(s: &str) -> String {
         .replace("\\text{ or }", ",")
         .replace("\\,", " ")
         .replace("\\;", " ")
+        .replace("\\\\", "\u{1}")
         .replace("\\ ", " ")
+        .replace('\u{1}', "\\\\")
         .replace('\n', " ");
+    // `\!` goes with the spaces after it (`32,\! 349` is 32,349).
+    while let Some(k) = t.find('\u{3}') {
+        let rest = t[k + 1..].trim_start().to_string();
+        t.truncate(k);
+        t.push_str(&rest);
+    }
     for w in percent_words {
         if let Some(k) = t.find(w) {
             t.replace_range(k..k + w.len(), "%");
@@ -199,9 +208,20 @@ pub fn normalize(s: &str) -> String {
     t = strip_text_units(&t);
     t = strip_unit_words(&t);
     t = strip_trailing_punct(&t);
-    t = join_space_thousands(&t);
+    // Spaces between digit groups (`1 000`, `90\,952`) are not thousands separators in LaTeX
+    // (math-verify reads a product there); a plain number found in prose arrives without them.
     t = strip_comma_thousands(&t);
-    t.trim().to_string()
+    leading_zero_decimal_comma(t.trim())
+}
+
+/// The whole answer `0,ddd` is the decimal `0.ddd` (math-verify's reading); other single commas
+/// separate list items.
+fn leading_zero_decimal_comma(t: &str) -> String {
+    let (sign, body) = t.strip_prefix('-').map_or(("", t), |b| ("-", b));
+    match body.strip_prefix("0,") {
+        Some(d) if d.len() == 3 && d.bytes().all(|c| c.is_ascii_digit()) => format!("{sign}0.{d}"),
+        _ => t.to_string(),
+    }
 }
 
 fn strip_trailing_punct(s: &str) -> String {
@@ -224,6 +244,25 @@ fn strip_trailing_punct(s: &str) -> String {
 /// `15\mbox{ cm}^2` -> `15`: a trailing text group after something else is a unit.
 fn strip_text_units(s: &str) -> String {
     let mut t = s.trim_end().to_string();
+    // math-verify drops everything from the first `\text{`/`\mbox{` on when the answer ends
+    // with a text group (`-7\text{ cm}, -4\text{ cm}` reads as `-7`).
+    let ends_in_group = {
+        let u = t.trim_end_matches(|c: char| c.is_ascii_digit());
+        let u = u.strip_suffix('^').unwrap_or(u);
+        u.ends_with('}')
+    };
+    if ends_in_group {
+        let first = ["\\text{", "\\mbox{"]
+            .iter()
+            .filter_map(|c| t.find(c))
+            .min();
+        if let Some(k) = first.filter(|&k| !t[..k].trim().is_empty()) {
+            let head = t[..k].trim_end();
+            if !head.ends_with(['=', '(', ',', '{', '+', '-']) {
+                t = head.to_string();
+            }
+        }
+    }
     for _ in 0..3 {
         let mut changed = false;
         for cmd in [
@@ -297,30 +336,6 @@ fn strip_unit_words(s: &str) -> String {
     let head = words.join(" ");
     if head.ends_with(|c: char| c.is_ascii_digit() || c == '}' || c == ')' || c == '%') {
         head
-    } else {
-        s.to_string()
-    }
-}
-
-/// `1 000 000` -> `1000000` when the whole answer is such a number.
-fn join_space_thousands(s: &str) -> String {
-    let parts: Vec<&str> = s.split(' ').collect();
-    if parts.len() < 2 {
-        return s.to_string();
-    }
-    let first = parts[0].trim_start_matches('-');
-    let ok_first =
-        !first.is_empty() && first.len() <= 3 && first.bytes().all(|c| c.is_ascii_digit());
-    let ok_rest = parts[1..].iter().enumerate().all(|(i, p)| {
-        let p = if i == parts.len() - 2 {
-            p.split('.').next().unwrap_or(p)
-        } else {
-            p
-        };
-        p.len() == 3 && p.bytes().all(|c| c.is_ascii_digit())
-    });
-    if ok_first && ok_rest {
-        parts.concat()
     } else {
         s.to_string()
     }

@@ -63,8 +63,11 @@ pub const REWARD_NAMES: &[&str] = &[
 
 /// Build a reward from its config name and options (a JSON object, or null for defaults).
 ///
-/// Options: `r1_zero`, `math`, `gsm8k`: `timeout_s` (per comparison, default 1). `math`/`gsm8k`:
-/// `extraction` = `"last_number"` (default) or `"strict"`. Task verifiers (`arith`,
+/// Options: `r1_zero`, `math`, `gsm8k`: `timeout_s` (per comparison, default 1) and math-verify's
+/// options under its names and defaults (`strict` = true, `allow_set_relation_comp` = false,
+/// `float_rounding` = 6, `numeric_precision` = 15, `extraction_config` = `["latex", "expr"]`;
+/// see [`crate::GraderOptions`]). `math`/`gsm8k`: `extraction` = `"last_number"` (default) or
+/// `"strict"` (LaTeX only). Task verifiers (`arith`,
 /// `countdown`, `chain_sum`): the task's own options (see [`crate::tasks`]). `command`: `cmd`
 /// (argv array, required), `timeout_s` (default 10).
 pub fn reward_by_name(name: &str, opts: &Value) -> Result<Box<dyn Reward>> {

@@ -37,7 +37,7 @@ fn deep_nesting_is_refused_quickly() {
     assert!(!g.correct);
     assert_eq!(g.error, Some(Unscored::TooDeep));
     // Depth the engine follows still grades.
-    assert!(grade("\\frac{1}{8}", &nested_fracs(3)).correct);
+    assert!(grade("\\frac{1}{8}", &format!("\\boxed{{{}}}", nested_fracs(3))).correct);
 }
 
 #[test]
@@ -77,6 +77,7 @@ fn the_time_limit_holds_and_is_reported() {
     let tower = (0..60).map(|_| "x").collect::<Vec<_>>().join("^");
     let grader = Grader {
         timeout: Duration::from_millis(0),
+        ..Grader::default()
     };
     let (ok, why) = grader.judge(&format!("{tower}+1"), &format!("1+{tower}"));
     assert!(!ok);
@@ -111,4 +112,56 @@ fn rewards_report_why_they_gave_up() {
         &Value::Null,
     );
     assert_eq!(out.error.as_deref(), Some("too_deep"));
+}
+
+/// Long texts built to make answer finding scan again and again (unclosed delimiters, runs of
+/// numbers with no operator, many anchor words) stay linear enough: each is graded well inside
+/// the bound (which only catches hangs; it is not a timing).
+#[test]
+fn adversarial_texts_do_not_hang_answer_finding() {
+    let patterns = [
+        "\\[".repeat(100_000),
+        "\\(".repeat(100_000),
+        "$$ x ".repeat(40_000),
+        "$".repeat(200_000),
+        "1 ".repeat(100_000),
+        "1+".repeat(100_000),
+        "answer ".repeat(30_000),
+        "final answer ".repeat(15_000),
+        "\\boxed{".repeat(30_000),
+        "\\boxed{1}".repeat(20_000),
+        " [".repeat(100_000),
+        "-\\frac{1}{".repeat(20_000),
+        "1,000".repeat(40_000),
+    ];
+    for p in &patterns {
+        let t = Instant::now();
+        let g = grade("1", p);
+        let took = t.elapsed();
+        println!("{:?}...: {took:?}", &p[..12.min(p.len())]);
+        assert!(took < Duration::from_secs(60), "{:?}", &p[..12]);
+        let _ = g;
+    }
+}
+
+/// Multi-byte characters where answer finding measures windows in bytes (after "answer", "final
+/// answer", around `$`, in numbers) never split a character.
+#[test]
+fn windows_never_split_characters() {
+    for fill in ["é", "€", "数", "🙂", "\u{200b}"] {
+        for n in 0..120 {
+            let f = fill.repeat(n);
+            for text in [
+                format!("answer {f}= 5"),
+                format!("answer: {f} 5 {f}"),
+                format!("final answer {f} is 5"),
+                format!("The final answer is {f}$5$. I hope"),
+                format!("answer {f}$\\frac{{1}}{{2}}$"),
+                format!("{f}$5{f}$ {f}\\(6{f}\\) 7{f}"),
+                format!("**{f}** 1,{f}000 -{f}.5 3/{f}4. A{f}"),
+            ] {
+                let _ = grade("5", &text);
+            }
+        }
+    }
 }

@@ -1,12 +1,50 @@
-//! Hand-written cases for each grader rule: (gold, prediction, expected). Semantics follow
-//! CS336's drgrpo_grader and HF math-verify where they agree; where they differ we take the
-//! mathematically right answer (e.g. an unreduced fraction equal in value is correct).
+//! Hand-written cases for each grader rule: (gold, prediction, math-verify's verdict). People
+//! chose the pairs; the verdicts are math-verify 0.9.0's, on the pair as the test hands it to
+//! temper (a bare answer inside `$..$`), and `tools/grader_rules_check.py` checks
+//! that every one still is (`--fix` rewrites any that is not).
 use temper_reward::grade;
+
+/// A bare answer (no math markup, no words) is an answer in math mode; prose is handed over as
+/// it is (the same rule as tools/grader_rules_check.py).
+fn wrap(s: &str) -> String {
+    let markup = ["$", "\\(", "\\[", "\\boxed", "\\fbox"]
+        .iter()
+        .any(|m| s.contains(m));
+    if markup || is_prose(s) {
+        s.to_string()
+    } else {
+        format!("${s}$")
+    }
+}
+
+/// Four letters or more in a row outside LaTeX commands and `\text{}` groups.
+fn is_prose(s: &str) -> bool {
+    let mut bare = String::new();
+    let mut rest = s;
+    while let Some(k) = rest.find('\\') {
+        bare.push_str(&rest[..k]);
+        bare.push(' ');
+        let after = &rest[k + 1..];
+        let name_len = after
+            .find(|c: char| !c.is_ascii_alphabetic())
+            .unwrap_or(after.len());
+        rest = &after[name_len..];
+        if matches!(&after[..name_len], "text" | "begin" | "end") && rest.starts_with('{') {
+            rest = rest.find('}').map_or("", |e| &rest[e + 1..]);
+        }
+    }
+    bare.push_str(rest);
+    let mut run = 0;
+    bare.chars().any(|c| {
+        run = if c.is_ascii_alphabetic() { run + 1 } else { 0 };
+        run >= 4
+    })
+}
 
 fn check(cases: &[(&str, &str, bool)]) {
     let mut bad = vec![];
     for &(g, p, want) in cases {
-        let got = grade(g, p);
+        let got = grade(&wrap(g), &wrap(p));
         if got.correct != want {
             bad.push(format!(
                 "gold={g:?} pred={p:?} want={want} got={} (gold_answer={:?}, pred_answer={:?})",
@@ -36,7 +74,7 @@ fn plain_numbers() {
         ("-5", "-5", true),
         ("-5", "5", false),
         ("7425000", "7,425,000", true),
-        ("1000", "1 000", true),
+        ("1000", "1 000", false),
         ("1000", "1000.0", true),
         ("1000.0", "1,000.0", true),
         ("1000.99", "$1,000.99", true),
@@ -51,8 +89,8 @@ fn plain_numbers() {
         ),
         ("14916", "\\boxed{14{,}916}", true),
         ("2", "AZYUK2A", false),
-        ("1000.99", "1000,99", true),
-        ("1.22", "1,22", true),
+        ("1000.99", "1000,99", false),
+        ("1.22", "1,22", false),
     ]);
 }
 
@@ -78,7 +116,7 @@ fn fractions_and_decimals() {
         ("\\frac{1}{3}", "\\frac{2}{6}", true),
         ("3\\frac{1}{2}", "3.5", true),
         ("3\\frac{1}{2}", "\\frac{7}{2}", true),
-        ("7 3/4", "7.75", true),
+        ("7 3/4", "7.75", false),
         ("1.5e3", "1500", false),
         ("\\frac{9}{4}\\pi", "\\frac94\\pi", true),
         (
@@ -137,7 +175,7 @@ fn roots_powers_constants() {
         ("$1\\sqrt{19}$", "$1$", false),
         ("\\sqrt[3]{8}", "2", true),
         ("2^{10}", "1024", true),
-        ("$2$", "$2^{10}.$", false),
+        ("$2$", "$2^{10}.$", true),
         ("\\pi", "3.14", false),
         ("2\\pi", "\\pi \\cdot 2", true),
         ("\\frac{\\pi}{2}", "90", false),
@@ -189,7 +227,6 @@ fn equations_and_relations() {
         ("$11$", "$x\\approx11$", true),
         ("$1/3$", "$x=1/3\\approx1.3$", true),
         ("$a +3z = 0$", "$0$", false),
-        ("$1 = \\zzz = x = 0$", "$0$", true),
         ("$2x + z = 1$", "$1$", false),
         ("$a^2 + b = 0$", "$0$", false),
         ("$z = 1 + 1 = 2$", "$z = 3+3 = 2$", true),
@@ -248,7 +285,7 @@ fn tuples_sets_intervals() {
         ("\\boxed{(-6, 10)}", "The solution is \\( x \\in (-6, 10) \\). Final Answer: The final answer is \\((-6, 10)\\).", true),
         ("$\\boxed{1}\\boxed{2}$", "$\\boxed{1,2}$", true),
         ("1, -2", "The integers are \\boxed{-2} and \\boxed{1}.", true),
-        ("\\emptyset", "\\varnothing", true),
+        ("\\emptyset", "\\varnothing", false),
     ]);
 }
 
@@ -306,9 +343,9 @@ fn extraction_from_prose() {
             "Therefore, there are 12 distinct arithmetic sequences that meet the conditions.",
             true,
         ),
-        ("$\\frac{1}{3}$", "The answer is $\\frac{1}{3}.$", true),
-        ("$1$", "The answer is $1/3.$", false),
-        ("$(1,2)$", "$(1,2).$", true),
+        ("$\\frac{1}{3}$", "The answer is $\\frac{1}{3}.$", false),
+        ("$1$", "The answer is $1/3.$", true),
+        ("$(1,2)$", "$(1,2).$", false),
         ("$5$", "$5 \\text{ cm}.$", true),
         ("$42$", "$42.$", true),
         ("$1, 2, 3$", "$1, 2, 3, ...$", false),
@@ -338,10 +375,10 @@ fn more_forms() {
         ("\\frac{\\sqrt{3}}{2}", "\\sqrt{3}/2", true),
         ("\\dfrac{1}{2}", "0.50", true),
         ("$10^{2^n-n-1}$", "10^{2^{n}-(n+1)}", true),
-        ("18", "\\$18.00", true),
+        ("18", "\\$18.00", false),
         ("18\\%", "18%", true),
         ("x \\in (-\\infty, 3)", "(-\\infty, 3)", true),
-        ("(-\\infty, 3)", "x < 3", true),
+        ("(-\\infty, 3)", "x < 3", false),
         ("(-\\infty, 3)", "x \\le 3", false),
         ("\\text{yes}", "Yes", true),
         ("5\\text{ inches}", "5", true),
@@ -360,7 +397,7 @@ fn more_forms() {
         (
             "\\boxed{5}",
             "<think> hmm </think> <answer>5</answer>",
-            true,
+            false,
         ),
         ("\\frac{1}{2}", "\\frac{1}{3}", false),
         ("3", "3x", false),
@@ -380,6 +417,7 @@ fn time_limit_per_comparison() {
     // and identical strings are decided before it.
     let none = Grader {
         timeout: Duration::ZERO,
+        ..Grader::default()
     };
     assert!(!none.answers_match("x^2+2x+1", "(x+1)^2"));
     assert!(none.answers_match("18", "18.0"));
@@ -435,12 +473,12 @@ fn never_panics_on_odd_text() {
 #[test]
 fn rounded_gold_is_answered_by_an_exact_value_that_rounds_to_it() {
     check(&[
-        ("0.33", "\\frac13", true),
-        ("0.333", "\\frac{1}{3}", true),
-        ("2.6667", "\\frac83", true),
-        ("1.41", "\\sqrt2", true),
-        ("3.14", "\\pi", true),
-        ("-0.67", "-\\frac23", true),
+        ("0.33", "\\frac13", false),
+        ("0.333", "\\frac{1}{3}", false),
+        ("2.6667", "\\frac83", false),
+        ("1.41", "\\sqrt2", false),
+        ("3.14", "\\pi", false),
+        ("-0.67", "-\\frac23", false),
         ("0.34", "\\frac13", false),
         // The prediction is the rounding: not accepted for an exact gold.
         ("\\frac13", "0.33", false),
@@ -450,11 +488,11 @@ fn rounded_gold_is_answered_by_an_exact_value_that_rounds_to_it() {
         ("0.33", "0.333", false),
         // One decimal is taken as exact: 2.45 does not answer 2.5.
         ("2.5", "\\frac{49}{20}", false),
-        ("(0.6, 2.6667]", "(\\frac35, \\frac83]", true),
+        ("(0.6, 2.6667]", "(\\frac35, \\frac83]", false),
         (
             "\\begin{pmatrix}0.33\\\\0.5\\end{pmatrix}",
             "\\begin{pmatrix}\\frac13\\\\\\frac12\\end{pmatrix}",
-            true,
+            false,
         ),
     ]);
 }
@@ -462,20 +500,20 @@ fn rounded_gold_is_answered_by_an_exact_value_that_rounds_to_it() {
 #[test]
 fn inequalities_answer_intervals_and_unions() {
     check(&[
-        ("(0,1)", "0<f(x)<1", true),
+        ("(0,1)", "0<f(x)<1", false),
         ("(0,1)", "0<f(x)\\le 1", false),
-        ("[2,5)", "2 \\le x < 5", true),
-        ("(3,\\infty)", "x>3", true),
+        ("[2,5)", "2 \\le x < 5", false),
+        ("(3,\\infty)", "x>3", false),
         ("(3,\\infty)", "x \\ge 3", false),
         (
             "(-\\infty,1]\\cup[2,\\infty)",
             "x \\le 1 \\text{ or } x \\ge 2",
-            true,
+            false,
         ),
         (
             "(-\\infty,1]\\cup[2,\\infty)",
             "x \\ge 2 \\text{ or } x \\le 1",
-            true,
+            false,
         ),
         (
             "(-\\infty,1]\\cup[2,\\infty)",
@@ -491,7 +529,7 @@ fn thousands_groups_are_not_decimal_commas() {
         ("1234", "1,234", true),
         ("1.234", "1,234", false),
         ("0.234", "0,234", true),
-        ("2.74", "2,74", true),
+        ("2.74", "2,74", false),
         ("1234567", "1,234,567", true),
         ("1234.5", "1,234.5", true),
         (
@@ -499,5 +537,293 @@ fn thousands_groups_are_not_decimal_commas() {
             "The roots are $\\boxed{99}$ and $\\boxed{100}$.",
             true,
         ),
+    ]);
+}
+
+/// Shapes of model answers, one pair each (verdicts: math-verify's).
+#[test]
+fn model_output_shapes() {
+    check(&[
+        (
+            "$5$",
+            "Final Answer: The final answer is 5. I hope it is correct.",
+            true,
+        ),
+        (
+            "$5$",
+            "Final Answer: The final answer is 6. I hope it is correct. Also 5",
+            false,
+        ),
+        ("$15$", "So 12 + 3 = 15. The final answer is 15", true),
+        ("$5$", "**Final Answer**: 42 and then 5", false),
+        ("$\\frac{1}{2}$", "The answer is \\frac{1}{2}", true),
+        ("$\\frac{1}{2}$", "the answer is 1/2", true),
+        ("$5$", "So $x = \\boxed{5}$.", true),
+        ("$5$", "\\boxed{5}. Then $\\frac12$ later.", true),
+        ("$5$", "\\[ \\boxed{x=5} \\]", true),
+        ("$5$", "The answer is $5$ cm.", true),
+        ("$0.5$", "$\\boxed{50\\%}$", true),
+        ("$50\\%$", "$\\boxed{0.5}$", true),
+        ("$0.5$", "$\\boxed{\\dfrac{1}{2}}$", true),
+        ("$\\text{(B)}$", "The answer is $\\boxed{B}$", true),
+        ("$B$", "The answer is $\\boxed{\\text{(B)}}$", true),
+        ("$2\\sqrt{3}$", "$\\boxed{\\sqrt{12}}$", true),
+        ("$1$", "$\\boxed{1.0}$", true),
+        ("$5$", "$\\boxed{5\\text{ cm}}$", true),
+        ("$5$", "$\\boxed{5^\\circ}$", true),
+        ("$5$", "$\\boxed{\\$5}$", true),
+        ("$5000$", "$\\boxed{5,000}$", true),
+        ("$-0.5$", "$\\boxed{-\\frac{1}{2}}$", true),
+        ("$(1,2)$", "$\\boxed{x \\in (1, 2)}$", true),
+        ("$\\{1,2\\}$", "$\\boxed{(1, 2)}$", true),
+        ("$(1,2)$", "$\\boxed{1, 2}$", true),
+        ("$1, 2$", "$\\boxed{\\{1,2\\}}$", true),
+        ("$x=2$", "$\\boxed{2}$", true),
+        ("$y = 2x + 3$", "$\\boxed{2x + 3}$", true),
+        ("$2x+3$", "$\\boxed{y = 2x + 3}$", true),
+        ("$\\frac{\\sqrt{3}}{2}$", "$\\boxed{0.866}$", false),
+        ("$\\frac{\\sqrt{3}}{2}$", "$\\boxed{0.866025}$", true),
+        ("$5$", "There are 5 apples.", true),
+        ("$\\infty$", "$\\boxed{\\infty}$", true),
+        (
+            "$\\text{no solution}$",
+            "$\\boxed{\\text{no solution}}$",
+            true,
+        ),
+        ("$0.0015$", "$\\boxed{1.5 \\times 10^{-3}}$", true),
+        ("$\\pi$", "$\\boxed{\\pi \\approx 3.14}$", true),
+        ("$(3,4)$", "$\\boxed{a = 3, b = 4}$", true),
+        ("$-2, 2$", "$\\boxed{\\pm 2}$", true),
+        ("$-2, 2$", "$\\boxed{2 \\text{ or } -2}$", true),
+        ("$\\frac{\\pi}{6}$", "$\\boxed{30^\\circ}$", false),
+        ("$5$", "answer: 5", true),
+        ("$\\frac{1}{2}$", "$\\frac{2}{4}$", true),
+        ("$5.0$", "$\\boxed{5}$", true),
+        ("$5$", "We get 5.\n\nFinal answer: $\\boxed{5}$", true),
+        ("$3$", "$a_3 = 3$", true),
+        ("$3$", "The value of $a_3$ is 3.", true),
+        ("$3$", "The value of $a_3$ is $3$.", true),
+        ("$3$", "Thus, $f(2) = 3$.", true),
+        ("$10$", "So the total is $2 \\cdot 5 = 10$.", true),
+        ("$10$", "So the total is 2 * 5 = 10.", true),
+        ("$10$", "So the total is 2 * 5 = 10 apples.", true),
+        ("$2$", "So the total is 2 * 5 = 10", false),
+        (
+            "$\\frac{3}{4}$",
+            "The probability is $\\frac{3}{4}$, or 75%.",
+            true,
+        ),
+        (
+            "$75\\%$",
+            "The probability is $\\frac{3}{4}$, or 75%.",
+            true,
+        ),
+        ("$4$", "The roots are $x=4$ and $x=-4$.", false),
+        ("$4, -4$", "The roots are $x=4$ and $x=-4$.", true),
+        ("$\\{4, -4\\}$", "The roots are $x=4$, $x=-4$.", true),
+        ("$12$", "The answer is 12.5", false),
+        ("$12.5$", "The answer is 12.5", true),
+        ("$12$", "He has 12 left.\n\n", true),
+        ("$1200$", "The cost is \\$1,200.", false),
+        ("$1200$", "The cost is $1,200.", true),
+        ("$1200$", "The cost is 1.200 €", false),
+        ("$1.2$", "The cost is 1,2 €", true),
+        ("$3$", "$$x^2 - 9 = 0 \\implies x = 3$$", true),
+        ("$x^2+2x+1$", "$\\boxed{(x+1)^2}$", true),
+        ("$\\frac{x+1}{x-1}$", "$\\boxed{\\frac{1+x}{-1+x}}$", true),
+        ("$\\sin^2 x$", "$\\boxed{1 - \\cos^2 x}$", true),
+        ("$e^{i\\pi}$", "$\\boxed{-1}$", false),
+        ("$\\log_2 8$", "$\\boxed{3}$", true),
+        ("$\\binom{5}{2}$", "$\\boxed{10}$", true),
+        ("$5!$", "$\\boxed{120}$", true),
+        ("$\\sqrt[3]{8}$", "$\\boxed{2}$", true),
+        ("$|{-3}|$", "$\\boxed{3}$", true),
+        ("$\\lfloor 2.5 \\rfloor$", "$\\boxed{2}$", true),
+        (
+            "$\\begin{pmatrix} 1 \\\\ 2 \\end{pmatrix}$",
+            "$\\boxed{\\begin{pmatrix} 1 \\\\ 2 \\end{pmatrix}}$",
+            true,
+        ),
+        (
+            "$\\begin{pmatrix} 1 & 2 \\end{pmatrix}$",
+            "$\\boxed{(1, 2)}$",
+            false,
+        ),
+        ("$[1, \\infty)$", "$\\boxed{x \\geq 1}$", false),
+        ("$x \\geq 1$", "$\\boxed{[1, \\infty)}$", true),
+        (
+            "$(-\\infty, 0) \\cup (1, \\infty)$",
+            "$\\boxed{x < 0 \\text{ or } x > 1}$",
+            false,
+        ),
+        (
+            "$x < 0 \\text{ or } x > 1$",
+            "$\\boxed{(-\\infty, 0) \\cup (1, \\infty)}$",
+            false,
+        ),
+        ("$\\mathbb{R}$", "$\\boxed{(-\\infty, \\infty)}$", true),
+        ("$\\emptyset$", "$\\boxed{\\{\\}}$", true),
+        ("$2$", "The answer is \\boxed 2", true),
+        ("$2$", "The answer is \\fbox{2}", false),
+        ("$(2, 3)$", "The point is $(2, 3)$.", true),
+        ("$(2, 3)$", "The point is (2, 3).", false),
+        ("$\\frac{1}{3}$", "0.3333333333", true),
+        ("$\\frac{1}{3}$", "$0.\\overline{3}$", false),
+        ("$\\frac{7}{3}$", "$2\\frac{1}{3}$", true),
+        ("$1000000$", "$10^6$", true),
+        ("$1000000$", "1 million", false),
+        ("$17$", "The answer is: **17**", true),
+        ("$17$", "**Answer: 17**", true),
+        (
+            "$17$",
+            "Answer: $17$\n\nExplanation: there were 18 - 1 = 17.",
+            true,
+        ),
+        ("$17$", "So 17 + 1 = 18 is wrong; the answer is 17.", true),
+        ("$18$", "So 17 + 1 = 18 is wrong; the answer is 17.", false),
+        ("$\\sqrt{2}$", "$\\boxed{2^{1/2}}$", true),
+        ("$\\sqrt{2}$", "$\\boxed{\\sqrt2}$", true),
+        (
+            "$\\frac{\\sqrt{2}}{2}$",
+            "$\\boxed{\\frac{1}{\\sqrt{2}}}$",
+            true,
+        ),
+        ("$2+3i$", "$\\boxed{3i+2}$", true),
+        ("$i$", "$\\boxed{\\sqrt{-1}}$", false),
+        ("$\\frac{1}{2}$", "$\\boxed{\\tfrac12}$", true),
+        ("$\\frac{1}{2}$", "$\\boxed{\\cfrac{1}{2}}$", true),
+        ("$\\frac{1}{2}$", "$\\boxed{1/2}$", true),
+        ("$0.5$", "The answer is .5", true),
+        ("$-3$", "The answer is −3", false),
+        ("$3$", "The answer is three.", false),
+        ("$x$", "$\\boxed{x}$", true),
+        ("$\\text{Evelyn}$", "$\\boxed{\\text{Evelyn}}$", true),
+        ("$\\text{Evelyn}$", "The answer is Evelyn.", false),
+        ("$\\textbf{(C)}$", "$\\boxed{\\textbf{(C)}}$", true),
+        ("$7$", "\\(\\boxed{7}\\)", true),
+        ("$7$", "The answer is \\( 7 \\).", true),
+        ("$7$", "$$\\boxed{7}$$", true),
+        ("$7, 8$", "$\\boxed{7}, \\boxed{8}$", true),
+        ("$7, 8$", "\\boxed{7} \\boxed{8}", true),
+        ("$8$", "\\boxed{7} \\boxed{8}", false),
+        ("$7$", "\\boxed{7} and later \\boxed{7}", true),
+    ]);
+}
+
+/// The categories of the math-verify grader issue, one pair each (verdicts: math-verify's):
+/// parts and several boxes, thousands and decimal commas with currency, labelled answers,
+/// matrices, text that is not an answer, lists, answer phrases, relations and sets.
+#[test]
+fn issue_categories() {
+    check(&[
+        ("$3, 5$", "Part (a): the answer is $\\boxed{3}$.\n\nPart (b): the answer is $\\boxed{5}$.", false),
+        ("$3, 5$", "(a) $\\boxed{3}$ (b) $\\boxed{5}$", false),
+        ("$3, 5$", "(a) $\\boxed{3}$, (b) $\\boxed{5}$", false),
+        ("$12345$", "The total is $12\\,345$.", false),
+        ("$12345$", "The total is $12{,}345$.", true),
+        ("$12345$", "The total is 12,345.", true),
+        ("$12345$", "The total is 12 345.", true),
+        ("$12.5$", "Der Preis ist 12,50 €.", true),
+        ("$12.5$", "Der Preis ist €12,50.", true),
+        ("$12.5$", "Der Preis ist 12,50\\,€.", true),
+        ("$12.5$", "Der Preis ist $12{,}50$ €.", false),
+        ("$12.5$", "Der Preis ist $12,50$ €.", false),
+        ("$11:21$", "So $V_1 : V_2 = 11 : 21$.", true),
+        ("$\\frac{11}{21}$", "So $V_1 : V_2 = 11 : 21$.", true),
+        ("$11:21$", "The ratio is $\\boxed{\\frac{11}{21}}$", true),
+        ("$1$", "Therefore $|AB| = 1$.", true),
+        ("$|AB| = 1$", "Therefore $\\boxed{1}$.", true),
+        ("$AB = 1$", "Therefore $|AB| = 1$.", false),
+        ("$1$", "Therefore $AB = 1$ and $CD = 2$.", false),
+        ("$2$", "Therefore $AB = 1$ and $CD = 2$.", false),
+        ("$1, 2$", "Therefore $AB = 1$ and $CD = 2$.", true),
+        ("$\\begin{pmatrix}0.33\\end{pmatrix}$", "$\\boxed{\\begin{pmatrix}\\frac13\\end{pmatrix}}$", false),
+        ("$\\begin{pmatrix}\\frac13\\end{pmatrix}$", "$\\boxed{\\begin{pmatrix}0.333333\\end{pmatrix}}$", true),
+        ("$\\begin{pmatrix}\\frac13\\end{pmatrix}$", "$\\boxed{\\begin{pmatrix}0.333\\end{pmatrix}}$", false),
+        ("$\\begin{pmatrix}1 \\\\ 2\\end{pmatrix}$", "$\\boxed{\\left(\\begin{matrix}1 \\\\ 2\\end{matrix}\\right)}$", true),
+        ("$\\begin{pmatrix}1 \\\\ 2\\end{pmatrix}$", "$\\boxed{\\left[\\begin{matrix}1 \\\\ 2\\end{matrix}\\right]}$", true),
+        ("$\\begin{pmatrix}1 \\\\ 2\\end{pmatrix}$", "$\\boxed{\\begin{array}{c}1 \\\\ 2\\end{array}}$", true),
+        ("$\\begin{pmatrix}1 & 2 \\\\ 3 & 4\\end{pmatrix}$", "$\\boxed{2\\begin{pmatrix}1 & 2 \\\\ 3 & 4\\end{pmatrix} - \\begin{pmatrix}1 & 2 \\\\ 3 & 4\\end{pmatrix}}$", true),
+        ("$\\begin{pmatrix}2 & 4 \\\\ 6 & 8\\end{pmatrix}$", "$\\boxed{2\\begin{pmatrix}1 & 2 \\\\ 3 & 4\\end{pmatrix}}$", true),
+        ("$\\begin{pmatrix}1 & 0 \\\\ 0 & 1\\end{pmatrix}$", "$\\boxed{\\begin{pmatrix}1 & 0 \\\\ 0 & 1\\end{pmatrix}^2}$", false),
+        ("$5$", "The answer is $\n5$.", true),
+        ("$5$", "The answer is $5\n$.", true),
+        ("$5$", "It costs $5 and then we are done", true),
+        ("$5$", "It costs $5.", true),
+        ("$5$", "It costs 5$.", true),
+        ("$5$", "We pay $5 now, and $3 later", false),
+        ("$3$", "We pay $5 now, and $3 later", true),
+        ("$2, 3$", "x = 2 or x = 3", true),
+        ("$2, 3$", "$x = 2$ or $x = 3$", true),
+        ("$2, 3$", "$x = 2$; $x = 3$", false),
+        ("$2, 3$", "$x \\in \\{2, 3\\}$", true),
+        ("$\\{2, 3\\}$", "$x = 2, 3$", true),
+        ("$2, 3$", "The solutions are $2$ and $3$.", true),
+        ("$2, 3$", "The solutions are $2$, $3$.", true),
+        ("$2, 3$", "The solutions are $2$, and $3$.", false),
+        ("$2, 3, 4$", "The solutions are $2$, $3$, and $4$.", false),
+        ("$2, 3$", "$\\boxed{2 \\text{ cm}, 3 \\text{ cm}}$", false),
+        ("$2, 3$", "$\\boxed{2, 3 \\text{ cm}}$", true),
+        ("$(1, 2), (3, 4)$", "$\\boxed{(3, 4), (1, 2)}$", true),
+        ("$(1, 2), (3, 4)$", "$\\boxed{(3, 4) \\text{ and } (1, 2)}$", true),
+        ("$(1, 2), (3, 4)$", "$\\boxed{(1, 2)}$ and $\\boxed{(3, 4)}$", true),
+        ("$1, 1, 2$", "$\\boxed{1, 2}$", true),
+        ("$1, 2$", "$\\boxed{1, 1, 2}$", true),
+        ("$f(x) = x^2$", "$\\boxed{f(y) = y^2}$", false),
+        ("$x^2$", "$\\boxed{y^2}$", false),
+        ("$2^{10}$", "$\\boxed{1024}$", true),
+        ("$10\\%$", "$\\boxed{0.1}$", true),
+        ("$0.1$", "$\\boxed{10\\%}$", true),
+        ("$10$", "$\\boxed{10\\%}$", true),
+        ("$\\frac{1}{2}x$", "$\\boxed{x/2}$", true),
+        ("$y = -\\frac{1}{2}x + 3$", "$\\boxed{x + 2y = 6}$", true),
+        ("$x + 2y = 6$", "$\\boxed{y = -\\frac{1}{2}x + 3}$", true),
+        ("$\\text{Monday}$", "The answer is Monday.", false),
+        ("$5\\sqrt{2}$", "$\\boxed{\\sqrt{50}}$", true),
+        ("$\\left\\{ 1, 2 \\right\\}$", "$\\boxed{\\{2, 1\\}}$", true),
+        ("$-\\frac{3}{4}$", "$\\boxed{\\frac{-3}{4}}$", true),
+        ("$\\frac{3}{4}$", "$\\boxed{\\frac{3}{4}}$ is the probability, not $\\frac{1}{4}$.", true),
+        ("$\\frac{3}{4}$", "The probability is $\\frac{3}{4}$, not $\\frac{1}{4}$.", false),
+        ("$6$", "The answer is 6 because $2 \\times 3 = 6$.", true),
+        ("$6$", "The answer is 5 because $2 \\times 3 = 6$.", true),
+        ("$6$", "answer: 5, since $2 \\times 3 = 6$.", true),
+        ("$5$", "answer: 5, since $2 \\times 3 = 6$.", false),
+        ("$6$", "ANSWER: $6$", true),
+        ("$6$", "Answer:\n\n$6$", true),
+        ("$6$", "Answer:\n6", true),
+        ("$6$", "The answer is\n\n6", true),
+        ("$6$", "The final answer is $6$. I hope it is correct.", true),
+        ("$6$", "The final answer is 6. I hope it is correct.", true),
+        ("$7$", "The final answer is $6$. I hope it is correct. $\\boxed{7}$", false),
+        ("$6$", "The final answer is $6$. I hope it is correct. $\\boxed{7}$", true),
+        ("$6$", "$\\boxed{6}$ The final answer is $7$", false),
+        ("$7$", "$\\boxed{6}$ The final answer is $7$", true),
+        ("$6$", "My final answer is that the value is 6", true),
+        ("$6$", "The final answer, after checking, is $6$", true),
+        ("$3\\sqrt{2}$", "The answer is $3 \\sqrt 2$.", true),
+        ("$\\frac{\\sqrt{3}}{3}$", "The answer is $\\frac{1}{\\sqrt 3}$.", true),
+        ("$0.25$", "The answer is $\\frac14$.", true),
+        ("$\\frac{1}{4}$", "The answer is $0.25$.", true),
+        ("$\\frac{1}{4}$", "The answer is 25%.", true),
+        ("$25\\%$", "The answer is 1/4", true),
+        ("$1/4$", "The answer is $\\boxed{0.25}$", true),
+        ("$3.5$", "The answer is $3\\frac{1}{2}$.", true),
+        ("$3.5$", "The answer is $\\frac{7}{2}$ hours.", true),
+        ("$3.5$", "The answer is 3.5 hours.", true),
+        ("$3.5$", "The answer is 3.50.", true),
+        ("$3.50$", "The answer is \\$3.5.", false),
+        ("$-5$", "The answer is $- 5$.", true),
+        ("$-5$", "The answer is -5.", true),
+        ("$-5$", "The answer is negative 5.", false),
+        ("$(-\\infty, 2]$", "$\\boxed{(-\\infty, 2]}$", true),
+        ("$(-\\infty, 2]$", "$\\boxed{(-\\infty,2)}$", false),
+        ("$x \\le 2$", "$\\boxed{x \\leq 2}$", true),
+        ("$x \\le 2$", "$\\boxed{2 \\geq x}$", true),
+        ("$x \\le 2$", "$\\boxed{x < 2}$", false),
+        ("$[-2, 2]$", "$\\boxed{|x| \\le 2}$", false),
+        ("$|x| \\le 2$", "$\\boxed{-2 \\le x \\le 2}$", false),
+        ("$-2 \\le x \\le 2$", "$\\boxed{|x| \\le 2}$", false),
+        ("$(-\\infty,-2)\\cup(2,\\infty)$", "$\\boxed{|x| > 2}$", false),
+        ("$|x| > 2$", "$\\boxed{x < -2 \\text{ or } x > 2}$", false),
     ]);
 }

@@ -1,111 +1,196 @@
-//! temper's grader against math-verify on generated (gold, prediction) pairs, 2000 per answer
-//! family (labels, intervals, unordered lists, matrices, free-form solutions, decimal commas,
-//! malformed math): `tests/fixtures/grader_cases.jsonl`, written by `tools/grader_cases.py` and
-//! labelled by math-verify 0.9.0 and by sympy on the values the generator built each text from.
+//! temper's grader against math-verify 0.9.0's verdicts, the only reference: no label of ours
+//! overrides one of math-verify's.
 //!
-//! - Where the two labels agree, temper agrees with them on at least 97% of the pairs of every
-//!   family and never accepts a pair both reject.
-//! - Every pair where temper and math-verify differ is listed, with the reviewed reason, in
-//!   `tests/fixtures/grader_disagreements.jsonl` (written by `tools/grader_disagreements.py`), and
-//!   every listed pair still differs: a grader change that moves a verdict must be reviewed.
-use std::collections::{BTreeMap, HashMap};
+//! - `tests/fixtures/grader_corpus.jsonl` (`tools/grader_corpus.py`): realistic pairs, responses
+//!   shaped like model outputs (chain of thought ending in an answer, labelled answers in math
+//!   delimiters, relations, sets, matrices, strictness, text that is not an answer, MATH-style
+//!   golds), labelled by `verify(parse(gold), parse(pred), **options)`.
+//! - `tests/fixtures/grader_cases.jsonl` (`tools/grader_cases.py`): constructed pairs per answer
+//!   family, labelled by math-verify on `wrap(gold)`, `wrap(pred)` (bare text inside `$..$`);
+//!   temper is given the same wrapped texts.
+//!
+//! For every family: temper agrees with math-verify on at least 97% of the pairs and never
+//! accepts a pair math-verify rejects. Where temper differs on purpose, the difference is one of
+//! the named rules of docs/rewards.md ("Deliberate differences"); they are counted per rule and
+//! stay at or below 1% of every family.
+use std::collections::BTreeMap;
 
-use temper_reward::grader::grade;
+use serde_json::Value;
+use temper_reward::grader::{deliberate_difference, Grader};
+use temper_reward::GraderOptions;
 
-fn fixture(name: &str) -> Vec<serde_json::Value> {
+fn fixture(name: &str) -> Vec<Value> {
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("tests/fixtures")
         .join(name);
     std::fs::read_to_string(&path)
-        .unwrap()
+        .unwrap_or_else(|e| panic!("reading {}: {e}", path.display()))
         .lines()
         .map(|l| serde_json::from_str(l).unwrap())
         .collect()
 }
 
-fn text(v: &serde_json::Value, key: &str) -> String {
+fn text(v: &Value, key: &str) -> String {
     v[key].as_str().unwrap().to_string()
+}
+
+/// What `tools/grader_cases.py` handed to math-verify for a bare answer.
+fn wrap(s: &str) -> String {
+    if s.contains('$') || s.contains("\\boxed") {
+        s.to_string()
+    } else {
+        format!("${s}$")
+    }
+}
+
+/// One graded pair: family, gold, pred, the grader options of the case, math-verify's verdict.
+struct Case {
+    family: String,
+    gold: String,
+    pred: String,
+    options: Value,
+    math_verify: bool,
+}
+
+fn cases() -> Vec<Case> {
+    let mut out = vec![];
+    let realistic = fixture("grader_corpus.jsonl");
+    assert!(realistic.len() >= 5000, "at least 5,000 realistic pairs");
+    for v in realistic {
+        out.push(Case {
+            family: text(&v, "family"),
+            gold: text(&v, "gold"),
+            pred: text(&v, "pred"),
+            options: v.get("options").cloned().unwrap_or(Value::Null),
+            math_verify: v["math_verify"].as_bool().unwrap(),
+        });
+    }
+    for v in fixture("grader_cases.jsonl") {
+        out.push(Case {
+            family: format!("constructed/{}", text(&v, "family")),
+            gold: wrap(&text(&v, "gold")),
+            pred: wrap(&text(&v, "pred")),
+            options: Value::Null,
+            math_verify: v["math_verify"].as_bool().unwrap(),
+        });
+    }
+    out
+}
+
+/// With `GRADER_DISAGREEMENTS=path`, every disagreement is appended to `path` as JSON (for
+/// working on the grader; the test does not read it).
+fn dump(c: &Case, graded: &temper_reward::Graded) {
+    let Ok(path) = std::env::var("GRADER_DISAGREEMENTS") else {
+        return;
+    };
+    use std::io::Write;
+    let line = serde_json::json!({
+        "family": c.family, "gold": c.gold, "pred": c.pred, "options": c.options,
+        "math_verify": c.math_verify, "gold_answer": graded.gold_answer,
+        "pred_answer": graded.pred_answer,
+    });
+    let mut f = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+        .unwrap();
+    writeln!(f, "{line}").unwrap();
+}
+
+#[derive(Default)]
+struct FamilyStats {
+    pairs: usize,
+    agree: usize,
+    false_accepts: usize,
+    false_rejects: usize,
+    /// Disagreements explained by a named deliberate rule, per rule.
+    deliberate: BTreeMap<&'static str, usize>,
+    examples: Vec<String>,
 }
 
 #[test]
 fn temper_agrees_with_math_verify() {
-    let cases = fixture("grader_cases.jsonl");
-    assert!(cases.len() >= 7 * 2000, "a few thousand pairs per family");
-    // family -> (pairs both labels agree on, temper agrees, false accepts, examples)
-    let mut stats: BTreeMap<String, (usize, usize, usize, Vec<String>)> = BTreeMap::new();
-    for v in &cases {
-        let (mv, by_sympy) = (
-            v["math_verify"].as_bool().unwrap(),
-            v["sympy"].as_bool().unwrap(),
-        );
-        if mv != by_sympy {
+    let mut stats: BTreeMap<String, FamilyStats> = BTreeMap::new();
+    let mut graders: BTreeMap<String, Grader> = BTreeMap::new();
+    for c in cases() {
+        let key = c.options.to_string();
+        let grader = graders.entry(key).or_insert_with(|| Grader {
+            options: GraderOptions::from_json(&c.options).unwrap(),
+            ..Grader::default()
+        });
+        let graded = grader.grade(&c.gold, &c.pred);
+        let ours = graded.correct;
+        if ours != c.math_verify {
+            dump(&c, &graded);
+        }
+        let s = stats.entry(c.family.clone()).or_default();
+        s.pairs += 1;
+        if ours == c.math_verify {
+            s.agree += 1;
             continue;
         }
-        let (gold, pred) = (text(v, "gold"), text(v, "pred"));
-        let ours = grade(&gold, &pred).correct;
-        let s = stats.entry(text(v, "family")).or_default();
-        s.0 += 1;
-        if ours == mv {
-            s.1 += 1;
-        } else if s.3.len() < 5 {
-            s.3.push(format!("gold={gold:?} pred={pred:?} want={mv}"));
+        if ours {
+            s.false_accepts += 1;
+        } else {
+            s.false_rejects += 1;
         }
-        if ours && !mv {
-            s.2 += 1;
+        if let Some(rule) = deliberate_difference(&c.gold, &c.pred) {
+            *s.deliberate.entry(rule).or_default() += 1;
+        }
+        if s.examples.len() < 8 {
+            s.examples.push(format!(
+                "gold={:?} pred={:?} options={} math_verify={}",
+                c.gold,
+                &c.pred[c.pred.len().saturating_sub(160)..],
+                c.options,
+                c.math_verify
+            ));
         }
     }
-    assert_eq!(stats.len(), 7, "every family has labelled pairs");
-    for (family, (n, agree, false_accepts, examples)) in &stats {
-        let rate = *agree as f64 / *n as f64;
-        println!("{family}: {agree}/{n} = {rate:.4}, false accepts {false_accepts}");
-        assert!(
-            rate >= 0.97,
-            "{family}: {rate:.4} < 0.97; e.g. {examples:#?}"
+    let (mut all, mut all_agree) = (0, 0);
+    let mut failures = vec![];
+    for (family, s) in &stats {
+        all += s.pairs;
+        all_agree += s.agree;
+        let rate = s.agree as f64 / s.pairs as f64;
+        let deliberate: usize = s.deliberate.values().sum();
+        println!(
+            "{family:32} {:5}/{:5} = {:.4}  false accepts {:3}  false rejects {:3}  deliberate {:?}",
+            s.agree, s.pairs, rate, s.false_accepts, s.false_rejects, s.deliberate
         );
-        assert_eq!(
-            *false_accepts, 0,
-            "{family}: accepted what both labels reject: {examples:#?}"
-        );
+        if rate < 0.97 || s.false_accepts > 0 || deliberate as f64 > 0.01 * s.pairs as f64 {
+            failures.push(format!("{family}: {rate:.4}; e.g. {:#?}", s.examples));
+        }
     }
+    let overall = all_agree as f64 / all as f64;
+    println!("overall {all_agree}/{all} = {overall:.4}");
+    assert!(overall >= 0.97, "overall agreement {overall:.4} < 0.97");
+    assert!(
+        failures.is_empty(),
+        "families below 97% agreement, with a false accept, or over 1% deliberate differences:\n{}",
+        failures.join("\n")
+    );
 }
 
+/// Release-mode timing of the grader on the corpus (`cargo test --release -- --ignored
+/// grading_speed --nocapture`): the per-pair time to compare with tools/math_verify_bench.py.
 #[test]
-fn every_disagreement_with_math_verify_is_reviewed() {
-    let reviewed: HashMap<(String, String), serde_json::Value> =
-        fixture("grader_disagreements.jsonl")
-            .into_iter()
-            .map(|v| ((text(&v, "gold"), text(&v, "pred")), v))
-            .collect();
-    let mut unlisted = vec![];
-    let mut listed = 0;
-    for v in fixture("grader_cases.jsonl") {
-        let (gold, pred) = (text(&v, "gold"), text(&v, "pred"));
-        let ours = grade(&gold, &pred).correct;
-        let mv = v["math_verify"].as_bool().unwrap();
-        match reviewed.get(&(gold.clone(), pred.clone())) {
-            Some(r) => {
-                assert_ne!(
-                    ours, mv,
-                    "listed as a disagreement but temper now agrees with math-verify: {gold:?} vs {pred:?}"
-                );
-                assert_eq!(r["temper"].as_bool(), Some(ours), "{gold:?} vs {pred:?}");
-                assert!(text(r, "reason").len() > 20, "a reason is written out");
-                listed += 1;
-            }
-            None if ours != mv => unlisted.push(format!("{gold:?} vs {pred:?}: temper {ours}")),
-            None => {}
+#[ignore]
+fn grading_speed() {
+    let cases = cases();
+    let grader = Grader::default();
+    let started = std::time::Instant::now();
+    let rounds = 5;
+    let mut accepted = 0;
+    for _ in 0..rounds {
+        for c in &cases {
+            accepted += grader.grade(&c.gold, &c.pred).correct as usize;
         }
     }
-    assert!(
-        unlisted.is_empty(),
-        "{} disagreements with math-verify are not reviewed in grader_disagreements.jsonl \
-         (tools/grader_disagreements.py): {:#?}",
-        unlisted.len(),
-        &unlisted[..unlisted.len().min(10)]
-    );
-    assert_eq!(
-        listed,
-        reviewed.len(),
-        "every listed pair is a current case"
+    let per_pair = started.elapsed().as_secs_f64() / (rounds * cases.len()) as f64;
+    println!(
+        "{} pairs x {rounds}: {:.1} us per pair ({accepted} accepted)",
+        cases.len(),
+        per_pair * 1e6
     );
 }

@@ -116,7 +116,7 @@ fn mmath_answers_self_boxed_and_rewritten() {
                 }
             }
         } else if let Some(r) = rewrite(a) {
-            right.push(r.to_string());
+            right.push(format!("${r}$"));
             rewritten += 1;
         }
         for p in &right {

@@ -152,3 +152,62 @@ fn rewards_are_callable_from_several_threads() {
         }
     });
 }
+
+/// math-verify's options reach the grader through the reward's options. Each pair's verdict
+/// under each setting is math-verify 0.9.0's (`verify(parse(gold), parse(pred), **options)`,
+/// `parse(..., extraction_config=[LatexExtractionConfig()])` for the LaTeX-only row).
+#[test]
+fn math_verify_options_select_the_grading() {
+    let cases = [
+        (
+            json!({}),
+            "$f(x) = 2x + 3$",
+            "The answer is $\\boxed{f(t) = 2t + 3}$.",
+            0.0,
+        ),
+        (
+            json!({"strict": false}),
+            "$f(x) = 2x + 3$",
+            "The answer is $\\boxed{f(t) = 2t + 3}$.",
+            1.0,
+        ),
+        (json!({}), "$[-3,6]$", "So $-3 \\le x \\le 6$.", 0.0),
+        (
+            json!({"allow_set_relation_comp": true}),
+            "$[-3,6]$",
+            "So $-3 \\le x \\le 6$.",
+            1.0,
+        ),
+        (
+            json!({}),
+            "$\\frac{\\pi}{4}$",
+            "So the answer is 0.79.",
+            0.0,
+        ),
+        (
+            json!({"float_rounding": 2}),
+            "$\\frac{\\pi}{4}$",
+            "So the answer is 0.79.",
+            1.0,
+        ),
+        (json!({}), "$42$", "The answer is 42", 1.0),
+        (
+            json!({"extraction_config": ["latex"]}),
+            "$42$",
+            "The answer is 42",
+            0.0,
+        ),
+    ];
+    for (opts, gold, pred, want) in cases {
+        let out = score("math", opts.clone(), pred, gold);
+        assert_eq!(out.reward, want, "{opts} {gold:?} {pred:?}");
+    }
+    for bad in [
+        json!({"strict": "yes"}),
+        json!({"float_rounding": -1}),
+        json!({"extraction_config": ["latex", "regex"]}),
+        json!({"extraction_config": []}),
+    ] {
+        assert!(reward_by_name("math", &bad).is_err(), "{bad}");
+    }
+}

@@ -72,6 +72,7 @@ pub fn run(args: Args) -> Result<()> {
     }
     let grader = Grader {
         timeout: Duration::from_secs_f64(args.timeout_s),
+        ..Grader::default()
     };
     let sink: Box<dyn Write> = match &args.out {
         Some(p) => {

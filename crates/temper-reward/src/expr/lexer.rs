@@ -51,7 +51,6 @@ pub enum Tok {
     /// `\\` (matrix row separator)
     RowSep,
     Prime,
-    Colon,
 }
 
 /// Commands that are pure spacing or sizing and vanish.
@@ -257,7 +256,8 @@ pub fn lex(s: &str) -> Result<Vec<Tok>> {
                     b'%' => Tok::Percent,
                     b'&' => Tok::Amp,
                     b'\'' => Tok::Prime,
-                    b':' => Tok::Colon,
+                    // A ratio `a:b` is the quotient, as math-verify reads it.
+                    b':' => Tok::Slash,
                     b'$' => {
                         i += 1;
                         continue;

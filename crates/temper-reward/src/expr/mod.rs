@@ -133,6 +133,46 @@ impl Expr {
         )
     }
 
+    /// The same tree with every variable renamed by `f`.
+    pub fn map_symbols(&self, f: &dyn Fn(&str) -> String) -> Expr {
+        use Expr::*;
+        let m = |e: &Expr| e.map_symbols(f);
+        let bx = |e: &Expr| Box::new(e.map_symbols(f));
+        let all = |v: &[Expr]| v.iter().map(m).collect::<Vec<_>>();
+        match self {
+            Sym(s) => Sym(f(s)),
+            Num { .. } | Pi | E | I | Inf | Text(_) => self.clone(),
+            Add(a, b) => Add(bx(a), bx(b)),
+            Sub(a, b) => Sub(bx(a), bx(b)),
+            Mul(a, b) => Mul(bx(a), bx(b)),
+            Div(a, b) => Div(bx(a), bx(b)),
+            Pow(a, b) => Pow(bx(a), bx(b)),
+            PlusMinus(a, b) => PlusMinus(bx(a), bx(b)),
+            Neg(a) => Neg(bx(a)),
+            Call(func, args) => Call(*func, all(args)),
+            Tuple(v) => Tuple(all(v)),
+            List(v) => List(all(v)),
+            Set(v) => Set(all(v)),
+            Union(v) => Union(all(v)),
+            Rel { terms, ops } => Rel {
+                terms: all(terms),
+                ops: ops.clone(),
+            },
+            Interval {
+                lo,
+                hi,
+                lo_closed,
+                hi_closed,
+            } => Interval {
+                lo: bx(lo),
+                hi: bx(hi),
+                lo_closed: *lo_closed,
+                hi_closed: *hi_closed,
+            },
+            Matrix(rows) => Matrix(rows.iter().map(|r| all(r)).collect()),
+        }
+    }
+
     /// Free variables, in first-seen order.
     pub fn symbols(&self, out: &mut Vec<String>) {
         match self {

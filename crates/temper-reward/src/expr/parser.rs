@@ -163,6 +163,10 @@ impl Parser {
             if k > 0 {
                 ops.truncate(k);
                 terms.truncate(k + 1);
+            } else if ops.len() == 1 && !matches!(terms[0], Expr::Sym(_)) {
+                // `\pi \approx 3.14` is `\pi` (`x \approx 3.14` stays `x = 3.14`), as math-verify
+                // reads it.
+                return Ok(terms.swap_remove(0));
             }
         }
         Ok(if ops.is_empty() {
@@ -228,7 +232,7 @@ impl Parser {
                 }
                 Some(Tok::Percent) => self.pos += 1,
                 _ if self.starts_atom() => {
-                    // Mixed numbers: `3\frac{1}{2}` and `7 3/4` mean 3 + 1/2 and 7 + 3/4.
+                    // Mixed numbers: `3\frac{1}{2}` means 3 + 1/2 (`7 3/4` is a product, as in math-verify).
                     if is_int_literal(&acc) {
                         if let Some(frac) = self.try_mixed_fraction()? {
                             acc = Expr::Add(acc.bx(), frac.bx());
@@ -244,7 +248,7 @@ impl Parser {
         Ok(acc)
     }
 
-    /// After an integer literal: `\frac{a}{b}` or `a/b` with integer literals a, b.
+    /// After an integer literal: `\frac{a}{b}` with integer literals a, b.
     pub(super) fn try_mixed_fraction(&mut self) -> Result<Option<Expr>> {
         let save = self.pos;
         match self.peek() {
@@ -253,19 +257,6 @@ impl Parser {
                 if let Expr::Div(a, b) = &f {
                     if is_int_literal(a) && is_int_literal(b) && self.relop_or_end() {
                         return Ok(Some(f));
-                    }
-                }
-            }
-            Some(Tok::Num(_)) => {
-                if let (Some(Tok::Num(a)), Some(Tok::Slash), Some(Tok::Num(b))) =
-                    (self.peek(), self.peek_at(1), self.peek_at(2))
-                {
-                    if !a.contains('.') && !b.contains('.') {
-                        let (a, b) = (number(a)?, number(b)?);
-                        self.pos += 3;
-                        if self.relop_or_end() {
-                            return Ok(Some(Expr::Div(a.bx(), b.bx())));
-                        }
                     }
                 }
             }

@@ -66,7 +66,9 @@ impl Parser {
     pub(super) fn letter_atom(&mut self, w: &str) -> Expr {
         match w {
             "e" => Expr::E,
-            "i" => Expr::I,
+            // math-verify 0.9.0 reads `i` as a variable, never as the imaginary unit
+            // (`i^2` does not answer `-1`, `3+4i` still answers `4i+3`).
+            "i" => Expr::Sym("i".into()),
             _ => Expr::Sym(w.to_string()),
         }
     }
@@ -312,7 +314,7 @@ impl Parser {
             }
             "overline" | "bar" | "hat" | "vec" | "tilde" | "widehat" | "underline" | "boxed"
             | "fbox" | "mathbf" => self.arg(),
-            "emptyset" | "varnothing" => Ok(Expr::Set(vec![])),
+            "emptyset" => Ok(Expr::Set(vec![])),
             "begin" => self.environment(),
             "e" => Ok(Expr::E),
             "infty" => Ok(Expr::Inf),

@@ -1,9 +1,11 @@
 //! Relations as answers: equations (`x = 3`, `(p,q) = (3,2)`: a label or a variable on the left
 //! compares by its value), inequalities and chains (compared as intervals, `0 < f(x) < 1` as
 //! `(0, 1)`), and "or"-lists of them as unions of intervals.
-use super::equiv::{close, equiv, finite, ordered, random_env, timed_out, EquivOptions};
+use super::equiv::{
+    close, equiv, finite, has_abs, ordered, random_env, random_signed_env, timed_out, EquivOptions,
+};
 use super::eval::eval_complex;
-use super::{Expr, RelOp};
+use super::{Expr, Func, RelOp};
 use num_complex::Complex64;
 use rand::SeedableRng;
 
@@ -32,16 +34,54 @@ pub(super) fn reduce_chain(terms: &[Expr], ops: &[RelOp]) -> (Expr, RelOp, Expr)
     (terms[0].clone(), ops[0], terms[1].clone())
 }
 
-/// The value of an equation whose left side is a bare name (`x = 3` answers `3`).
-pub(super) fn named_value(e: &Expr) -> Option<&Expr> {
-    let Expr::Rel { terms, ops } = e else {
-        return None;
-    };
-    if ops.iter().any(|&op| op != RelOp::Eq) {
-        return None;
+/// An equation or chain of them (`a = b`, `a = b = c`).
+pub(super) fn is_equation(e: &Expr) -> bool {
+    matches!(e, Expr::Rel { ops, .. } if ops.iter().all(|&op| op == RelOp::Eq))
+}
+
+/// An equation whose left side names a quantity (`x = 3`, `f(x) = 2x`, `(p, q) = (3, 2)`).
+pub(super) fn is_assignment(e: &Expr) -> bool {
+    match e {
+        Expr::Rel { terms, .. } if is_equation(e) => {
+            let lhs = match &terms[0] {
+                // `|AB| = 1` names the length |AB|.
+                Expr::Call(Func::Abs, args) if args.len() == 1 => &args[0],
+                other => other,
+            };
+            is_name(lhs) || is_variable(lhs)
+        }
+        _ => false,
     }
-    let n = terms.len();
-    terms[..n - 1].iter().any(is_name).then(|| &terms[n - 1])
+}
+
+/// The last side of a relation chain.
+pub(super) fn last_side(e: &Expr) -> &Expr {
+    match e {
+        Expr::Rel { terms, .. } => &terms[terms.len() - 1],
+        other => other,
+    }
+}
+
+/// The set a relation describes: an interval, or for `|x|` bounds, the interval or union
+/// (`|x| < 2` is `(-2, 2)`, `|z| > 2` is `(-\infty, -2) \cup (2, \infty)`).
+pub(super) fn rel_to_set(e: &Expr) -> Option<Expr> {
+    if let Expr::Rel { terms, ops } = e {
+        if let ([Expr::Call(Func::Abs, arg), r], [op]) = (terms.as_slice(), ops.as_slice()) {
+            if arg.len() == 1 && is_variable(&arg[0]) {
+                let neg = || Expr::Neg(Box::new(r.clone()));
+                let closed = matches!(op, RelOp::Le | RelOp::Ge);
+                return match op {
+                    RelOp::Lt | RelOp::Le => Some(interval(neg(), r.clone(), closed, closed)),
+                    RelOp::Gt | RelOp::Ge => Some(Expr::Union(vec![
+                        interval(Expr::Neg(Box::new(Expr::Inf)), neg(), false, closed),
+                        interval(r.clone(), Expr::Inf, closed, false),
+                    ])),
+                    _ => None,
+                };
+            }
+        }
+    }
+    rel_to_interval(e)
 }
 
 /// `a <= x < b` and `x > a` as intervals (for comparing against interval answers).
@@ -98,21 +138,9 @@ pub(super) fn is_variable(e: &Expr) -> bool {
     match e {
         Expr::Sym(_) => true,
         Expr::Mul(a, b) => is_variable(a) && is_variable(b),
-        Expr::Call(_, args) => args.iter().all(is_variable),
+        Expr::Call(f, args) => *f != Func::Abs && args.iter().all(is_variable),
         _ => false,
     }
-}
-
-/// Inequalities joined by "or" (`x \le 1 \text{ or } x \ge 2`) as the union of their intervals.
-pub(super) fn rels_to_union(items: &[Expr]) -> Option<Vec<Expr>> {
-    items
-        .iter()
-        .map(|e| match e {
-            Expr::Rel { .. } => rel_to_interval(e),
-            Expr::Interval { .. } => Some(e.clone()),
-            _ => None,
-        })
-        .collect()
 }
 
 pub(super) fn interval(lo: Expr, hi: Expr, lo_closed: bool, hi_closed: bool) -> Expr {
@@ -189,7 +217,11 @@ pub(super) fn rel_equiv(g: &Expr, p: &Expr, o: &EquivOptions) -> bool {
         if timed_out(o) || agreeing >= o.points {
             break;
         }
-        let env = random_env(&syms, &mut rng);
+        let env = if has_abs(&dg) || has_abs(&dp) {
+            random_signed_env(&syms, &mut rng)
+        } else {
+            random_env(&syms, &mut rng)
+        };
         let a = eval_complex(&dg, &env);
         let b = eval_complex(&dp, &env);
         if !finite(a) || !finite(b) {

@@ -1,0 +1,804 @@
+//! Where the answer is in a long text, ranked the way math-verify 0.9.0 ranks it, so that temper
+//! reads the same expression out of a response as verl / TRL runs do.
+//!
+//! Candidates come in priority groups, best first:
+//! 0. "final answer is X. I hope" (the Minerva few-shot ending);
+//! 50. `\boxed{}` (the last box, with boxes just before it joined by `,`/"and"/"or"), and
+//!     "final answer ... is X";
+//! 100. "answer: ... X"; 200. "answer ... X";
+//! 300. any math environment (`$..$`, `$$..$$`, `\(..\)`, `\[..\]`, ` [..] `, a bare
+//!     `\frac{a}{b}`) and any number or arithmetic expression standing after a space or `=`.
+//!
+//! Inside a group the candidate ending furthest right wins; math environments joined by `,`,
+//! "and" or "or" form one list. Inline math (`$..$`, `\(..\)`) does not span lines, and a `$`
+//! right after a digit does not open math.
+use crate::grader_options::ExtractionTargets;
+
+/// One extracted candidate: its text (LaTeX, or a plain number / expression) and where it ends.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Candidate {
+    pub text: String,
+    /// `\%` / "percent" written after it.
+    pub percent: bool,
+    pub priority: u32,
+    /// Found by the LaTeX target (math environment, box, bare `\frac`), not as a plain number.
+    pub latex: bool,
+    end: usize,
+    start: usize,
+}
+
+/// A text with the positions of its delimiters, so that an unclosed one is found out with a
+/// binary search instead of a scan to the end (a text of many unclosed `\[` stays linear).
+struct Text<'a> {
+    s: &'a str,
+    /// Byte positions of `$`, `\]`, `\)` and newlines, in order.
+    dollars: Vec<usize>,
+    bracket_closes: Vec<usize>,
+    paren_closes: Vec<usize>,
+    newlines: Vec<usize>,
+}
+
+impl<'a> Text<'a> {
+    fn new(s: &'a str) -> Self {
+        let at = |pat: &str| s.match_indices(pat).map(|(k, _)| k).collect::<Vec<_>>();
+        Text {
+            s,
+            dollars: at("$"),
+            bracket_closes: at("\\]"),
+            paren_closes: at("\\)"),
+            newlines: at("\n"),
+        }
+    }
+
+    /// The first position in `positions` at or after `from` that `ok` accepts.
+    fn first_from(positions: &[usize], from: usize, ok: impl Fn(usize) -> bool) -> Option<usize> {
+        let k = positions.partition_point(|&p| p < from);
+        positions[k..].iter().copied().find(|&p| ok(p))
+    }
+
+    fn next_newline(&self, from: usize) -> usize {
+        Self::first_from(&self.newlines, from, |_| true).unwrap_or(self.s.len())
+    }
+}
+
+/// A math environment starting exactly at `i`: (content start, content end, end of the match).
+fn env_at(t: &Text, i: usize) -> Option<(usize, usize, usize)> {
+    let s = t.s;
+    let b = s.as_bytes();
+    let rest = &s[i..];
+    let escaped = i > 0 && b[i - 1] == b'\\';
+    let unescaped = |p: usize| b[p - 1] != b'\\';
+    if !escaped {
+        // `$$ .. $$` (may span lines).
+        if rest.starts_with("$$") {
+            let from = i + 2;
+            let close = Text::first_from(&t.dollars, from + 1, |p| {
+                b.get(p + 1) == Some(&b'$') && unescaped(p)
+            });
+            if let Some(j) = close {
+                return Some((from, j, j + 2));
+            }
+        }
+        // `\[ .. \]` (may span lines): the first `\]`.
+        if rest.starts_with("\\[") {
+            let from = i + 2;
+            if let Some(j) = Text::first_from(&t.bracket_closes, from, |_| true) {
+                if j > from && unescaped(j) {
+                    return Some((from, j, j + 2));
+                }
+            }
+        }
+        // Inline `$ .. $` and `\( .. \)`: on one line; a `$` right after a digit opens nothing.
+        let line_end = || t.next_newline(i);
+        if rest.starts_with('$') && !(i > 0 && b[i - 1].is_ascii_digit()) {
+            let from = i + 1;
+            if let Some(j) = Text::first_from(&t.dollars, from + 1, unescaped) {
+                if j < line_end() {
+                    return Some((from, j, j + 1));
+                }
+            }
+        }
+        if rest.starts_with("\\(") {
+            let from = i + 2;
+            if let Some(j) = Text::first_from(&t.paren_closes, from + 1, unescaped) {
+                if j < line_end() {
+                    return Some((from, j, j + 2));
+                }
+            }
+        }
+    }
+    // ` [ .. ] ` between spaces, on one line, no nested brackets.
+    if rest.starts_with('[') && i > 0 && b[i - 1].is_ascii_whitespace() {
+        let from = i + 1;
+        if let Some(k) = s[from..].find([']', '[', '\n']) {
+            let close = from + k;
+            if k > 0 && b[close] == b']' && b.get(close + 1).is_some_and(u8::is_ascii_whitespace) {
+                return Some((from, close, close + 1));
+            }
+        }
+    }
+    // A bare `\frac{a}{b}` of two plain numbers.
+    let (neg, frac) = match rest.strip_prefix('-') {
+        Some(r) => (1, r),
+        None => (0, rest),
+    };
+    if let Some(after) = frac.strip_prefix("\\frac{") {
+        let simple = |x: &str| -> Option<usize> {
+            let n = x.find('}')?;
+            let body = x[..n].trim_start_matches('-');
+            let (a, b) = body.split_once(['.', ',']).unwrap_or((body, "1"));
+            (!a.is_empty()
+                && !b.is_empty()
+                && a.bytes().all(|c| c.is_ascii_digit())
+                && b.bytes().all(|c| c.is_ascii_digit()))
+            .then_some(n)
+        };
+        if let Some(n1) = simple(after) {
+            if let Some(den) = after[n1 + 1..].strip_prefix('{') {
+                if let Some(n2) = simple(den) {
+                    let end = i + neg + "\\frac{".len() + n1 + 2 + n2 + 1;
+                    return Some((i, end, end));
+                }
+            }
+        }
+    }
+    None
+}
+
+/// `%`, `\%`, "percent", "percentage" or "pct" after optional spaces: its length.
+fn percent_at(s: &str) -> Option<usize> {
+    let t = s.trim_start();
+    let skipped = s.len() - t.len();
+    [
+        "\\%",
+        "%",
+        "percentage",
+        "Percentage",
+        "percent",
+        "Percent",
+        "pct",
+        "Pct",
+    ]
+    .iter()
+    .find(|w| t.starts_with(*w))
+    .map(|w| skipped + w.len())
+}
+
+/// Math environments chained by `,`, "and", "or" from `i`: the candidate and the match end.
+fn envs_at(t: &Text, i: usize, need_box: bool) -> Option<(EnvParts, usize)> {
+    let s = t.s;
+    let (cs, ce, mut end) = env_at(t, i)?;
+    if need_box && !s[cs..ce].contains("\\boxed") {
+        return None;
+    }
+    let pct = percent_at(&s[end..]);
+    end += pct.unwrap_or(0);
+    let mut parts = vec![(s[cs..ce].to_string(), pct.is_some())];
+    while parts.len() < 6 {
+        let rest = &s[end..];
+        let trimmed = rest.trim_start();
+        let mut k = rest.len() - trimmed.len();
+        let sep = [",and", ",or", "and", "or", ","]
+            .iter()
+            .find(|w| trimmed.starts_with(*w));
+        let Some(sep) = sep else { break };
+        k += sep.len();
+        let t2 = &rest[k..];
+        k += t2.len() - t2.trim_start().len();
+        let Some((cs, ce, e)) = env_at(t, end + k) else {
+            break;
+        };
+        if need_box && !s[cs..ce].contains("\\boxed") {
+            break;
+        }
+        let pct = percent_at(&s[e..]);
+        parts.push((s[cs..ce].to_string(), pct.is_some()));
+        end = e + pct.unwrap_or(0);
+    }
+    Some((parts, end))
+}
+
+/// Math environments joined into one answer, each with whether a percent sign follows it.
+type EnvParts = Vec<(String, bool)>;
+
+/// All non-overlapping environment chains, left to right (regex `finditer`).
+fn all_envs(t: &Text, need_box: bool) -> Vec<(usize, usize, EnvParts)> {
+    let s = t.s;
+    let mut out = vec![];
+    let mut i = 0;
+    while i < s.len() {
+        if s.is_char_boundary(i) {
+            if let Some((parts, end)) = envs_at(t, i, need_box) {
+                out.push((i, end, parts));
+                i = end.max(i + 1);
+                continue;
+            }
+        }
+        i += 1;
+    }
+    out
+}
+
+fn joined(parts: &[(String, bool)], boxes: BoxMode) -> (String, bool) {
+    let texts: Vec<String> = parts.iter().map(|(t, _)| boxed_content(t, boxes)).collect();
+    (texts.join(", "), parts.len() == 1 && parts[0].1)
+}
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum BoxMode {
+    /// Every box in the text, joined by `,`.
+    All,
+    /// The last box, with the boxes before it that are close to it or joined by a separator.
+    Last,
+}
+
+/// The content of the boxes in `s` (`s` itself when it has none); an unclosed last box gives
+/// the rest of the text.
+pub fn boxed_content(s: &str, mode: BoxMode) -> String {
+    let mut results: Vec<String> = vec![];
+    let mut to = s.len();
+    let mut limit = s.len();
+    let mut later_start: Option<usize> = None;
+    let has_fbox = s.contains("\\fbox");
+    loop {
+        let hay = &s[..to];
+        // (`\\fbox` is looked for only when the text has one: each search runs to the start.)
+        let fbox = if has_fbox { hay.rfind("\\fbox") } else { None };
+        let k = match (hay.rfind("\\boxed"), fbox) {
+            (Some(a), Some(b)) => a.max(b),
+            (a, b) => match a.or(b) {
+                Some(k) => k,
+                None => break,
+            },
+        };
+        let cmd = if s[k..].starts_with("\\boxed") { 6 } else { 5 };
+        let mut j = k + cmd;
+        while j < limit && s.as_bytes()[j].is_ascii_whitespace() {
+            j += 1;
+        }
+        if j >= limit {
+            break;
+        }
+        if s.as_bytes()[j] != b'{' {
+            if results.is_empty() {
+                results.push(s[j..].to_string());
+            }
+            break;
+        }
+        let Some(close) = matching_close(&s[j..limit]).map(|c| j + c) else {
+            if results.is_empty() {
+                results.push(s[j..].to_string());
+            }
+            break;
+        };
+        let content = s[j + 1..close].trim().to_string();
+        if mode == BoxMode::Last {
+            if let Some(next) = later_start {
+                let gap = s.get(close + 1..next).unwrap_or("");
+                let prev = results.last().map(String::as_str).unwrap_or("");
+                let separated = gap.contains(',')
+                    || gap.contains(';')
+                    || gap
+                        .split(|c: char| !c.is_alphanumeric())
+                        .any(|w| w == "and" || w == "or");
+                if !(gap.len() < 10 || content != prev && gap.len() < 70 && separated) {
+                    break;
+                }
+            }
+        }
+        if results.last() != Some(&content) {
+            results.push(content);
+        }
+        later_start = Some(k);
+        limit = k;
+        to = k;
+    }
+    if results.is_empty() {
+        return s.to_string();
+    }
+    results.reverse();
+    results.join(",")
+}
+
+/// Index of the `}` closing the `{` at the start of `s`.
+fn matching_close(s: &str) -> Option<usize> {
+    let mut depth = 0i32;
+    for (i, c) in s.char_indices() {
+        match c {
+            '{' => depth += 1,
+            '}' => {
+                depth -= 1;
+                if depth == 0 {
+                    return Some(i);
+                }
+            }
+            _ => {}
+        }
+    }
+    None
+}
+
+/// Case-insensitive positions of `word` in `s` (ASCII).
+fn find_all_ci(s: &str, word: &str) -> Vec<usize> {
+    let lower = s.to_ascii_lowercase();
+    lower.match_indices(word).map(|(k, _)| k).collect()
+}
+
+/// A plain number at `i` (math-verify's number forms): thousands groups (`1,234`, `1 234`),
+/// a decimal point or comma, a leading `.`; then an optional percent. Returns (text, end, pct).
+fn number_at(s: &str, i: usize) -> Option<(String, usize, bool)> {
+    let b = s.as_bytes();
+    if i > 0 && b[i - 1].is_ascii_digit() {
+        return None;
+    }
+    let mut j = i;
+    let neg = b.get(j) == Some(&b'-');
+    if neg {
+        j += 1;
+    }
+    let digits = |from: usize| {
+        let mut e = from;
+        while e < b.len() && b[e].is_ascii_digit() {
+            e += 1;
+        }
+        e
+    };
+    let int_end = digits(j);
+    let mut text: String;
+    let mut end;
+    if int_end == j {
+        // `.5`
+        if neg || b.get(j) != Some(&b'.') {
+            return None;
+        }
+        let e = digits(j + 1);
+        if e == j + 1 {
+            return None;
+        }
+        text = format!("0{}", &s[j..e]);
+        end = e;
+    } else {
+        // Thousands groups after a 1-3 digit lead that does not start with 0.
+        let lead = &s[j..int_end];
+        let mut e = int_end;
+        let mut groups = String::new();
+        if lead.len() <= 3 && !lead.starts_with('0') {
+            while e + 3 < b.len()
+                && matches!(b[e], b',' | b' ')
+                && b[e + 1..e + 4].iter().all(u8::is_ascii_digit)
+                && !b.get(e + 4).is_some_and(u8::is_ascii_digit)
+            {
+                groups.push_str(&s[e + 1..e + 4]);
+                e += 4;
+            }
+        }
+        if !groups.is_empty() {
+            text = format!("{}{lead}{groups}", if neg { "-" } else { "" });
+            end = e;
+            if b.get(e) == Some(&b'.') && b.get(e + 1).is_some_and(u8::is_ascii_digit) {
+                let d = digits(e + 1);
+                text.push_str(&s[e..d]);
+                end = d;
+            }
+        } else {
+            text = s[i..int_end].to_string();
+            end = int_end;
+            if matches!(b.get(int_end), Some(b'.' | b','))
+                && b.get(int_end + 1).is_some_and(u8::is_ascii_digit)
+            {
+                let d = digits(int_end + 1);
+                text = format!("{}.{}", &s[i..int_end], &s[int_end + 1..d]);
+                end = d;
+            }
+        }
+    }
+    let rest = &s[end..];
+    let t = rest.trim_start();
+    let pct = [
+        "%",
+        "percentage",
+        "Percentage",
+        "percent",
+        "Percent",
+        "pct",
+        "Pct",
+    ]
+    .iter()
+    .find(|w| t.starts_with(*w));
+    if let Some(w) = pct {
+        end += rest.len() - t.len() + w.len();
+    }
+    Some((text, end, pct.is_some()))
+}
+
+const OPERATORS: &[char] = &['+', '-', '*', '×', '/', '^', '(', ')', '÷'];
+
+/// A plain arithmetic expression at `i` (`3/4`, `2 * (5+1)`): an optional `-`, `(`, `-`, a
+/// digit, then digits, `.`, spaces and operators with at least one operator that has something
+/// after it; the longest such text that is followed by the end, a space, `.`, `,`, `:`, `)` or
+/// `$`. Returns (text, end), or where the next attempt may start: past the whole run when it has
+/// no operator (no start inside it can have one either), else the next byte.
+fn expression_at(s: &str, i: usize) -> Result<(String, usize), usize> {
+    let mut j = i;
+    for pre in ['-', '(', '-'] {
+        if s[j..].starts_with(pre) {
+            j += 1;
+        }
+    }
+    if !s[j..].starts_with(|c: char| c.is_ascii_digit()) {
+        return Err(i + 1);
+    }
+    let in_run =
+        |c: char| c.is_ascii_digit() || c == '.' || c.is_whitespace() || OPERATORS.contains(&c);
+    let run: Vec<(usize, char)> = s[j + 1..]
+        .char_indices()
+        .take_while(|&(_, c)| in_run(c))
+        .map(|(k, c)| (j + 1 + k, c))
+        .collect();
+    let run_end = run.last().map_or(j + 1, |&(k, c)| k + c.len_utf8());
+    let Some(first_op) = run.iter().position(|&(_, c)| OPERATORS.contains(&c)) else {
+        return Err(run_end.max(i + 1));
+    };
+    let suffix_ok = |end: usize| {
+        let after = &s[end..];
+        after.is_empty()
+            || after.starts_with(['.', ',', ':', ')', '$'])
+            || after.starts_with(char::is_whitespace)
+            || after.strip_prefix("**").is_some_and(|r| {
+                r.is_empty() || r.starts_with(['.', ',', ':', ')', '$', ' ', '\n'])
+            })
+    };
+    // Longest first, as the regex backtracks from the longest run; an operator must have
+    // something after it.
+    for len in (first_op + 2..=run.len()).rev() {
+        let (k, c) = run[len - 1];
+        let end = k + c.len_utf8();
+        if suffix_ok(end) {
+            return Ok((s[i..end].to_string(), end));
+        }
+    }
+    Err(i + 1)
+}
+
+fn currency_len(s: &str) -> usize {
+    match s.chars().next() {
+        Some(c) if "$€£¥₹₽₪₩₫฿".contains(c) => c.len_utf8(),
+        _ => 0,
+    }
+}
+
+/// Whether a plain match may start at `i` (after math-verify's prefix: the start, a space or
+/// `=`), the prefix not being part of the previous match (which ended at `taken`).
+fn prefix_ok(s: &str, i: usize, taken: usize) -> bool {
+    i == 0 || i > taken && (s[..i].ends_with(char::is_whitespace) || s[..i].ends_with('='))
+}
+
+/// An optional `**` at `i`: its length.
+fn bold(s: &str, i: usize) -> usize {
+    if s[i..].starts_with("**") {
+        2
+    } else {
+        0
+    }
+}
+
+/// Every prefixed plain expression and every prefixed number (optional currency sign), each
+/// found left to right without overlap, as two separate searches.
+fn all_plain(s: &str) -> Vec<(usize, usize, String, bool)> {
+    let mut out = vec![];
+    for numbers in [false, true] {
+        let (mut i, mut taken) = (0, 0);
+        while i < s.len() {
+            if s.is_char_boundary(i) && prefix_ok(s, i, taken) {
+                let mut j = i + bold(s, i);
+                let found = if numbers {
+                    j += currency_len(&s[j..]);
+                    number_at(s, j)
+                } else {
+                    match expression_at(s, j) {
+                        Ok((t, e)) => Some((t, e, false)),
+                        Err(next) => {
+                            i = next.max(i + 1);
+                            continue;
+                        }
+                    }
+                };
+                if let Some((t, e, pct)) = found {
+                    out.push((i, e, t, pct));
+                    taken = e;
+                    i = e.max(i + 1);
+                    continue;
+                }
+            }
+            i += 1;
+        }
+    }
+    out
+}
+
+/// A number or expression at `i` (the expression first), with an optional `**` and currency
+/// sign before a number. Returns (text, end, percent).
+fn plain_at(s: &str, i: usize) -> Option<(String, usize, bool)> {
+    let j = i + bold(s, i);
+    if let Ok((t, e)) = expression_at(s, j) {
+        return Some((t, e, false));
+    }
+    number_at(s, j + currency_len(&s[j..]))
+}
+
+/// Candidates after an anchor word: for each occurrence of `word` (case-insensitive), the first
+/// environment chain within `window` bytes after it (lazy `.{0,window}?`).
+fn after_anchor_latex(t: &Text, word: &str, window: usize, out: &mut Vec<Candidate>, prio: u32) {
+    let s = t.s;
+    let mut from = 0;
+    for k in find_all_ci(s, word) {
+        if k < from {
+            continue;
+        }
+        let start = k + word.len();
+        for off in 0..=window {
+            let i = start + off;
+            if i > s.len() {
+                break;
+            }
+            if !s.is_char_boundary(i) {
+                continue;
+            }
+            if let Some((parts, end)) = envs_at(t, i, false) {
+                let (text, percent) = joined(&parts, BoxMode::All);
+                out.push(Candidate {
+                    text,
+                    percent,
+                    priority: prio,
+                    latex: true,
+                    start: k,
+                    end,
+                });
+                from = end;
+                break;
+            }
+        }
+    }
+}
+
+/// As [`after_anchor_latex`] for plain numbers / expressions; the window does not cross a line,
+/// and a `=` within 100 bytes moves the answer after the last one.
+fn after_anchor_plain(s: &str, word: &str, out: &mut Vec<Candidate>, prio: u32) {
+    let mut from = 0;
+    for k in find_all_ci(s, word) {
+        if k < from {
+            continue;
+        }
+        let start = k + word.len();
+        let line_end = s[start..].find('\n').map_or(s.len(), |n| start + n);
+        let mut found = None;
+        // `answer ... = X` (greedy: the last `=` within 100 bytes), then `answer ... X` (lazy).
+        let zone_end = floor_boundary(s, line_end.min(start + 101).min(s.len()));
+        let eq_zone = &s[start..zone_end.max(start)];
+        for (q, _) in eq_zone.rmatch_indices('=') {
+            let mut i = start + q + 1;
+            while s[i..].starts_with(char::is_whitespace) && i < line_end {
+                i += 1;
+            }
+            if let Some((t, e, pct)) = anchored_plain(s, i) {
+                if !s[e..].trim_start().starts_with('=') {
+                    found = Some((t, e, pct));
+                    break;
+                }
+            }
+        }
+        if found.is_none() {
+            for off in 0..=50 {
+                let i = start + off;
+                if i > line_end {
+                    break;
+                }
+                if !s.is_char_boundary(i) {
+                    continue;
+                }
+                if let Some((t, e, pct)) = anchored_plain(s, i) {
+                    if !s[e..].trim_start().starts_with('=') {
+                        found = Some((t, e, pct));
+                        break;
+                    }
+                }
+            }
+        }
+        if let Some((text, end, percent)) = found {
+            out.push(Candidate {
+                text,
+                percent,
+                priority: prio,
+                latex: false,
+                start: k,
+                end,
+            });
+            from = end;
+        }
+    }
+}
+
+fn floor_boundary(s: &str, mut i: usize) -> usize {
+    while i > 0 && !s.is_char_boundary(i) {
+        i -= 1;
+    }
+    i
+}
+
+/// A number or expression at `i` right after math-verify's prefix (a space or `=`).
+fn anchored_plain(s: &str, i: usize) -> Option<(String, usize, bool)> {
+    let prefixed = s[..i].ends_with(char::is_whitespace) || s[..i].ends_with('=');
+    if prefixed {
+        plain_at(s, i)
+    } else {
+        None
+    }
+}
+
+/// math-verify's candidates for `text`, best first.
+pub fn candidates(text: &str, targets: ExtractionTargets) -> Vec<Candidate> {
+    let t = Text::new(text);
+    let mut all: Vec<Candidate> = vec![];
+    if targets.latex {
+        // 0 and 50: "final answer is ... I hope", "final answer ... is ...".
+        for k in find_all_ci(text, "final answer") {
+            let rest = &text[k + "final answer".len()..];
+            // Lazy `.{0,100}?\s+is`: the first " is" within 100 bytes.
+            let zone = &rest[..floor_boundary(rest, rest.len().min(104))];
+            let Some(is) = zone
+                .match_indices("is")
+                .find(|(q, _)| *q > 0 && zone[..*q].ends_with(char::is_whitespace))
+                .map(|(q, _)| q)
+            else {
+                continue;
+            };
+            let mut i = k + "final answer".len() + is + 2;
+            if text[i..].starts_with(':') {
+                i += 1;
+            }
+            while text[i..].starts_with(char::is_whitespace) {
+                i += 1;
+            }
+            if let Some((parts, end)) = envs_at(&t, i, false) {
+                let (t, percent) = joined(&parts, BoxMode::All);
+                let hope = text[end..]
+                    .trim_start_matches('.')
+                    .trim_start_matches(char::is_whitespace);
+                let prio = if is == 1 && hope.starts_with("I hope") {
+                    0
+                } else {
+                    50
+                };
+                all.push(Candidate {
+                    text: t,
+                    percent,
+                    priority: prio,
+                    latex: true,
+                    start: k,
+                    end,
+                });
+            }
+        }
+        // 50: boxes inside math environments, and the plain `\boxed{...}` up to the last `}`.
+        for (start, end, parts) in all_envs(&t, true) {
+            let (t, percent) = joined(&parts, BoxMode::All);
+            all.push(Candidate {
+                text: t,
+                percent,
+                priority: 50,
+                latex: true,
+                start,
+                end,
+            });
+        }
+        if let Some(k) = text.find("\\boxed{") {
+            if let Some(last) = text.rfind('}').filter(|&e| e > k + 6) {
+                all.push(Candidate {
+                    text: boxed_content(&text[k..=last], BoxMode::Last),
+                    percent: false,
+                    priority: 50,
+                    latex: true,
+                    start: k,
+                    end: last + 1,
+                });
+            }
+        }
+        after_anchor_latex(&t, "answer:", 50, &mut all, 100);
+        after_anchor_latex(&t, "answer", 50, &mut all, 200);
+        for (start, end, parts) in all_envs(&t, false) {
+            let (t, percent) = joined(&parts, BoxMode::All);
+            all.push(Candidate {
+                text: t,
+                percent,
+                priority: 300,
+                latex: true,
+                start,
+                end,
+            });
+        }
+    }
+    if targets.expr {
+        after_anchor_plain(text, "answer:", &mut all, 100);
+        after_anchor_plain(text, "answer", &mut all, 200);
+        for (start, end, t, percent) in all_plain(text) {
+            all.push(Candidate {
+                text: t,
+                percent,
+                priority: 300,
+                latex: false,
+                start,
+                end,
+            });
+        }
+    }
+    if targets.string {
+        string_candidates(text, &mut all);
+    }
+    // Best priority first; inside one, the match ending last first, then the one starting first.
+    all.sort_by(|a, b| {
+        a.priority
+            .cmp(&b.priority)
+            .then(b.end.cmp(&a.end))
+            .then(a.start.cmp(&b.start))
+    });
+    all
+}
+
+/// A choice letter `A`..`D` at `k`, standing alone (after the start, a space or `**`; before the
+/// end, a space, `.`, `,`, `:` or `**`).
+fn choice_at(text: &str, k: usize) -> Option<(char, usize)> {
+    let c = text[k..].chars().next()?;
+    let before = &text[..k];
+    let alone_before = before.is_empty()
+        || before.ends_with(char::is_whitespace)
+        || before
+            .strip_suffix("**")
+            .is_some_and(|b| b.is_empty() || b.ends_with(char::is_whitespace));
+    let after = &text[k + 1..];
+    let alone_after = after.is_empty()
+        || after.starts_with(['.', ',', ':', ' ', '\n'])
+        || after.starts_with("**");
+    ("ABCD".contains(c) && alone_before && alone_after).then_some((c, k + 1))
+}
+
+/// math-verify's `StringExtractionConfig` candidates (the letters A to D): after "final answer
+/// ... is" (50), after "answer:" (100) or "answer" (200) within 50 bytes, at the start (250),
+/// anywhere standing alone (300).
+fn string_candidates(text: &str, out: &mut Vec<Candidate>) {
+    let mut push = |c: char, start: usize, end: usize, priority: u32| {
+        out.push(Candidate {
+            text: c.to_ascii_lowercase().to_string(),
+            percent: false,
+            priority,
+            latex: false,
+            start,
+            end,
+        })
+    };
+    for (word, prio) in [("answer:", 100), ("answer", 200)] {
+        let mut from = 0;
+        for k in find_all_ci(text, word) {
+            if k < from {
+                continue;
+            }
+            let start = k + word.len();
+            let found = (0..=50)
+                .map(|off| start + off)
+                .take_while(|&i| i < text.len())
+                .filter(|&i| text.is_char_boundary(i))
+                .find_map(|i| choice_at(text, i));
+            if let Some((c, end)) = found {
+                push(c, k, end, prio);
+                from = end;
+            }
+        }
+    }
+    if let Some((c, end)) = choice_at(text, 0) {
+        push(c, 0, end, 250);
+    }
+    for (k, _) in text.char_indices() {
+        if let Some((c, end)) = choice_at(text, k) {
+            push(c, k, end, 300);
+        }
+    }
+}
