@@ -25,6 +25,16 @@ pub struct Args {
     python: PathBuf,
 }
 
+/// The text both graders get: bare text in `$...$`, as tools/math_verify_bench.py hands it to
+/// math-verify (whose LaTeX extraction needs a math environment or a box).
+fn wrap(s: &str) -> String {
+    if s.contains('$') || s.contains("\\boxed") {
+        s.to_string()
+    } else {
+        format!("${s}$")
+    }
+}
+
 /// temper and math-verify on the same pairs: pairs per second each, and what each accepted.
 fn side_by_side(args: &Args, grader: &Grader) -> Result<()> {
     if args.python.as_os_str() == "none" {
@@ -45,7 +55,7 @@ fn side_by_side(args: &Args, grader: &Grader) -> Result<()> {
                 )
             })
         };
-        pairs.push((field("gold")?, field("pred")?));
+        pairs.push((wrap(&field("gold")?), wrap(&field("pred")?)));
     }
     let (ours, accepted) = measure(&pairs, 3, |g, p| grader.grade(g, p).correct);
     let out = std::process::Command::new(&args.python)

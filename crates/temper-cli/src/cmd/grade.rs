@@ -27,6 +27,11 @@ pub struct Args {
     /// Score with the r1_zero reward (format `</think> <answer> ... </answer>` required).
     #[arg(long)]
     r1_zero: bool,
+    /// math-verify's options as JSON, the same keys a reward's kwargs take: `strict`,
+    /// `allow_set_relation_comp`, `float_rounding`, `numeric_precision`, `extraction_config`
+    /// (e.g. `{"strict": false, "allow_set_relation_comp": true}`).
+    #[arg(long)]
+    options: Option<String>,
 }
 
 fn grade_one(grader: &Grader, use_r1: bool, gold: &str, pred: &str) -> Value {
@@ -70,9 +75,16 @@ pub fn run(args: Args) -> Result<()> {
     if !(args.timeout_s > 0.0 && args.timeout_s.is_finite()) {
         bail!("--timeout-s must be positive, got {}", args.timeout_s);
     }
+    let options = match &args.options {
+        Some(text) => {
+            let v: Value = serde_json::from_str(text).context("--options: not JSON")?;
+            temper_reward::GraderOptions::from_json(&v).context("--options")?
+        }
+        None => temper_reward::GraderOptions::default(),
+    };
     let grader = Grader {
         timeout: Duration::from_secs_f64(args.timeout_s),
-        ..Grader::default()
+        options,
     };
     let sink: Box<dyn Write> = match &args.out {
         Some(p) => {
