@@ -23,8 +23,12 @@ if ! LIBTORCH="$torch" CARGO_TARGET_DIR=target/cuda cargo build -p temper-cli 2>
 fi
 grep -q "built without NCCL\|built without c10d" "$log" && fail "$(grep -m1 'built without' "$log")"
 bin=target/cuda/debug/temper
-readelf -d "$bin" | grep -q 'libtorch_cuda.so' || fail "$bin does not link libtorch_cuda.so"
-nm -D -C "$bin" | grep -q 'ProcessGroupNCCL::ProcessGroupNCCL' || fail "$bin has no reference to c10d's ProcessGroupNCCL"
+# Read the listings whole first: `| grep -q` would stop reading early, and under pipefail the
+# writer's SIGPIPE fails the check.
+dynamic="$(readelf -d "$bin")"
+[[ "$dynamic" == *"libtorch_cuda.so"* ]] || fail "$bin does not link libtorch_cuda.so"
+symbols="$(nm -D -C "$bin")"
+[[ "$symbols" == *"ProcessGroupNCCL::ProcessGroupNCCL"* ]] || fail "$bin has no reference to c10d's ProcessGroupNCCL"
 "$bin" --version >/dev/null || fail "$bin does not start"
 if ! command -v nvidia-smi >/dev/null 2>&1 || ! nvidia-smi -L >/dev/null 2>&1; then
   # Without a GPU, the CUDA build must say so in one line rather than crash in libtorch.
