@@ -52,6 +52,10 @@ step "2/5 check-logprobs on CUDA"
 step "3/5 bench train on CUDA vs PyTorch"
 "$bin" bench train --device cuda --steps 5 --rounds 2 --python "${py:-$root/.venv/bin/python}" | tee "$out/bench-train.txt" || fail "bench train on CUDA"
 
+step "3b/5 bench sample on CUDA vs transformers generate"
+"$bin" bench sample --device cuda --batch 1,16,64 --python "${py:-$root/.venv/bin/python}" | tee "$out/bench-sample.txt" \
+  || fail "bench sample on CUDA"
+
 step "4/5 20 steps of the main job on CUDA"
 "$bin" train examples/arith-smollm2.toml trainer.device=cuda trainer.total_training_steps=20 \
   trainer.test_freq=10 "trainer.default_local_dir=\"$out\"" trainer.experiment_name=main-job \

@@ -12,7 +12,6 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
-use tch::Device;
 use temper_model::{CausalLm, ComputeKind};
 use temper_rollout::draw::request_seed;
 use temper_rollout::{Engine, EngineConfig, Request, SamplingParams};
@@ -42,6 +41,9 @@ pub struct Args {
     /// Intra-op threads on both sides (default: libtorch's default, one per core).
     #[arg(long)]
     pub threads: Option<i32>,
+    /// Where both sides run: cpu, cuda or cuda:N.
+    #[arg(long, default_value = "cpu")]
+    pub device: String,
     /// Only time temper.
     #[arg(long)]
     pub no_python: bool,
@@ -73,6 +75,8 @@ impl HfWorker {
             args.dtype.to_string(),
             "--threads".to_string(),
             args.threads.unwrap_or(0).to_string(),
+            "--device".to_string(),
+            args.device.clone(),
         ];
         let (worker, ready) = PyWorker::start(
             args.python.as_deref(),
@@ -146,8 +150,9 @@ pub fn run(args: Args) -> Result<()> {
     if let Some(t) = args.threads {
         tch::set_num_threads(t);
     }
+    let device = temper_train::config::parse_device_for("--device", &args.device)?;
     let dir = temper_model::resolve::resolve_model(&args.model)?;
-    let model = CausalLm::load(&dir, Device::Cpu, args.dtype)?;
+    let model = CausalLm::load(&dir, device, args.dtype)?;
     let vocab = model.config().vocab_size;
     let mut hf = if args.no_python {
         None
@@ -162,8 +167,8 @@ pub fn run(args: Args) -> Result<()> {
         hf.generate(&warm, 4)?;
     }
     println!(
-        "model {} ({}), prompts {} tokens, {} new tokens, sampling T=1, {} rounds (median)",
-        args.model, args.dtype, args.prompt_len, args.new_tokens, args.rounds
+        "model {} ({}, {}), prompts {} tokens, {} new tokens, sampling T=1, {} rounds (median)",
+        args.model, args.dtype, args.device, args.prompt_len, args.new_tokens, args.rounds
     );
     println!("kernels: {}", model.kernel_report());
     println!("| batch | side | end-to-end tok/s | decode tok/s |");
