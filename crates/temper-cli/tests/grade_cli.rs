@@ -1,6 +1,9 @@
 //! `temper grade --jsonl` on bad input: a line that is not UTF-8 and an answer the grader gives
 //! up on each score 0 with the reason in the line's `error` and a count on stderr; the other
 //! lines are graded; one output line per input line.
+#[path = "../../temper-train/tests/common/mod.rs"]
+mod common;
+
 use std::process::Command;
 
 #[test]
@@ -48,13 +51,8 @@ fn bad_lines_score_zero_with_the_reason_and_the_rest_is_graded() {
 #[test]
 fn options_change_the_verdict_as_they_change_math_verifys() {
     let (gold, pred) = ("$f(x) = x^2 + 1$", "$f(y) = y^2 + 1$");
-    let root = std::env::var("TEMPER_ROOT")
-        .ok()
-        .filter(|r| !r.is_empty())
-        .map(std::path::PathBuf::from)
-        .unwrap_or_else(|| std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../.."));
     for strict in [true, false] {
-        let py = std::process::Command::new(root.join(".venv/bin/python"))
+        let py = std::process::Command::new(common::python())
             .args([
                 "-c",
                 "import sys; from math_verify import parse, verify; \

@@ -28,24 +28,8 @@ fn all_boxed(s: &str) -> Vec<Boxed<'_>> {
             i += 1;
         }
         if i < b.len() && b[i] == b'{' {
-            let mut depth = 0i32;
             let open = i;
-            let mut close = None;
-            while i < b.len() {
-                match b[i] {
-                    b'{' => depth += 1,
-                    b'}' => {
-                        depth -= 1;
-                        if depth == 0 {
-                            close = Some(i);
-                            break;
-                        }
-                    }
-                    _ => {}
-                }
-                i += 1;
-            }
-            match close {
+            match crate::normalize::matching_brace(&s[open..]).map(|c| open + c) {
                 Some(c) => {
                     out.push(Boxed {
                         start,

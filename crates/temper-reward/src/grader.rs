@@ -126,22 +126,10 @@ fn without_text_groups(s: &str) -> String {
     while let Some(k) = rest.find("\\text") {
         out.push_str(&rest[..k]);
         let after = &rest[k..];
-        match after.find('{').and_then(|o| {
-            let mut depth = 0;
-            for (i, c) in after[o..].char_indices() {
-                match c {
-                    '{' => depth += 1,
-                    '}' => {
-                        depth -= 1;
-                        if depth == 0 {
-                            return Some(o + i + 1);
-                        }
-                    }
-                    _ => {}
-                }
-            }
-            None
-        }) {
+        match after
+            .find('{')
+            .and_then(|o| crate::normalize::matching_brace(&after[o..]).map(|i| o + i + 1))
+        {
             Some(end) => {
                 out.push('T');
                 rest = &after[end..];

@@ -299,8 +299,8 @@ fn strip_text_units(s: &str) -> String {
     t
 }
 
-/// Index of the `}` closing the first `{` in `s`.
-fn matching_brace(s: &str) -> Option<usize> {
+/// Index of the `}` closing the first `{` in `s` (the grader's one brace matcher).
+pub(crate) fn matching_brace(s: &str) -> Option<usize> {
     let mut depth = 0i32;
     for (i, c) in s.char_indices() {
         match c {

@@ -145,23 +145,25 @@ fn env_at(t: &Text, i: usize) -> Option<(usize, usize, usize)> {
     None
 }
 
+/// How plain text writes "percent" after a number ("percentage" before its prefix "percent").
+const PERCENT_WORDS: &[&str] = &[
+    "%",
+    "percentage",
+    "Percentage",
+    "percent",
+    "Percent",
+    "pct",
+    "Pct",
+];
+
 /// `%`, `\%`, "percent", "percentage" or "pct" after optional spaces: its length.
 fn percent_at(s: &str) -> Option<usize> {
     let t = s.trim_start();
     let skipped = s.len() - t.len();
-    [
-        "\\%",
-        "%",
-        "percentage",
-        "Percentage",
-        "percent",
-        "Percent",
-        "pct",
-        "Pct",
-    ]
-    .iter()
-    .find(|w| t.starts_with(*w))
-    .map(|w| skipped + w.len())
+    std::iter::once(&"\\%")
+        .chain(PERCENT_WORDS)
+        .find(|w| t.starts_with(**w))
+        .map(|w| skipped + w.len())
 }
 
 /// Math environments chained by `,`, "and", "or" from `i`: the candidate and the match end.
@@ -265,7 +267,7 @@ pub fn boxed_content(s: &str, mode: BoxMode) -> String {
             }
             break;
         }
-        let Some(close) = matching_close(&s[j..limit]).map(|c| j + c) else {
+        let Some(close) = crate::normalize::matching_brace(&s[j..limit]).map(|c| j + c) else {
             if results.is_empty() {
                 results.push(s[j..].to_string());
             }
@@ -298,24 +300,6 @@ pub fn boxed_content(s: &str, mode: BoxMode) -> String {
     }
     results.reverse();
     results.join(",")
-}
-
-/// Index of the `}` closing the `{` at the start of `s`.
-fn matching_close(s: &str) -> Option<usize> {
-    let mut depth = 0i32;
-    for (i, c) in s.char_indices() {
-        match c {
-            '{' => depth += 1,
-            '}' => {
-                depth -= 1;
-                if depth == 0 {
-                    return Some(i);
-                }
-            }
-            _ => {}
-        }
-    }
-    None
 }
 
 /// Case-insensitive positions of `word` in `s` (ASCII).
@@ -394,17 +378,7 @@ fn number_at(s: &str, i: usize) -> Option<(String, usize, bool)> {
     }
     let rest = &s[end..];
     let t = rest.trim_start();
-    let pct = [
-        "%",
-        "percentage",
-        "Percentage",
-        "percent",
-        "Percent",
-        "pct",
-        "Pct",
-    ]
-    .iter()
-    .find(|w| t.starts_with(*w));
+    let pct = PERCENT_WORDS.iter().find(|w| t.starts_with(**w));
     if let Some(w) = pct {
         end += rest.len() - t.len() + w.len();
     }

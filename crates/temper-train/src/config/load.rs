@@ -202,19 +202,7 @@ pub enum KeyClass {
 /// How `path` (set to `value`; `None` for null or a deletion) is taken: what
 /// [`load_config`] does with it.
 pub fn classify_key(path: &str, value: Option<&toml::Value>) -> KeyClass {
-    let mut notes = Vec::new();
-    let src = ConfigSource::Override(path.to_string());
-    match Schema::new().canonical(path, value, &src, &mut notes) {
-        Ok(Some(key)) => KeyClass::Mapped(key),
-        Ok(None) | Err(_) => {
-            let key = Schema::canonical_name(path);
-            match verl_key_use(&key, value) {
-                Some(VerlKeyUse::Ignored(r)) => KeyClass::Ignored(r),
-                Some(VerlKeyUse::Refused(r)) => KeyClass::Refused(r),
-                None => KeyClass::Unknown,
-            }
-        }
-    }
+    Schema::new().classify(path, value)
 }
 
 /// Splits `a.b=value` and parses the value as a TOML value (bare words become strings).
@@ -421,29 +409,40 @@ impl Schema {
         src: &ConfigSource,
         warnings: &mut Vec<String>,
     ) -> Result<Option<String>> {
-        let key = Self::canonical_name(path);
-        match verl_key_use(&key, value) {
-            Some(VerlKeyUse::Ignored(reason)) => {
+        match self.classify(path, value) {
+            KeyClass::Mapped(key) => Ok(Some(key)),
+            KeyClass::Ignored(reason) => {
                 warnings.push(format!("{src}: ignoring verl key `{path}`: {reason}"));
-                return Ok(None);
+                Ok(None)
             }
-            Some(VerlKeyUse::Refused(reason)) => {
+            KeyClass::Refused(reason) => {
                 bail!("{src}: verl key `{path}` cannot apply in temper: {reason}")
             }
-            None => {}
+            KeyClass::Unknown => {
+                let mut msg = format!("{src}: unknown key `{path}`");
+                if let Some(s) = self.suggest(&Self::canonical_name(path)) {
+                    msg.push_str(&format!(" (did you mean `{s}`?)"));
+                }
+                bail!(msg)
+            }
         }
-        if self.leaves.contains(&key)
-            || FREE_FORM
-                .iter()
-                .any(|f| key.strip_prefix(f).is_some_and(|r| r.starts_with('.')))
-        {
-            return Ok(Some(key));
+    }
+
+    /// How `path` set to `value` is taken (see [`classify_key`]).
+    fn classify(&self, path: &str, value: Option<&toml::Value>) -> KeyClass {
+        let key = Self::canonical_name(path);
+        match verl_key_use(&key, value) {
+            Some(VerlKeyUse::Ignored(reason)) => KeyClass::Ignored(reason),
+            Some(VerlKeyUse::Refused(reason)) => KeyClass::Refused(reason),
+            None if self.leaves.contains(&key)
+                || FREE_FORM
+                    .iter()
+                    .any(|f| key.strip_prefix(f).is_some_and(|r| r.starts_with('.'))) =>
+            {
+                KeyClass::Mapped(key)
+            }
+            None => KeyClass::Unknown,
         }
-        let mut msg = format!("{src}: unknown key `{path}`");
-        if let Some(s) = self.suggest(&key) {
-            msg.push_str(&format!(" (did you mean `{s}`?)"));
-        }
-        bail!(msg)
     }
 
     /// The closest known key (or alias), by edit distance on the whole path or on its last part.

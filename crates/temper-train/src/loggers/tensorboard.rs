@@ -86,10 +86,6 @@ impl EventWriter {
         Ok(w)
     }
 
-    pub fn path(&self) -> &Path {
-        &self.path
-    }
-
     /// One event holding every metric of `step` as a scalar (f32, as TensorBoard stores them).
     pub fn scalars(&mut self, step: usize, metrics: &BTreeMap<String, f64>) -> Result<()> {
         let value = metrics
