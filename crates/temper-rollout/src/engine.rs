@@ -10,6 +10,7 @@
 //!   are merged right-aligned (`KvCache::merge_rows`), so a freed slot is refilled without
 //!   re-prefilling the running rows; the scheduler refills once enough slots are free.
 
+use std::collections::HashMap;
 use std::sync::Mutex;
 
 use anyhow::{bail, Context, Result};
@@ -76,6 +77,9 @@ pub struct Engine<'a> {
 }
 
 /// What every sample of one request shares.
+/// The requests an engine call has admitted and not yet answered, by index.
+pub(crate) type Requests = HashMap<usize, Prepared>;
+
 pub(crate) struct Prepared {
     pub(crate) request: Request,
     pub(crate) stops: StopStrings,
@@ -239,9 +243,12 @@ impl<'a> Engine<'a> {
             sched_cfg.refill_min_free = free.max(1);
         }
         let mut scheduler = Scheduler::new(&[], sched_cfg);
-        let mut prepared: Vec<Prepared> = Vec::new();
+        // Requests by index (admission order), each forgotten once answered, so a server's
+        // engine that runs for days holds only the requests in flight.
+        let mut prepared: Requests = HashMap::new();
+        let mut next_index = 0;
         // Per request: samples still running, and those finished.
-        let mut open: Vec<(usize, Vec<Sample>)> = Vec::new();
+        let mut open: HashMap<usize, (usize, Vec<Sample>)> = HashMap::new();
         let mut batch = Batch::empty(self.model.device());
         let (mut accepting, mut finished, mut generated_tokens) = (true, 0, 0);
         loop {
@@ -250,30 +257,32 @@ impl<'a> Engine<'a> {
                 match inbox(idle) {
                     Incoming::Requests(requests) => {
                         for r in requests {
-                            let index = prepared.len();
+                            let index = next_index;
+                            next_index += 1;
                             let (n, len) = (r.params.n, r.prompt_ids.len());
-                            let valid = self.validate_one(&r);
-                            prepared.push(self.prepare(r));
-                            match valid {
+                            match self.validate_one(&r) {
                                 Ok(()) => {
-                                    open.push((n, Vec::with_capacity(n)));
+                                    prepared.insert(index, self.prepare(r));
+                                    open.insert(index, (n, Vec::with_capacity(n)));
                                     scheduler.push(index, n, len);
                                 }
-                                Err(e) => {
-                                    open.push((0, vec![]));
-                                    done(index, Err(format!("{e:#}")));
-                                }
+                                Err(e) => done(index, Err(format!("{e:#}"))),
                             }
                         }
                     }
                     Incoming::Close => accepting = false,
                 }
             }
-            // Requests nobody waits for any more: stop sampling them.
-            scheduler.retain_requests(|r| !gone(r));
-            if batch.rows.iter().any(|row| gone(row.request)) {
+            // Requests nobody waits for any more: stop sampling them, and forget them.
+            let abandoned: Vec<usize> = open.keys().copied().filter(|&r| gone(r)).collect();
+            if !abandoned.is_empty() {
+                for r in &abandoned {
+                    open.remove(r);
+                    prepared.remove(r);
+                }
+                scheduler.retain_requests(|r| open.contains_key(&r));
                 let keep: Vec<i64> = (0..batch.rows.len())
-                    .filter(|&i| !gone(batch.rows[i].request))
+                    .filter(|&i| open.contains_key(&batch.rows[i].request))
                     .map(|i| i as i64)
                     .collect();
                 batch.keep_rows(&keep);
@@ -298,7 +307,7 @@ impl<'a> Engine<'a> {
                 .rows
                 .iter()
                 .map(|row| {
-                    let p = &prepared[row.request];
+                    let p = &prepared[&row.request];
                     let below_min = row.completion.len() < p.request.params.min_tokens;
                     RowView {
                         params: &p.request.params,
@@ -309,9 +318,10 @@ impl<'a> Engine<'a> {
                 .collect();
             let drawn = sample_step(&logits, &views, &keys)?;
             let mut keep = Vec::with_capacity(batch.rows.len());
+            let mut answered = vec![];
             for (i, (token, logprob)) in drawn.into_iter().enumerate() {
                 let row = &mut batch.rows[i];
-                let p = &prepared[row.request];
+                let p = &prepared[&row.request];
                 row.completion.push(token);
                 row.logprobs.push(logprob);
                 if p.request.params.repetition_penalty != 1.0 {
@@ -325,7 +335,7 @@ impl<'a> Engine<'a> {
                     continue;
                 };
                 finished += 1;
-                let (left, samples) = &mut open[row.request];
+                let (left, samples) = open.get_mut(&row.request).expect("open request");
                 samples.push(Sample {
                     request_index: row.request,
                     sample_index: row.sample,
@@ -340,7 +350,12 @@ impl<'a> Engine<'a> {
                     let mut samples = std::mem::take(samples);
                     samples.sort_by_key(|s| s.sample_index);
                     done(row.request, Ok(samples));
+                    answered.push(row.request);
                 }
+            }
+            for r in answered {
+                open.remove(&r);
+                prepared.remove(&r);
             }
             batch.keep_rows(&keep);
             progress(Progress {

@@ -7,7 +7,7 @@ use tch::{Device, Kind, Tensor};
 use temper_model::{CausalLm, KvCache};
 
 use crate::draw::sample_rng;
-use crate::engine::Prepared;
+use crate::engine::Requests;
 use crate::scheduler::Unit;
 
 /// A sample being generated, aligned with a row of the cache.
@@ -47,14 +47,14 @@ impl Batch {
     pub(crate) fn rebuild(
         &mut self,
         model: &CausalLm,
-        prepared: &[Prepared],
+        prepared: &Requests,
         units: &[Unit],
     ) -> Result<Tensor> {
         if self.rows.is_empty() {
             // Room for every row's tokens, so the cache never has to grow while decoding.
             let room = units
                 .iter()
-                .map(|u| prepared[u.request].max_new)
+                .map(|u| prepared[&u.request].max_new)
                 .max()
                 .unwrap_or(0);
             return self.prefill(model, prepared, units, room);
@@ -73,7 +73,7 @@ impl Batch {
             .rows
             .iter()
             .chain(&fresh.rows)
-            .map(|r| prepared[r.request].max_new - r.completion.len())
+            .map(|r| prepared[&r.request].max_new - r.completion.len())
             .max()
             .unwrap_or(0);
         self.cache = Some(KvCache::merge_rows(&old, &new, len + remaining as i64));
@@ -93,14 +93,14 @@ impl Batch {
     fn prefill(
         &mut self,
         model: &CausalLm,
-        prepared: &[Prepared],
+        prepared: &Requests,
         units: &[Unit],
         room: usize,
     ) -> Result<Tensor> {
         debug_assert!(self.rows.is_empty());
         let seqs: Vec<Vec<i64>> = units
             .iter()
-            .map(|u| prepared[u.request].request.prompt_ids.clone())
+            .map(|u| prepared[&u.request].request.prompt_ids.clone())
             .collect();
         let longest = seqs.iter().map(Vec::len).max().unwrap_or(0);
         let (ids, mask, pos) = left_pad(&seqs, longest, self.device);
@@ -111,7 +111,7 @@ impl Batch {
         let mut index: Vec<i64> = Vec::new();
         for (u, unit) in units.iter().enumerate() {
             index.extend(std::iter::repeat_n(u as i64, unit.count));
-            let p = &prepared[unit.request];
+            let p = &prepared[&unit.request];
             let mut seen = Vec::new();
             if p.request.params.repetition_penalty != 1.0 {
                 seen = p.request.prompt_ids.clone();

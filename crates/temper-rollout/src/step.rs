@@ -42,29 +42,29 @@ pub fn sample_step(logits: &Tensor, rows: &[RowView], keys: &[u64]) -> Result<Ve
     let (n, vocab) = logits.size2().expect("logits must be (rows, vocab)");
     assert_eq!((rows.len(), keys.len()), (n as usize, n as usize));
     let processed = processed_logits(logits, rows);
-    let argmax = Vec::<i64>::try_from(processed.argmax(-1, false).to_device(Device::Cpu))?;
-    let sampled_rows: Vec<i64> = (0..n)
-        .filter(|&r| !rows[r as usize].params.is_greedy())
-        .collect();
+    let greedy: Vec<bool> = rows.iter().map(|r| r.params.is_greedy()).collect();
+    let argmax = if greedy.iter().any(|&g| g) {
+        Vec::<i64>::try_from(processed.argmax(-1, false).to_device(Device::Cpu))?
+    } else {
+        Vec::new()
+    };
+    let sampled_rows: Vec<i64> = (0..n).filter(|&r| !greedy[r as usize]).collect();
     let probs: Vec<f32> = if sampled_rows.is_empty() {
         Vec::new()
     } else {
-        let idx = Tensor::from_slice(&sampled_rows).to_device(logits.device());
-        let p = processed
-            .index_select(0, &idx)
-            .softmax(-1, Kind::Float)
-            .to_device(Device::Cpu);
-        Vec::<f32>::try_from(p.flatten(0, -1))?
+        let p = select_rows(&processed, &sampled_rows, n).softmax(-1, Kind::Float);
+        Vec::<f32>::try_from(p.to_device(Device::Cpu).flatten(0, -1))?
     };
+    let v = vocab as usize;
+    let draws = draw_rows(&probs, v, &sampled_rows, keys);
     let mut tokens = Vec::with_capacity(n as usize);
     let mut k = 0;
-    for (r, &key) in keys.iter().enumerate() {
-        if rows[r].params.is_greedy() {
+    for r in 0..n as usize {
+        if greedy[r] {
             tokens.push(argmax[r]);
             continue;
         }
-        let v = vocab as usize;
-        match draw_index(&probs[k * v..(k + 1) * v], key) {
+        match draws[k] {
             Some(t) => tokens.push(t as i64),
             None => bail!(
                 "row {r}: no token has positive probability (the model produced NaN/inf logits?)"
@@ -84,6 +84,7 @@ fn token_logprobs(
     tokens: &[i64],
 ) -> Result<Vec<f32>> {
     let device = logits.device();
+    let n = rows.len() as i64;
     let mut out = vec![0f32; rows.len()];
     // Rows grouped by the temperature their logprob uses (1 for raw and greedy rows).
     let mut groups: Vec<(f64, Vec<i64>)> = Vec::new();
@@ -106,10 +107,9 @@ fn token_logprobs(
         }
     }
     let mut fill = |source: &Tensor, idx: &[i64], temperature: f64| -> Result<()> {
-        let index = Tensor::from_slice(idx).to_device(device);
         let targets: Vec<i64> = idx.iter().map(|&r| tokens[r as usize]).collect();
         let targets = Tensor::from_slice(&targets).to_device(device);
-        let lp = logprobs_of(&source.index_select(0, &index), &targets, temperature);
+        let lp = logprobs_of(&select_rows(source, idx, n), &targets, temperature);
         for (&r, v) in idx
             .iter()
             .zip(Vec::<f32>::try_from(lp.to_device(Device::Cpu))?)
@@ -125,4 +125,28 @@ fn token_logprobs(
         fill(processed, &processed_rows, 1.0)?;
     }
     Ok(out)
+}
+
+/// Rows `idx` of `x` (`n` rows), without a copy when they are all of them in order (the usual
+/// case: every row sampled, one temperature).
+fn select_rows(x: &Tensor, idx: &[i64], n: i64) -> Tensor {
+    if idx.len() as i64 == n && idx.iter().enumerate().all(|(i, &r)| r == i as i64) {
+        x.shallow_clone()
+    } else {
+        x.index_select(0, &Tensor::from_slice(idx).to_device(x.device()))
+    }
+}
+
+/// The exponential-race draw of each sampled row (`probs` holds their rows of `vocab` weights in
+/// order; `keys` is indexed by row). One thread: the draw is vectorised, and on two threads the
+/// second waits behind libtorch's spinning workers (measured slower).
+fn draw_rows(probs: &[f32], vocab: usize, sampled: &[i64], keys: &[u64]) -> Vec<Option<usize>> {
+    (0..sampled.len())
+        .map(|k| {
+            draw_index(
+                &probs[k * vocab..(k + 1) * vocab],
+                keys[sampled[k] as usize],
+            )
+        })
+        .collect()
 }

@@ -13,6 +13,7 @@ use std::sync::{mpsc, Arc};
 use axum::http::StatusCode;
 
 use std::cell::RefCell;
+use std::collections::HashMap;
 
 use anyhow::{Context, Result};
 use rand::{Rng, SeedableRng};
@@ -232,8 +233,10 @@ fn run(
         if let Some(t) = tok {
             engine = engine.with_decoder(t);
         }
-        // Replies by engine request index (the engine numbers requests in admission order).
-        let replies: RefCell<Vec<Option<Reply>>> = RefCell::new(vec![]);
+        // Replies by engine request index (the engine numbers requests in admission order from
+        // 0), each removed once sent or its client is gone.
+        let replies: RefCell<HashMap<usize, Reply>> = RefCell::new(HashMap::new());
+        let mut admitted = 0;
         let mut stopped = false;
         let mut inbox = |idle: bool| -> Incoming {
             if reload_next.is_some() || stopped {
@@ -251,7 +254,8 @@ fn run(
                     Ok(Job::Sample { request, reply }) => {
                         // A client that went away no longer needs its samples.
                         if !reply.is_closed() {
-                            replies.borrow_mut().push(Some(reply));
+                            replies.borrow_mut().insert(admitted, reply);
+                            admitted += 1;
                             requests.push(request);
                         }
                     }
@@ -273,7 +277,7 @@ fn run(
             }
         };
         let mut done = |index: usize, result: Result<Vec<Sample>, String>| {
-            if let Some(reply) = replies.borrow_mut()[index].take() {
+            if let Some(reply) = replies.borrow_mut().remove(&index) {
                 let _ = reply.send(result);
             }
         };
@@ -281,9 +285,9 @@ fn run(
         // that times out and retries does not leave the server decoding for nobody.
         let mut gone = |index: usize| {
             let mut replies = replies.borrow_mut();
-            match &replies[index] {
+            match replies.get(&index) {
                 Some(reply) if reply.is_closed() => {
-                    replies[index] = None;
+                    replies.remove(&index);
                     eprintln!("temper serve: a client went away mid-request; its request stopped");
                     true
                 }
@@ -307,7 +311,7 @@ fn run(
         };
         if let Some(msg) = failure {
             // The engine failed as a whole (not one request): every open request gets the error.
-            for reply in replies.into_inner().into_iter().flatten() {
+            for reply in replies.into_inner().into_values() {
                 let _ = reply.send(Err(msg.clone()));
             }
         }

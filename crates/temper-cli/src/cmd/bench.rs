@@ -21,6 +21,8 @@ enum What {
     Rollouts(super::bench_rollouts::Args),
     /// The Tinker API's server overhead: the same GRPO steps through the SDK vs in process.
     Tinker(super::bench_tinker::Args),
+    /// `temper serve` throughput and latency at 1/8/32 clients vs real vLLM on CPU.
+    Serve(super::bench_serve::Args),
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
@@ -31,6 +33,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         What::Grpo(a) => super::bench_grpo::run(a),
         What::Rollouts(a) => super::bench_rollouts::run(a),
         What::Tinker(a) => super::bench_tinker::run(a),
+        What::Serve(a) => super::bench_serve::run(a),
     }
 }
 
@@ -91,6 +94,12 @@ impl ServeChild {
         // Keep draining stderr so the server never blocks on a full pipe.
         std::thread::spawn(move || for _ in lines {});
         Ok(ServeChild { child, url })
+    }
+}
+
+impl ServeChild {
+    pub(crate) fn pid(&self) -> u32 {
+        self.child.id()
     }
 }
 

@@ -4,6 +4,7 @@ pub mod bench_grade;
 pub mod bench_grpo;
 pub mod bench_rollouts;
 pub mod bench_sample;
+pub mod bench_serve;
 pub mod bench_tinker;
 pub mod bench_train;
 pub mod check_logprobs;
