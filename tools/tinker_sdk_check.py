@@ -32,6 +32,7 @@ ap = argparse.ArgumentParser()
 ap.add_argument("base_model")
 ap.add_argument("--save-to", help="write a saved state's path and its logprobs here (for --resume-from)")
 ap.add_argument("--resume-from", help="only check that the state named in this file loads with the same logprobs")
+ap.add_argument("--max-model-len", type=int, default=256, help="the server's --max-model-len")
 cli = ap.parse_args()
 BASE = cli.base_model
 RANK = 4
@@ -176,6 +177,27 @@ seq = r1.sequences[0]
 scored = sampler.compute_logprobs(types.ModelInput.from_ints(prompt + seq.tokens)).result()
 ok(np.allclose(np.array(scored[len(prompt):]), np.array(seq.logprobs), atol=1e-5),
    "sampled logprobs == compute_logprobs of the sampled tokens")
+# max_tokens=None samples to the end of the context; stop=[] turns EOS off too (the SDK's
+# SamplingParams docstring), so the sample is exactly the rest of the context.
+full = sampler.sample(types.ModelInput.from_ints(prompt), num_samples=1,
+                      sampling_params=types.SamplingParams(max_tokens=None, stop=[], seed=5)).result()
+s = full.sequences[0]
+ok(len(s.tokens) == cli.max_model_len - len(prompt) and s.stop_reason == "length",
+   f"max_tokens=None, stop=[]: {len(s.tokens)} tokens = the rest of the {cli.max_model_len}-token context")
+# At temperature T the sampled tokens' logprobs are log_softmax(logits / T) (what the Tinker
+# maintainers state for the hosted service, tinker-cookbook PR #86): two samples that differ at
+# their first token satisfy lp_T(a) - lp_T(b) = (lp_1(a) - lp_1(b)) / T, with lp_1 from
+# compute_logprobs (temperature 1).
+T = 0.5
+hot = sampler.sample(types.ModelInput.from_ints(prompt), num_samples=16,
+                     sampling_params=types.SamplingParams(max_tokens=1, seed=9, temperature=T)).result()
+firsts = {}
+for q in hot.sequences:
+    firsts.setdefault(q.tokens[0], q.logprobs[0])
+(a, lpa), (b, lpb) = list(firsts.items())[:2]
+lp1 = [sampler.compute_logprobs(types.ModelInput.from_ints(prompt + [t])).result()[-1] for t in (a, b)]
+ok(abs((lpa - lpb) - (lp1[0] - lp1[1]) / T) < 1e-4,
+   f"logprobs at T={T} are temperature-scaled: {lpa - lpb:.5f} vs {(lp1[0] - lp1[1]) / T:.5f}")
 # The snapshot keeps its weights while training goes on.
 tc.forward_backward([rl], "importance_sampling").result()
 tc.optim_step(types.AdamParams(learning_rate=1e-2)).result()

@@ -51,7 +51,11 @@ fn the_tinker_sdk_trains_and_samples_on_temper() {
     let root_arg = root.display().to_string();
     let saved = root.join("saved.json");
     let saved_arg = saved.display().to_string();
-    let mut server = serve_util::start(&common::tiny_model_dir(), &["--root", &root_arg]);
+    let limit = ["--max-model-len", "256"];
+    let mut server = serve_util::start(
+        &common::tiny_model_dir(),
+        &["--root", &root_arg, limit[0], limit[1]],
+    );
     // Two clients at once, each with its own session and models.
     let first = check_script(&server.url, &["--save-to", &saved_arg]);
     let second = check_script(&server.url, &[]);
@@ -59,7 +63,10 @@ fn the_tinker_sdk_trains_and_samples_on_temper() {
     passed(second);
     // Killed: what save_state wrote is all a new server needs.
     server.kill();
-    let server = serve_util::start(&common::tiny_model_dir(), &["--root", &root_arg]);
+    let server = serve_util::start(
+        &common::tiny_model_dir(),
+        &["--root", &root_arg, limit[0], limit[1]],
+    );
     passed(check_script(&server.url, &["--resume-from", &saved_arg]));
 }
 

@@ -23,6 +23,8 @@ pub struct TinkerSamplingParams {
     pub stop_tokens: Vec<i64>,
     /// Stop when the decoded completion contains one of these.
     pub stop_strings: Vec<String>,
+    /// Keep sampling past EOS (Tinker's `stop=[]`: "disables all stop tokens, including EOS").
+    pub ignore_eos: bool,
     pub seed: Option<u64>,
 }
 
@@ -35,6 +37,7 @@ impl Default for TinkerSamplingParams {
             top_k: -1,
             stop_tokens: vec![],
             stop_strings: vec![],
+            ignore_eos: false,
             seed: None,
         }
     }
@@ -209,6 +212,7 @@ impl SamplingModel {
             max_tokens: p.max_tokens,
             stop: p.stop_strings.clone(),
             stop_token_ids: p.stop_tokens.clone(),
+            ignore_eos: p.ignore_eos,
             seed: p.seed,
             ..SamplingParams::default()
         };

@@ -54,6 +54,10 @@ pub struct Args {
     /// Most sampling requests queued or running; beyond it requests are refused as busy (503).
     #[arg(long, default_value_t = Limits::default().max_queued)]
     max_queued_requests: usize,
+    /// A Tinker session whose client sent no heartbeat for this long ends, and its models are
+    /// freed (the SDK heartbeats every 10 s).
+    #[arg(long, default_value_t = 120.0)]
+    session_timeout_s: f64,
 }
 
 pub fn run(args: Args) -> Result<()> {
@@ -81,6 +85,15 @@ pub fn run(args: Args) -> Result<()> {
             anyhow::bail!("{flag} = 0: must be at least 1");
         }
     }
+    let session_timeout = std::time::Duration::try_from_secs_f64(args.session_timeout_s)
+        .ok()
+        .filter(|d| !d.is_zero())
+        .with_context(|| {
+            format!(
+                "--session-timeout-s = {}: must be a positive number of seconds",
+                args.session_timeout_s
+            )
+        })?;
     let limits = Limits {
         max_request_bytes: args.max_request_bytes,
         max_n: args.max_n,
@@ -94,7 +107,7 @@ pub fn run(args: Args) -> Result<()> {
         model_name: args.served_model_name.unwrap_or(args.model),
         api_key: args.api_key,
         tokenizer: Tokenizer::from_dir(&dir).ok(),
-        tinker: std::sync::Arc::new(temper_serve::tinker::Tinker::new(args.root, compute)),
+        tinker: temper_serve::tinker::Tinker::new(args.root, compute, session_timeout),
     };
     serve_blocking(SocketAddr::new(args.host, args.port), state)
 }

@@ -14,6 +14,11 @@ pub struct Server {
 }
 
 impl Server {
+    #[allow(dead_code)]
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     /// Stops the server now (SIGKILL: nothing is flushed or closed cleanly).
     #[allow(dead_code)]
     pub fn kill(&mut self) {

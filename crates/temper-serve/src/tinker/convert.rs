@@ -128,8 +128,11 @@ pub fn json_tokens(v: &Value, field: &str) -> Result<Vec<i64>> {
     Ok(out)
 }
 
-/// Tinker's SamplingParams. `stop`: None keeps EOS; strings or token ids stop as well.
-pub fn sampling_params(v: &Value) -> Result<TinkerSamplingParams> {
+/// Tinker's `sampling_params`. The SDK leaves out fields that are None: a missing `max_tokens`
+/// samples up to `context_left` tokens (the rest of the context, as vLLM's and SGLang's chat
+/// routes do; hosted Tinker documents no default), and `stop: []` (unlike a missing `stop`) turns
+/// EOS off too, as the SDK documents. Strings or token ids in `stop` stop as well.
+pub fn sampling_params(v: &Value, context_left: usize) -> Result<TinkerSamplingParams> {
     let d = TinkerSamplingParams::default();
     let num = |k: &str| -> Result<Option<f64>> {
         match &v[k] {
@@ -141,6 +144,7 @@ pub fn sampling_params(v: &Value) -> Result<TinkerSamplingParams> {
         }
     };
     let (mut stop_tokens, mut stop_strings) = (vec![], vec![]);
+    let ignore_eos = v["stop"].as_array().is_some_and(|a| a.is_empty());
     match &v["stop"] {
         Value::Null => {}
         Value::String(s) => stop_strings.push(s.clone()),
@@ -158,12 +162,13 @@ pub fn sampling_params(v: &Value) -> Result<TinkerSamplingParams> {
         _ => bail!("sampling_params.stop: not a string or a list"),
     }
     Ok(TinkerSamplingParams {
-        max_tokens: num("max_tokens")?.map_or(d.max_tokens, |x| x.max(0.0) as usize),
+        max_tokens: num("max_tokens")?.map_or(context_left, |x| x.max(0.0) as usize),
         temperature: num("temperature")?.unwrap_or(d.temperature),
         top_p: num("top_p")?.unwrap_or(d.top_p),
         top_k: num("top_k")?.map_or(d.top_k, |x| x as i64),
         stop_tokens,
         stop_strings,
+        ignore_eos,
         seed: v["seed"].as_u64(),
     })
 }

@@ -12,12 +12,14 @@ pub mod futures;
 pub mod proto;
 mod routes;
 mod samplers;
+pub mod sessions;
 mod training;
 
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::atomic::AtomicU64;
 use std::sync::{mpsc, Arc, Mutex};
+use std::time::Duration;
 
 pub use routes::routes;
 
@@ -32,7 +34,7 @@ struct ModelHandle {
 pub struct Tinker {
     root: PathBuf,
     futures: Arc<futures::Futures>,
-    sessions: AtomicU64,
+    sessions: sessions::Sessions,
     /// Numbers the sampled sequences' ids.
     samples: AtomicU64,
     models: Mutex<HashMap<String, ModelHandle>>,
@@ -43,16 +45,77 @@ pub struct Tinker {
 
 impl Tinker {
     /// Checkpoints go under `root` (created when needed); models compute in `compute` (f32 for
-    /// numbers that match PyTorch's f32 closely; bf16 where it is native and speed matters).
-    pub fn new(root: PathBuf, compute: temper_model::ComputeKind) -> Tinker {
-        Tinker {
+    /// numbers that match PyTorch's f32 closely; bf16 where it is native and speed matters); a
+    /// session without a heartbeat for `session_timeout` ends (a thread checks every few
+    /// seconds, for as long as the returned value lives).
+    pub fn new(
+        root: PathBuf,
+        compute: temper_model::ComputeKind,
+        session_timeout: Duration,
+    ) -> Arc<Tinker> {
+        let t = Arc::new(Tinker {
             root,
             futures: Arc::new(futures::Futures::default()),
-            sessions: AtomicU64::new(0),
+            sessions: sessions::Sessions::new(session_timeout),
             samples: AtomicU64::new(0),
             models: Mutex::new(HashMap::new()),
             samplers: samplers::Samplers::start(compute),
             compute,
+        });
+        let weak = Arc::downgrade(&t);
+        let every = (session_timeout / 4).clamp(Duration::from_millis(100), Duration::from_secs(5));
+        let _ = std::thread::Builder::new()
+            .name("session-reaper".into())
+            .spawn(move || loop {
+                std::thread::sleep(every);
+                let Some(t) = weak.upgrade() else { return };
+                for id in t.sessions.expired() {
+                    let why = format!(
+                        "no heartbeat for {} s (--session-timeout-s)",
+                        t.sessions.timeout.as_secs_f64()
+                    );
+                    t.end_session(&id, &why);
+                }
+            });
+        t
+    }
+
+    /// Ends session `id`: its training models (each model's thread exits once its queue is
+    /// empty, freeing the model), its sampling sessions and the sampler weights no live session
+    /// uses.
+    pub fn end_session(&self, id: &str, why: &str) {
+        if !self.sessions.end(id, why) {
+            return;
+        }
+        let prefix = format!("{id}:");
+        let dropped: Vec<String> = {
+            let mut models = self.models.lock().unwrap_or_else(|e| e.into_inner());
+            let ids: Vec<String> = models
+                .keys()
+                .filter(|k| k.starts_with(&prefix))
+                .cloned()
+                .collect();
+            for k in &ids {
+                models.remove(k);
+            }
+            ids
+        };
+        self.samplers.forget(&prefix);
+        eprintln!(
+            "temper serve: Tinker session {id} ended ({why}); freed {} training model(s)",
+            dropped.len()
+        );
+    }
+
+    /// Why the `noun` (a model, a sampling session) named by request field `field` is unknown:
+    /// its session ended, or it never existed.
+    fn unknown(&self, field: &str, noun: &str, id: &str) -> String {
+        match self.sessions.ended(sessions::session_of(id)) {
+            Some(why) => format!(
+                "{field}: {noun} {id:?} was freed when its session ended ({why}); create a new \
+                 client"
+            ),
+            None => format!("{field}: no {noun} {id:?} on this server"),
         }
     }
 }

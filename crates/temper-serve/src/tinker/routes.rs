@@ -36,18 +36,12 @@ pub fn routes() -> Router<Arc<AppState>> {
             post(|| async { Json(json!({})) }),
         )
         .route("/api/v1/create_session", post(create_session))
-        .route(
-            "/api/v1/session_heartbeat",
-            post(|| async { Json(json!({"type": "session_heartbeat"})) }),
-        )
+        .route("/api/v1/session_heartbeat", post(session_heartbeat))
         .route(
             "/api/v1/telemetry",
             post(|| async { Json(json!({"status": "accepted"})) }),
         )
-        .route(
-            "/api/v1/sessions/{id}/finish",
-            post(|| async { Json(json!({})) }),
-        )
+        .route("/api/v1/sessions/{id}/finish", post(finish_session))
         .route("/api/v1/create_model", post(create_model))
         .route("/api/v1/get_info", post(get_info))
         .route("/api/v1/forward_backward", post(forward_backward))
@@ -133,7 +127,7 @@ fn to_model(t: &Tinker, model_id: &str, seq: i64, job: Job) -> Result<Dispatch> 
         .unwrap_or_else(|e| e.into_inner())
         .get(model_id)
         .map(|m| m.tx.clone())
-        .with_context(|| format!("model_id: no model {model_id:?} on this server"))?;
+        .with_context(|| t.unknown("model_id", "model", model_id))?;
     Ok(Box::new(move |promise| {
         if let Err(mpsc::SendError(q)) = tx.send(Queued { seq, job, promise }) {
             q.promise.complete(Outcome::Error {
@@ -163,13 +157,49 @@ async fn client_config(State(state): S, headers: HeaderMap) -> Response {
 
 async fn create_session(State(state): S, headers: HeaderMap) -> Response {
     direct(&state, &headers, || {
-        let n = state.tinker.sessions.fetch_add(1, Ordering::Relaxed);
-        // Unique across server restarts, so checkpoints of an earlier run are never overwritten.
-        let stamp = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_secs());
-        Ok(json!({"session_id": format!("sess-{stamp}-{n}"), "type": "create_session"}))
+        let id = state.tinker.sessions.open();
+        Ok(json!({"session_id": id, "type": "create_session"}))
     })
+}
+
+/// A heartbeat keeps a session alive; for an ended one it is HTTP 410, which the SDK reads as
+/// "this session has finished" and stops heartbeating.
+async fn session_heartbeat(State(state): S, headers: HeaderMap, body: Bytes) -> Response {
+    if !authorized(&state, &headers) {
+        return refuse(StatusCode::UNAUTHORIZED, "missing or wrong X-API-Key");
+    }
+    let v = match parse_json(&body) {
+        Ok(v) => v,
+        Err(e) => return refuse(StatusCode::BAD_REQUEST, e),
+    };
+    let Some(id) = v["session_id"].as_str() else {
+        return refuse(StatusCode::BAD_REQUEST, "session_id: missing");
+    };
+    match state.tinker.sessions.touch(id) {
+        Ok(()) => Json(json!({"type": "session_heartbeat"})).into_response(),
+        Err(e) => refuse(StatusCode::GONE, e),
+    }
+}
+
+async fn finish_session(
+    State(state): S,
+    headers: HeaderMap,
+    UrlPath(id): UrlPath<String>,
+) -> Response {
+    if !authorized(&state, &headers) {
+        return refuse(StatusCode::UNAUTHORIZED, "missing or wrong X-API-Key");
+    }
+    state.tinker.end_session(&id, "finished by the client");
+    Json(json!({})).into_response()
+}
+
+/// A sign of life from the session a request names; refused when it has ended.
+fn live_session<'a>(t: &Tinker, v: &'a Value) -> Result<&'a str> {
+    let id = v["session_id"].as_str().context("session_id: missing")?;
+    t.sessions
+        .touch(id)
+        .map_err(|e| anyhow!("session_id: {e}"))?;
+    Ok(id)
 }
 
 /// What a new training model is made from.
@@ -279,10 +309,14 @@ fn start_model(t: &Arc<Tinker>, spec: Spec, created: super::futures::Promise) {
 }
 
 async fn create_model(State(state): S, headers: HeaderMap, body: Bytes) -> Response {
+    if !authorized(&state, &headers) {
+        return refuse(StatusCode::UNAUTHORIZED, "missing or wrong X-API-Key");
+    }
     let t = state.tinker.clone();
+    let tb = t.clone();
     let prepared = tokio::task::spawn_blocking(move || -> Result<Spec> {
         let v = parse_json(&body)?;
-        let session = v["session_id"].as_str().context("session_id: missing")?;
+        let session = live_session(&tb, &v)?;
         let seq = v["model_seq_id"]
             .as_i64()
             .context("model_seq_id: missing")?;
@@ -336,7 +370,7 @@ async fn get_info(State(state): S, headers: HeaderMap, body: Bytes) -> Response 
         Some(m) => Json(m.info.clone()).into_response(),
         None => refuse(
             StatusCode::NOT_FOUND,
-            format!("model_id: no model {id:?} on this server"),
+            state.tinker.unknown("model_id", "model", id),
         ),
     }
 }
@@ -441,7 +475,7 @@ async fn load_weights(State(state): S, headers: HeaderMap, body: Bytes) -> Respo
             );
         }
         // create_training_client_from_state: a new model, made as the saved one was.
-        let session = v["session_id"].as_str().context("session_id: missing")?;
+        let session = live_session(&t, &v)?;
         let seq = v["model_seq_id"]
             .as_i64()
             .context("model_seq_id: missing")?;
@@ -476,7 +510,7 @@ async fn create_sampling_session(State(state): S, headers: HeaderMap, body: Byte
     let t = state.tinker.clone();
     direct(&state, &headers, || {
         let v = parse_json(&body)?;
-        let session = v["session_id"].as_str().context("session_id: missing")?;
+        let session = live_session(&t, &v)?;
         let k = v["sampling_session_seq_id"]
             .as_i64()
             .context("sampling_session_seq_id: missing")?;
@@ -522,7 +556,10 @@ async fn get_sampler(
             Json(json!({"sampler_id": id, "base_model": s.base_model, "model_path": s.model_path}))
                 .into_response()
         }
-        None => refuse(StatusCode::NOT_FOUND, format!("no sampling session {id:?}")),
+        None => refuse(
+            StatusCode::NOT_FOUND,
+            state.tinker.unknown("sampler_id", "sampling session", &id),
+        ),
     }
 }
 
@@ -573,9 +610,10 @@ async fn asample(State(state): S, headers: HeaderMap, body: Bytes) -> Response {
             let session = t
                 .samplers
                 .session(id)
-                .with_context(|| format!("sampling_session_id: no sampling session {id:?}"))?;
+                .with_context(|| t.unknown("sampling_session_id", "sampling session", id))?;
             let prompt = convert::json_tokens(&v["prompt"], "prompt")?;
-            let params = convert::sampling_params(&v["sampling_params"])?;
+            let context_left = limits.max_model_len.saturating_sub(prompt.len());
+            let params = convert::sampling_params(&v["sampling_params"], context_left)?;
             limits
                 .check_sampling(&[prompt.len()], n, params.max_tokens, &TINKER_FIELDS)
                 .map_err(|e| anyhow!(e))?;

@@ -46,11 +46,20 @@ pub struct SampleJob {
     pub promise: Promise,
 }
 
+/// What the sampling thread is sent.
+enum Msg {
+    Sample(SampleJob),
+    /// Drop the loaded weights no registered session samples.
+    Prune,
+}
+
+type SessionMap = Arc<Mutex<HashMap<String, Session>>>;
+
 /// The sessions and the sampling thread's queue; cheap to clone.
 #[derive(Clone)]
 pub struct Samplers {
-    sessions: Arc<Mutex<HashMap<String, Session>>>,
-    tx: mpsc::Sender<SampleJob>,
+    sessions: SessionMap,
+    tx: mpsc::Sender<Msg>,
 }
 
 /// A loaded model: which base and LoRA shape it is (None: a full model), and whose weights it
@@ -64,14 +73,23 @@ struct Slot {
 impl Samplers {
     pub fn start(compute: ComputeKind) -> Samplers {
         let (tx, rx) = mpsc::channel();
+        let sessions = SessionMap::default();
+        let shared = sessions.clone();
         std::thread::Builder::new()
             .name("tinker-sampler".into())
-            .spawn(move || run(rx, compute))
+            .spawn(move || run(rx, &shared, compute))
             .expect("spawning the sampling thread");
-        Samplers {
-            sessions: Default::default(),
-            tx,
-        }
+        Samplers { sessions, tx }
+    }
+
+    /// Forgets the sampling sessions whose ids start with `prefix` (an ended client session's),
+    /// and unloads the weights that no remaining session samples.
+    pub fn forget(&self, prefix: &str) {
+        self.sessions
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .retain(|id, _| !id.starts_with(prefix));
+        let _ = self.tx.send(Msg::Prune);
     }
 
     pub fn register(&self, id: &str, dir: &Path, base_model: &str, model_path: Option<&str>) {
@@ -97,7 +115,7 @@ impl Samplers {
     }
 
     pub fn submit(&self, job: SampleJob) {
-        if let Err(mpsc::SendError(job)) = self.tx.send(job) {
+        if let Err(mpsc::SendError(Msg::Sample(job))) = self.tx.send(Msg::Sample(job)) {
             job.promise.complete(Outcome::Error {
                 message: "the sampling thread has stopped".into(),
                 user: false,
@@ -106,16 +124,30 @@ impl Samplers {
     }
 }
 
-fn run(rx: mpsc::Receiver<SampleJob>, compute: ComputeKind) {
+/// Unloads the slots whose weights no registered session samples.
+fn prune(loaded: &mut VecDeque<Slot>, sessions: &SessionMap) {
+    let sessions = sessions.lock().unwrap_or_else(|e| e.into_inner());
+    loaded.retain(|slot| sessions.values().any(|s| s.dir == slot.dir));
+}
+
+fn run(rx: mpsc::Receiver<Msg>, sessions: &SessionMap, compute: ComputeKind) {
     let mut loaded: VecDeque<Slot> = VecDeque::new();
     let mut engine_seed = 0u64;
     while let Ok(first) = rx.recv() {
+        let Msg::Sample(first) = first else {
+            prune(&mut loaded, sessions);
+            continue;
+        };
         // Clients send a batch of prompts as one request each, a few milliseconds apart: wait
         // until none has come for LINGER (at most MAX_LINGER) so they are sampled together.
         let mut jobs = vec![first];
+        let mut prune_after = false;
         let start = std::time::Instant::now();
-        while let Ok(j) = rx.recv_timeout(LINGER) {
-            jobs.push(j);
+        while let Ok(m) = rx.recv_timeout(LINGER) {
+            match m {
+                Msg::Sample(j) => jobs.push(j),
+                Msg::Prune => prune_after = true,
+            }
             if start.elapsed() > MAX_LINGER {
                 break;
             }
@@ -159,6 +191,9 @@ fn run(rx: mpsc::Receiver<SampleJob>, compute: ComputeKind) {
                     }
                 }
             }
+        }
+        if prune_after {
+            prune(&mut loaded, sessions);
         }
     }
 }
