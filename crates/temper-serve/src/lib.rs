@@ -55,7 +55,10 @@ pub fn router(state: Arc<AppState>) -> axum::Router {
         .with_state(state)
 }
 
-/// axum answers an oversized body with a plain-text 413; clients parse JSON errors.
+/// Reads every request's body whole before routing, so a route that ignores its body still
+/// consumes it (answering before the client has sent it all resets the connection under the
+/// client), and a body over `limit` gets a 413 in the error shape of the API it was sent to,
+/// naming the limit (axum's own 413 is plain text; clients parse JSON errors).
 async fn explain_body_limit(
     limit: usize,
     req: axum::extract::Request,
@@ -63,20 +66,41 @@ async fn explain_body_limit(
 ) -> axum::response::Response {
     use axum::http::StatusCode;
     use axum::response::IntoResponse;
+    // The error shape of the API the request was sent to.
     let tinker = req.uri().path().starts_with("/api/");
-    let response = next.run(req).await;
-    if response.status() != StatusCode::PAYLOAD_TOO_LARGE {
-        return response;
+    let fail = |status: StatusCode, message: String| {
+        if tinker {
+            let body = serde_json::json!({"error": message, "category": "user"});
+            (status, axum::Json(body)).into_response()
+        } else {
+            reply::error(status, message)
+        }
+    };
+    let (parts, body) = req.into_parts();
+    match axum::body::to_bytes(body, limit).await {
+        Ok(bytes) => {
+            let response = next
+                .run(axum::extract::Request::from_parts(parts, bytes.into()))
+                .await;
+            if response.status() != StatusCode::PAYLOAD_TOO_LARGE {
+                return response;
+            }
+        }
+        // Not over the limit: the client went away or sent a broken body.
+        Err(e) if !format!("{e:?}").contains("LengthLimitError") => {
+            return fail(
+                StatusCode::BAD_REQUEST,
+                format!("request body: could not be read: {e}"),
+            );
+        }
+        Err(_) => {}
     }
-    let message = format!(
-        "request body: larger than this server's limit of {limit} bytes (--max-request-bytes)"
-    );
-    if tinker {
-        let body = serde_json::json!({"error": message, "category": "user"});
-        (StatusCode::PAYLOAD_TOO_LARGE, axum::Json(body)).into_response()
-    } else {
-        reply::error(StatusCode::PAYLOAD_TOO_LARGE, message)
-    }
+    fail(
+        StatusCode::PAYLOAD_TOO_LARGE,
+        format!(
+            "request body: larger than this server's limit of {limit} bytes (--max-request-bytes)"
+        ),
+    )
 }
 
 /// Serve until the process is stopped (Ctrl-C ends it cleanly). Binds `addr` (127.0.0.1 unless

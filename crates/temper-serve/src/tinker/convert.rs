@@ -180,7 +180,10 @@ pub fn parse_tinker_path(path: &str) -> Result<(String, String, String)> {
         .with_context(|| format!("path {path:?}: not a tinker:// path"))?;
     let parts: Vec<&str> = rest.split('/').collect();
     match parts.as_slice() {
-        [model, kind @ ("weights" | "sampler_weights"), name] if !model.is_empty() && !name.is_empty() => {
+        // No empty, `.` or `..` parts: a path never leaves `--root`.
+        [model, kind @ ("weights" | "sampler_weights"), name]
+            if [model, name].iter().all(|p| !matches!(**p, "" | "." | "..")) =>
+        {
             Ok((model.to_string(), kind.to_string(), name.to_string()))
         }
         _ => bail!("path {path:?}: expected tinker://MODEL_ID/weights/NAME or tinker://MODEL_ID/sampler_weights/NAME"),
@@ -198,4 +201,29 @@ pub fn checkpoint_dir(root: &Path, path: &str) -> Result<PathBuf> {
         );
     }
     Ok(dir)
+}
+
+#[cfg(test)]
+mod path_tests {
+    use super::*;
+
+    #[test]
+    fn tinker_paths_never_leave_the_root() {
+        let (m, k, n) = parse_tinker_path("tinker://sess-1-0:train:0/weights/ckpt").unwrap();
+        assert_eq!(
+            (m.as_str(), k.as_str(), n.as_str()),
+            ("sess-1-0:train:0", "weights", "ckpt")
+        );
+        for bad in [
+            "tinker://../weights/x",
+            "tinker://m/weights/..",
+            "tinker://./sampler_weights/x",
+            "tinker://m/weights/a/../../b",
+            "tinker://m/other/x",
+            "tinker:///weights/x",
+            "file:///etc",
+        ] {
+            assert!(parse_tinker_path(bad).is_err(), "{bad}");
+        }
+    }
 }

@@ -1,0 +1,364 @@
+//! 10,000 random and mutated request bodies over every route of `temper serve` (OpenAI, SGLang,
+//! reload, Tinker JSON and protobuf), from valid seeds: fields replaced by wrong types, huge,
+//! negative and non-finite numbers, empty and absurdly long arrays, invalid UTF-8, truncated and
+//! bit-flipped bytes, and plain noise. The server must answer every one (no crash, no dropped
+//! connection), never with a 5xx (every one is a client error or a valid request), and a Tinker
+//! future's result is never a `server` failure; `/health` answers throughout, and a valid
+//! request still gets the same answer at the end.
+#[path = "../../temper-train/tests/common/mod.rs"]
+mod common;
+mod serve_util;
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use prost::Message;
+use serde_json::{json, Value};
+use temper_serve::tinker::proto;
+
+const BODIES: usize = 10_000;
+
+/// SplitMix64: the test's own reproducible randomness.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+    fn below(&mut self, n: usize) -> usize {
+        (self.next() % n.max(1) as u64) as usize
+    }
+}
+
+/// Values that break naive parsers.
+fn hostile(r: &mut Rng) -> Value {
+    match r.below(16) {
+        0 => json!(null),
+        1 => json!(-1),
+        2 => json!(1e300),
+        3 => json!(-1e300),
+        4 => json!(u64::MAX),
+        5 => json!(i64::MIN),
+        6 => json!(100_000_000_000u64),
+        7 => json!("a string"),
+        8 => json!(true),
+        9 => json!([]),
+        10 => json!({}),
+        11 => Value::Array((0..100_000).map(|i| json!(i)).collect()),
+        12 => json!([[1, 2], [3, "x"], null]),
+        13 => json!(0.5),
+        14 => json!("\u{0}\u{ffff}"),
+        _ => json!({"nested": {"deeper": [1, {"x": -7}]}}),
+    }
+}
+
+/// Replaces one field, at any depth, by a hostile value (or removes it).
+fn mutate_json(v: &mut Value, r: &mut Rng) {
+    match v {
+        Value::Object(m) if !m.is_empty() => {
+            let keys: Vec<String> = m.keys().cloned().collect();
+            let k = &keys[r.below(keys.len())];
+            match r.below(4) {
+                0 => {
+                    m.remove(k);
+                }
+                1 => mutate_json(m.get_mut(k).unwrap(), r),
+                _ => {
+                    m.insert(k.clone(), hostile(r));
+                }
+            }
+        }
+        Value::Array(a) if !a.is_empty() => {
+            let i = r.below(a.len());
+            if r.below(2) == 0 {
+                mutate_json(&mut a[i], r)
+            } else {
+                a[i] = hostile(r)
+            }
+        }
+        other => *other = hostile(r),
+    }
+}
+
+/// Byte-level damage: truncation, flipped bytes, invalid UTF-8, duplicated slices.
+fn mutate_bytes(b: &mut Vec<u8>, r: &mut Rng) {
+    for _ in 0..1 + r.below(4) {
+        if b.is_empty() {
+            b.push(r.next() as u8);
+            continue;
+        }
+        let i = r.below(b.len());
+        match r.below(5) {
+            0 => b.truncate(i),
+            1 => b[i] ^= 1 << r.below(8),
+            2 => b.insert(i, [0xff, 0xc0, 0x80, 0xfe][r.below(4)]),
+            3 => {
+                let end = (i + 1 + r.below(16)).min(b.len());
+                let slice = b[i..end].to_vec();
+                b.splice(i..i, slice);
+            }
+            _ => b[i] = r.next() as u8,
+        }
+    }
+}
+
+/// A valid forward_backward request for `model_id` (protobuf, as the SDK sends it).
+fn forward_backward(model_id: &str) -> Vec<u8> {
+    let tokens: Vec<u8> = [1i32, 2, 3, 4]
+        .iter()
+        .flat_map(|t| t.to_le_bytes())
+        .collect();
+    let tensor = |dtype: proto::DType, bytes: Vec<u8>| proto::Tensor {
+        encoding: Some(proto::tensor::Encoding::Dense(bytes)),
+        dtype: dtype as i32,
+        shape: vec![4],
+    };
+    let targets: Vec<u8> = [2i64, 3, 4, 5]
+        .iter()
+        .flat_map(|t| t.to_le_bytes())
+        .collect();
+    let weights: Vec<u8> = [1f32; 4].iter().flat_map(|t| t.to_le_bytes()).collect();
+    proto::ForwardBackwardRequest {
+        model_id: model_id.to_string(),
+        seq_id: 1,
+        data: vec![proto::Datum {
+            model_input: vec![proto::Chunk {
+                chunk: Some(proto::chunk::Chunk::EncodedText(proto::EncodedTextChunk {
+                    tokens,
+                })),
+            }],
+            loss_fn_inputs: HashMap::from([
+                (
+                    "target_tokens".to_string(),
+                    tensor(proto::DType::Int64, targets),
+                ),
+                (
+                    "weights".to_string(),
+                    tensor(proto::DType::Float32, weights),
+                ),
+            ]),
+        }],
+        loss_fn: "cross_entropy".into(),
+        forward_only: true,
+        ..Default::default()
+    }
+    .encode_to_vec()
+}
+
+#[test]
+fn ten_thousand_hostile_bodies_get_client_errors_and_the_server_keeps_serving() {
+    let root = common::temp_dir("serve-fuzz");
+    let server = serve_util::start(
+        &common::tiny_model_dir(),
+        &[
+            "--root",
+            &root.display().to_string(),
+            "--max-model-len",
+            "64",
+            "--max-n",
+            "4",
+        ],
+    );
+    let http = reqwest::blocking::Client::builder()
+        .timeout(Duration::from_secs(60))
+        .build()
+        .unwrap();
+    let url = server.url.clone();
+    let log = server.log.clone();
+    let post = |route: &str, body: Vec<u8>| -> (u16, Vec<u8>) {
+        let r = http
+            .post(format!("{url}{route}"))
+            .header("content-type", "application/json")
+            .header("X-API-Key", "tml-local")
+            .body(body.clone())
+            .send()
+            .unwrap_or_else(|e| {
+                std::thread::sleep(Duration::from_millis(500));
+                panic!(
+                    "{route}: no answer: {e}\nbody: {}\nserver log:\n{}",
+                    String::from_utf8_lossy(&body[..body.len().min(2000)]),
+                    log.lock().unwrap().join("\n")
+                )
+            });
+        (r.status().as_u16(), r.bytes().unwrap().to_vec())
+    };
+    let json_of = |b: &[u8]| serde_json::from_slice::<Value>(b).unwrap_or(Value::Null);
+
+    // Live ids for the seeds: a session, a training model, a sampling session.
+    let (_, b) = post("/api/v1/create_session", br#"{"tags": []}"#.to_vec());
+    let session = json_of(&b)["session_id"].as_str().unwrap().to_string();
+    let base = common::tiny_model_dir().display().to_string();
+    let future = |route: &str, body: Value| -> Value {
+        let (_, b) = post(route, serde_json::to_vec(&body).unwrap());
+        let id = json_of(&b)["request_id"].clone();
+        loop {
+            let (_, b) = post(
+                "/api/v1/retrieve_future",
+                serde_json::to_vec(&json!({"request_id": id})).unwrap(),
+            );
+            let v = json_of(&b);
+            if v["type"] != "try_again" {
+                return v;
+            }
+        }
+    };
+    let model = future(
+        "/api/v1/create_model",
+        json!({"session_id": session, "model_seq_id": 0, "base_model": base, "lora_config": {"rank": 2}}),
+    )["model_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let (_, b) = post(
+        "/api/v1/create_sampling_session",
+        serde_json::to_vec(
+            &json!({"session_id": session, "sampling_session_seq_id": 0, "base_model": base}),
+        )
+        .unwrap(),
+    );
+    let sampler = json_of(&b)["sampling_session_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+
+    let completion = json!({"prompt": [1, 2, 3], "max_tokens": 4, "n": 2, "seed": 5, "logprobs": 0,
+                            "temperature": 1.0});
+    let seeds: Vec<(&str, Value)> = vec![
+        ("/v1/completions", completion.clone()),
+        (
+            "/v1/completions",
+            json!({"prompt": "hi there", "max_tokens": 3, "stop": ["x"]}),
+        ),
+        (
+            "/v1/chat/completions",
+            json!({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 3}),
+        ),
+        (
+            "/generate",
+            json!({"input_ids": [1, 2, 3], "return_logprob": true,
+                             "sampling_params": {"max_new_tokens": 4, "n": 2, "sampling_seed": 3}}),
+        ),
+        (
+            "/generate",
+            json!({"text": "hello", "sampling_params": {"max_new_tokens": 3}}),
+        ),
+        (
+            "/update_weights_from_disk",
+            json!({"model_path": "/nonexistent/folder"}),
+        ),
+        (
+            "/collective_rpc",
+            json!({"method": "reload_weights", "kwargs": {"weights_path": "/nonexistent"}}),
+        ),
+        (
+            "/api/v1/create_session",
+            json!({"tags": ["a"], "sdk_version": "0.38.0"}),
+        ),
+        ("/api/v1/session_heartbeat", json!({"session_id": session})),
+        ("/api/v1/get_info", json!({"model_id": model})),
+        (
+            "/api/v1/create_model",
+            json!({"session_id": session, "model_seq_id": 9,
+                                        "base_model": "/nonexistent/model", "lora_config": {"rank": 2}}),
+        ),
+        (
+            "/api/v1/optim_step",
+            json!({"model_id": model, "seq_id": 2, "adam_params": {"learning_rate": 0.0}}),
+        ),
+        (
+            "/api/v1/save_weights",
+            json!({"model_id": model, "seq_id": 3, "path": "ckpt"}),
+        ),
+        (
+            "/api/v1/load_weights",
+            json!({"model_id": model, "seq_id": 4, "path": "tinker://x/weights/y"}),
+        ),
+        (
+            "/api/v1/create_sampling_session",
+            json!({"session_id": session, "sampling_session_seq_id": 1,
+                                                   "model_path": "tinker://nope/sampler_weights/x"}),
+        ),
+        (
+            "/api/v1/asample",
+            json!({"sampling_session_id": sampler, "num_samples": 2,
+                                   "prompt": {"chunks": [{"type": "encoded_text", "tokens": [1, 2]}]},
+                                   "sampling_params": {"max_tokens": 3, "seed": 1}}),
+        ),
+        ("/api/v1/retrieve_future", json!({"request_id": "nope"})),
+        ("/api/v1/client/config", json!({"sdk_version": "0.38.0"})),
+    ];
+    let fb = forward_backward(&model);
+    let before = post("/v1/completions", serde_json::to_vec(&completion).unwrap());
+    assert_eq!(before.0, 200);
+
+    let mut rng = Rng(2026);
+    let (mut statuses, mut futures_checked) = (HashMap::<u16, usize>::new(), 0);
+    for i in 0..BODIES {
+        let (route, body) = if i % 19 == 0 {
+            ("/api/v1/forward_backward", {
+                let mut b = fb.clone();
+                mutate_bytes(&mut b, &mut rng);
+                b
+            })
+        } else {
+            let (route, seed) = &seeds[rng.below(seeds.len())];
+            let body = match rng.below(10) {
+                0 => (0..rng.below(300)).map(|_| rng.next() as u8).collect(),
+                1..=3 => {
+                    let mut b = serde_json::to_vec(seed).unwrap();
+                    mutate_bytes(&mut b, &mut rng);
+                    b
+                }
+                _ => {
+                    let mut v = seed.clone();
+                    for _ in 0..1 + rng.below(3) {
+                        mutate_json(&mut v, &mut rng);
+                    }
+                    serde_json::to_vec(&v).unwrap()
+                }
+            };
+            (*route, body)
+        };
+        let (status, answer) = post(route, body.clone());
+        *statuses.entry(status).or_default() += 1;
+        assert!(
+            status < 500,
+            "{route} answered {status} to a client's body: {}\nbody: {}",
+            String::from_utf8_lossy(&answer),
+            String::from_utf8_lossy(&body[..body.len().min(2000)])
+        );
+        // Every 25th future-style answer: its result is not a server failure.
+        let v = json_of(&answer);
+        if i % 25 == 0 && v["request_id"].is_string() {
+            futures_checked += 1;
+            let poll = serde_json::to_vec(&json!({"request_id": v["request_id"]})).unwrap();
+            loop {
+                let (s, b) = post("/api/v1/retrieve_future", poll.clone());
+                let r = json_of(&b);
+                assert!(
+                    s < 500 && r["category"] != "server",
+                    "{route}: {r}\nbody: {}",
+                    String::from_utf8_lossy(&body[..body.len().min(2000)])
+                );
+                if r["type"] != "try_again" {
+                    break;
+                }
+            }
+        }
+        if i % 1000 == 0 {
+            let health = http.get(format!("{url}/health")).send().unwrap();
+            assert_eq!(health.status().as_u16(), 200, "after {i} bodies");
+        }
+    }
+    let mut seen: Vec<_> = statuses.into_iter().collect();
+    seen.sort();
+    println!("{BODIES} bodies: statuses {seen:?}; {futures_checked} futures' results checked");
+    // Still serving, and the same answer as before.
+    let after = post("/v1/completions", serde_json::to_vec(&completion).unwrap());
+    assert_eq!(after.0, 200);
+    assert_eq!(json_of(&after.1)["choices"], json_of(&before.1)["choices"]);
+}
