@@ -1,9 +1,9 @@
 //! Saving a Hugging Face folder that transformers loads: `model.safetensors` (HF names; a tied head is
 //! omitted, as transformers does), `config.json` (the loaded one with its dtype updated), and the
-//! tokenizer / generation files copied from the source folder. The folder appears atomically: it is
-//! written under a temporary name beside the target and renamed into place.
+//! tokenizer / generation files copied from the source folder. The folder appears atomically
+//! ([`crate::atomic_dir`]): a replaced folder's old version stays until the new one is in place.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use anyhow::{bail, Context, Result};
 use tch::Kind;
@@ -39,30 +39,9 @@ impl CausalLm {
             Kind::Half => "float16",
             other => bail!("cannot save weights as {other:?} (f32, bf16 or f16)"),
         };
-        let name = dir
-            .file_name()
-            .with_context(|| format!("{}: not a folder name", dir.display()))?;
-        let parent = match dir.parent() {
-            Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
-            _ => PathBuf::from("."),
-        };
-        std::fs::create_dir_all(&parent)
-            .with_context(|| format!("creating {}", parent.display()))?;
-        let stamp = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_nanos());
-        let tmp = parent.join(format!(
-            ".{}.tmp-{}-{stamp}",
-            name.to_string_lossy(),
-            std::process::id()
-        ));
-        std::fs::create_dir(&tmp).with_context(|| format!("creating {}", tmp.display()))?;
-        let result = self.write_files(&tmp, dtype, dtype_name, files_from);
-        if let Err(e) = result {
-            let _ = std::fs::remove_dir_all(&tmp);
-            return Err(e);
-        }
-        replace_dir(&tmp, dir)
+        crate::atomic_dir::write_dir_atomically(dir, |tmp| {
+            self.write_files(tmp, dtype, dtype_name, files_from)
+        })
     }
 
     fn write_files(
@@ -104,22 +83,4 @@ impl CausalLm {
         }
         Ok(())
     }
-}
-
-/// Rename `tmp` to `dir`; an existing `dir` is moved aside first and removed afterwards.
-fn replace_dir(tmp: &Path, dir: &Path) -> Result<()> {
-    if dir.exists() {
-        let mut old_name = tmp.file_name().unwrap_or_default().to_os_string();
-        old_name.push(".old");
-        let old = tmp.with_file_name(old_name);
-        std::fs::rename(dir, &old)
-            .with_context(|| format!("moving old {} aside", dir.display()))?;
-        std::fs::rename(tmp, dir)
-            .with_context(|| format!("renaming {} to {}", tmp.display(), dir.display()))?;
-        std::fs::remove_dir_all(&old).with_context(|| format!("removing {}", old.display()))?;
-    } else {
-        std::fs::rename(tmp, dir)
-            .with_context(|| format!("renaming {} to {}", tmp.display(), dir.display()))?;
-    }
-    Ok(())
 }

@@ -1,7 +1,9 @@
 //! Checkpoints: `checkpoints/global_step_<k>/` with the model as a Hugging Face folder (`model/`),
 //! the optimizer state (`optimizer.safetensors`) and the loop state (`trainer_state.json`: step,
-//! data position, generation counter, KL coefficient). A checkpoint is written into
-//! `global_step_<k>.tmp/` and renamed when complete, so a folder without `.tmp` is always whole.
+//! data position, generation counter, KL coefficient). A checkpoint is written into a hidden
+//! temporary folder and renamed when complete (`temper_model::atomic_dir`), so a
+//! `global_step_<k>` folder is always whole, and one being replaced stays until the new one is in
+//! place.
 use crate::rundir::write_json;
 use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
@@ -34,27 +36,15 @@ pub fn save_checkpoint(
     save_optimizer: &dyn Fn(&Path) -> Result<()>,
 ) -> Result<PathBuf> {
     let dst = checkpoint_dir(run_checkpoints, state.step);
-    let tmp = run_checkpoints.join(format!("global_step_{}.tmp", state.step));
-    let _ = std::fs::remove_dir_all(&tmp);
-    std::fs::create_dir_all(&tmp).with_context(|| format!("creating {}", tmp.display()))?;
-    let write = || -> Result<()> {
+    temper_model::atomic_dir::write_dir_atomically(&dst, |tmp| {
         save_model(&tmp.join("model"))?;
         save_optimizer(&tmp.join("optimizer.safetensors"))?;
         write_json(
             &tmp.join("trainer_state.json"),
             &serde_json::to_value(state)?,
-        )?;
-        if dst.exists() {
-            std::fs::remove_dir_all(&dst)
-                .with_context(|| format!("replacing {}", dst.display()))?;
-        }
-        std::fs::rename(&tmp, &dst)
-            .with_context(|| format!("renaming {} -> {}", tmp.display(), dst.display()))
-    };
-    if let Err(e) = write() {
-        let _ = std::fs::remove_dir_all(&tmp);
-        return Err(e.context(format!("saving checkpoint {}", dst.display())));
-    }
+        )
+    })
+    .with_context(|| format!("saving checkpoint {}", dst.display()))?;
     Ok(dst)
 }
 
@@ -80,16 +70,21 @@ pub fn list_checkpoints(run_checkpoints: &Path) -> Result<Vec<(usize, PathBuf)>>
     Ok(out)
 }
 
-/// Deletes interrupted `.tmp` checkpoint folders.
+/// Cleans up after a crash mid-save: deletes half-written checkpoint folders (hidden
+/// `.NAME.tmp-*`, and `NAME.tmp` from earlier versions) and puts back a checkpoint whose
+/// replacement was interrupted.
 pub fn remove_partial(run_checkpoints: &Path) -> Result<()> {
     let Ok(rd) = std::fs::read_dir(run_checkpoints) else {
         return Ok(());
     };
     for e in rd {
         let e = e?;
-        if e.file_name().to_string_lossy().ends_with(".tmp") {
+        let name = e.file_name().to_string_lossy().into_owned();
+        if name.ends_with(".tmp") || (name.starts_with('.') && name.contains(".tmp-")) {
             std::fs::remove_dir_all(e.path())
                 .with_context(|| format!("removing {}", e.path().display()))?;
+        } else if let Some(target) = name.strip_prefix('.').and_then(|n| n.strip_suffix(".old")) {
+            temper_model::atomic_dir::restore_interrupted(&run_checkpoints.join(target))?;
         }
     }
     Ok(())

@@ -194,6 +194,9 @@ pub fn parse_tinker_path(path: &str) -> Result<(String, String, String)> {
 pub fn checkpoint_dir(root: &Path, path: &str) -> Result<PathBuf> {
     let (model, kind, name) = parse_tinker_path(path)?;
     let dir = root.join(&model).join(&kind).join(&name);
+    // A save killed between its renames left the previous version aside: put it back.
+    temper_model::atomic_dir::restore_interrupted(&dir)
+        .with_context(|| format!("path {path:?}"))?;
     if !dir.is_dir() {
         bail!(
             "path {path:?}: no such checkpoint (looked in {})",

@@ -216,7 +216,7 @@ fn save_for_sampler(
     dir: &Path,
     named: bool,
 ) -> Result<()> {
-    write_dir_atomically(dir, |tmp| {
+    temper_model::atomic_dir::write_dir_atomically(dir, |tmp| {
         match model.model.lora_config() {
             Some(cfg) => {
                 model.model.save_lora_adapter(&tmp.join("adapter"))?;
@@ -238,24 +238,6 @@ fn save_for_sampler(
     })
 }
 
-/// Fill `dir` by writing into a hidden sibling folder with `fill` and renaming it into place, so
-/// `dir` is never seen half-written (a killed server leaves at most the hidden folder).
-fn write_dir_atomically(dir: &Path, fill: impl FnOnce(&Path) -> Result<()>) -> Result<()> {
-    let parent = dir.parent().expect("a checkpoint folder has a parent");
-    std::fs::create_dir_all(parent).with_context(|| format!("creating {}", parent.display()))?;
-    let name = dir
-        .file_name()
-        .and_then(|n| n.to_str())
-        .unwrap_or("checkpoint");
-    let tmp = parent.join(format!(".{name}.tmp"));
-    let _ = std::fs::remove_dir_all(&tmp);
-    fill(&tmp)?;
-    if dir.exists() {
-        std::fs::remove_dir_all(dir).with_context(|| format!("replacing {}", dir.display()))?;
-    }
-    std::fs::rename(&tmp, dir).with_context(|| format!("writing {}", dir.display()))
-}
-
 /// A checkpoint name becomes one path component of a `tinker://` path.
 fn check_name(name: &str) -> Result<()> {
     if name.is_empty() || name.contains('/') || name.contains("..") || name.starts_with('.') {
@@ -267,7 +249,7 @@ fn check_name(name: &str) -> Result<()> {
 /// save_state into a temporary folder renamed into place, with `tinker_state.json` saying what
 /// model it belongs to (so a restarted server can create a training client from it).
 fn save_state_atomically(model: &TrainingModel, info: &ModelInfo, dir: &Path) -> Result<()> {
-    write_dir_atomically(dir, |tmp| {
+    temper_model::atomic_dir::write_dir_atomically(dir, |tmp| {
         model.save_state(tmp)?;
         let lora = model.model.lora_config();
         let meta = json!({
