@@ -1,8 +1,11 @@
 //! The unmodified tinker SDK (tinker==0.38.0, installed by scripts/setup-env.sh) against
 //! `temper serve` processes on loopback: `tools/tinker_sdk_check.py` drives every call and checks
 //! each answer against PyTorch and the SDK's own client-side loss path, two clients at once; then
-//! the server is killed and a new one on the same `--root` continues from a saved state. Malformed
-//! bodies get Tinker error replies and the server keeps serving.
+//! the server is killed and a new one on the same `--root` continues from a saved state; a server
+//! killed with SIGKILL in the middle of a long forward_backward (a save of the same name queued
+//! behind it) loses nothing that save_state wrote (`tools/tinker_kill_check.py`: the reloaded
+//! logprobs are exactly the first save's, so the second never replaced it). Malformed bodies get
+//! Tinker error replies and the server keeps serving.
 #[path = "../../temper-train/tests/common/mod.rs"]
 mod common;
 mod serve_util;
@@ -78,6 +81,47 @@ fn the_tinker_sdk_sends_an_rl_sized_batch() {
     let root_arg = root.display().to_string();
     let server = serve_util::start(&common::tiny_model_dir(), &["--root", &root_arg]);
     passed(run_script("tinker_sdk_scale.py", &server.url, &[]));
+}
+
+/// SIGKILL while a long forward_backward runs (with a save_state of the same name queued behind
+/// it): a new server on the same `--root` loads the state the first save_state wrote, exactly.
+#[test]
+fn a_server_killed_mid_forward_backward_loses_nothing_save_state_wrote() {
+    use std::io::{BufRead, BufReader};
+    let root = common::temp_dir("tinker-kill");
+    let root_arg = root.display().to_string();
+    let saved = root.join("saved.json").display().to_string();
+    let mut server = serve_util::start(&common::tiny_model_dir(), &["--root", &root_arg]);
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tools/tinker_kill_check.py");
+    let phase = |mode: &str, url: &str| {
+        Command::new(common::python())
+            .arg(&script)
+            .args([
+                mode,
+                &common::tiny_model_dir().display().to_string(),
+                &saved,
+            ])
+            .env("TINKER_BASE_URL", url)
+            .env("TINKER_API_KEY", "tml-local")
+            .env("TINKER_TELEMETRY", "0")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+    let mut client = phase("save", &server.url);
+    let mut lines = BufReader::new(client.stdout.take().unwrap()).lines();
+    assert_eq!(
+        lines.next().map(|l| l.unwrap()).as_deref(),
+        Some("BUSY"),
+        "the save phase did not get to its long forward_backward"
+    );
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    server.kill();
+    let _ = client.kill();
+    let _ = client.wait();
+    let server = serve_util::start(&common::tiny_model_dir(), &["--root", &root_arg]);
+    passed(phase("resume", &server.url));
 }
 
 fn post(url: &str, route: &str, body: Vec<u8>) -> (u16, Value) {
