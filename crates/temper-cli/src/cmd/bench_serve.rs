@@ -38,9 +38,11 @@ pub struct Args {
     /// The vLLM-on-CPU scripts (setup.sh, serve.sh).
     #[arg(long, default_value = "../shared/tools/vllm-cpu")]
     pub vllm_tools: PathBuf,
-    /// Cores vLLM's worker computes on (VLLM_CPU_OMP_THREADS_BIND); default: vLLM's own choice.
-    #[arg(long)]
-    pub vllm_bind: Option<String>,
+    /// Cores vLLM's worker computes on (VLLM_CPU_OMP_THREADS_BIND): `all` (every core, as temper
+    /// serve uses them), `auto` (vLLM's own choice, which keeps a core for its API server and
+    /// engine processes), or a list such as `0-1`.
+    #[arg(long, default_value = "all")]
+    pub vllm_bind: String,
 }
 
 /// One level's measurements.
@@ -312,9 +314,19 @@ impl VllmServer {
             .arg(dir)
             .arg(port.to_string())
             .args(["--dtype", dtype])
+            // vLLM 0.32 on CPU fails seeded requests whose prefill is split across steps
+            // ("CPU Generator does not use offset"): room for every prompt of a level at once.
+            .args(["--max-num-batched-tokens", "16384"])
             .env("VLLM_MAX_MODEL_LEN", len.to_string());
-        if let Some(bind) = &args.vllm_bind {
-            cmd.env("VLLM_CPU_OMP_THREADS_BIND", bind);
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        match args.vllm_bind.as_str() {
+            "auto" => {}
+            "all" => {
+                cmd.env("VLLM_CPU_OMP_THREADS_BIND", format!("0-{}", cores - 1));
+            }
+            list => {
+                cmd.env("VLLM_CPU_OMP_THREADS_BIND", list);
+            }
         }
         let out = run_checked(&mut cmd, Duration::from_secs(900)).context("starting vLLM")?;
         let pid: u32 = out
