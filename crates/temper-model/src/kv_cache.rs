@@ -107,6 +107,24 @@ impl KvCache {
         }
     }
 
+    /// Forget the first `n` positions of every row (the caller narrows its attention mask the
+    /// same way): when every remaining row has at least `n` padding slots on the left (its rows
+    /// joined later, or the rows that needed the room have left), attention stops reading them. A
+    /// view of the same buffers: nothing is copied.
+    pub fn drop_front(&mut self, n: i64) {
+        assert!((0..=self.len).contains(&n), "drop_front({n}) of {} positions", self.len);
+        if n == 0 {
+            return;
+        }
+        for (k, v) in self.layers.iter_mut().flatten() {
+            let cap = k.size()[2];
+            *k = k.narrow(2, n, cap - n);
+            *v = v.narrow(2, n, cap - n);
+        }
+        self.len -= n;
+        self.initial_capacity = (self.initial_capacity - n).max(0);
+    }
+
     /// Drop every position (keeps nothing allocated).
     pub fn clear(&mut self) {
         for l in self.layers.iter_mut() {

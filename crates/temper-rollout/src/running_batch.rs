@@ -186,6 +186,16 @@ impl Batch {
             cache.select_rows(&index);
         }
         self.mask = self.mask.index_select(0, &index);
+        // Left padding every remaining row has (it was there for rows that have left, or the
+        // rows joined a longer batch): attention need not read it any more.
+        let width = self.mask.size()[1];
+        let pad = i64::try_from(self.mask.argmax(1, false).min()).unwrap_or(0);
+        if pad > 0 && pad < width {
+            if let Some(cache) = self.cache.as_mut() {
+                cache.drop_front(pad);
+            }
+            self.mask = self.mask.narrow(1, pad, width - pad);
+        }
     }
 }
 
