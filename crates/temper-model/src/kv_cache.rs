@@ -112,7 +112,11 @@ impl KvCache {
     /// joined later, or the rows that needed the room have left), attention stops reading them. A
     /// view of the same buffers: nothing is copied.
     pub fn drop_front(&mut self, n: i64) {
-        assert!((0..=self.len).contains(&n), "drop_front({n}) of {} positions", self.len);
+        assert!(
+            (0..=self.len).contains(&n),
+            "drop_front({n}) of {} positions",
+            self.len
+        );
         if n == 0 {
             return;
         }

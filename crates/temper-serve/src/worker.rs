@@ -37,6 +37,9 @@ enum Job {
     },
 }
 
+/// How long an idle worker waits, after a request arrives, for the others sent with it.
+const LINGER: std::time::Duration = std::time::Duration::from_millis(3);
+
 /// A handle on the worker thread.
 pub struct Worker {
     tx: mpsc::Sender<Job>,
@@ -243,10 +246,26 @@ fn run(
                 return Incoming::Close;
             }
             let mut requests = vec![];
+            let mut linger_until: Option<std::time::Instant> = None;
             loop {
-                // Block only when nothing is in flight and nothing was taken yet.
+                // Block only when nothing is in flight and nothing was taken yet; then, starting
+                // from idle, wait a moment for the requests sent with it (clients of one batch
+                // arrive within a few milliseconds), so they are prefilled together rather than
+                // joining the running batch one by one.
                 let job = if idle && requests.is_empty() {
-                    rx.recv().map_err(|_| mpsc::TryRecvError::Disconnected)
+                    let j = rx.recv().map_err(|_| mpsc::TryRecvError::Disconnected);
+                    linger_until = Some(std::time::Instant::now() + LINGER);
+                    j
+                } else if let Some(until) = linger_until {
+                    match rx
+                        .recv_timeout(until.saturating_duration_since(std::time::Instant::now()))
+                    {
+                        Ok(j) => Ok(j),
+                        Err(mpsc::RecvTimeoutError::Timeout) => Err(mpsc::TryRecvError::Empty),
+                        Err(mpsc::RecvTimeoutError::Disconnected) => {
+                            Err(mpsc::TryRecvError::Disconnected)
+                        }
+                    }
                 } else {
                     rx.try_recv()
                 };
