@@ -40,6 +40,10 @@ fn asking_for_cuda_without_it_names_what_is_missing() {
     let model = common::tiny_model_dir().display().to_string();
     let flag = ["check-logprobs", "--model", &model, "--device", "cuda"];
     fails_with_one_line(&flag.map(String::from), &[], &["--device", missing]);
+    let serve = [
+        "serve", "--model", &model, "--port", "0", "--device", "cuda:1",
+    ];
+    fails_with_one_line(&serve.map(String::from), &[], &["--device", missing]);
     let config = root.join("blank.toml");
     std::fs::write(&config, "").unwrap();
     let mut train = vec!["train".to_string(), config.display().to_string()];

@@ -32,14 +32,15 @@ pub fn error(code: StatusCode, message: impl Into<String>) -> Response {
     (code, Json(body)).into_response()
 }
 
+/// The one API-key check (only with `--api-key`), for every API: `Authorization: Bearer KEY`
+/// (OpenAI, SGLang) or `X-API-Key: KEY` (what the Tinker SDK sends).
 pub fn authorized(state: &AppState, headers: &HeaderMap) -> bool {
-    match &state.api_key {
-        None => true,
-        Some(key) => headers
-            .get("authorization")
-            .and_then(|v| v.to_str().ok())
-            .is_some_and(|v| v.strip_prefix("Bearer ") == Some(key.as_str())),
-    }
+    let Some(key) = &state.api_key else {
+        return true;
+    };
+    let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
+    header("authorization").and_then(|v| v.strip_prefix("Bearer ")) == Some(key.as_str())
+        || header("x-api-key") == Some(key.as_str())
 }
 
 /// Authorize, parse `body` as `T`, run `f`, and answer its JSON or its failure.

@@ -68,6 +68,7 @@ impl Worker {
     /// config states none).
     pub fn start(
         dir: &Path,
+        device: tch::Device,
         compute: ComputeKind,
         max_batch_rows: usize,
         mut limits: Limits,
@@ -79,7 +80,7 @@ impl Worker {
             .name("temper-model-worker".into())
             .spawn(move || {
                 let loaded = (|| -> Result<_> {
-                    let model = CausalLm::load(&d, tch::Device::Cpu, compute)
+                    let model = CausalLm::load(&d, device, compute)
                         .with_context(|| format!("loading {}", d.display()))?;
                     let tok = Tokenizer::from_dir(&d).ok();
                     let gen = GenerationConfig::from_dir(&d, Some(model.config()), tok.as_ref())?;

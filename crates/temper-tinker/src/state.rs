@@ -3,7 +3,6 @@
 use std::path::Path;
 
 use anyhow::{bail, Context, Result};
-use tch::Device;
 use temper_model::CausalLm;
 
 use crate::{SamplingModel, TrainingModel};
@@ -40,8 +39,12 @@ impl TrainingModel {
         if self.model.lora_config().is_some() {
             self.model.load_lora_adapter(&dir.join("adapter"))?;
         } else {
-            let saved = CausalLm::load(&dir.join("model"), Device::Cpu, self.model.compute())
-                .with_context(|| format!("loading state {}", dir.display()))?;
+            let saved = CausalLm::load(
+                &dir.join("model"),
+                self.model.device(),
+                self.model.compute(),
+            )
+            .with_context(|| format!("loading state {}", dir.display()))?;
             self.model
                 .var_store_mut()
                 .copy(saved.var_store())

@@ -22,6 +22,10 @@ pub struct Args {
     /// The name clients use (`/v1/models`, the `model` field); default: the --model argument.
     #[arg(long)]
     served_model_name: Option<String>,
+    /// Where the models compute: cpu, cuda or cuda:N (a CUDA build of temper on a machine with
+    /// NVIDIA GPUs).
+    #[arg(long, default_value = "cpu")]
+    device: String,
     /// Compute dtype: `auto` (bf16 where bf16 matmuls are native and measured faster, else f32,
     /// as `model.dtype`),
     /// `float32` or `bfloat16`.
@@ -65,7 +69,8 @@ pub fn run(args: Args) -> Result<()> {
     if let Some(n) = args.threads {
         tch::set_num_threads(n.max(1) as i32);
     }
-    let dtype = resolve_compute_kind(&args.dtype, tch::Device::Cpu).context("--dtype")?;
+    let device = temper_train::config::parse_device_for("--device", &args.device)?;
+    let dtype = resolve_compute_kind(&args.dtype, device).context("--dtype")?;
     if let Some(note) = &dtype.note {
         eprintln!("temper serve: {note}");
     }
@@ -101,13 +106,13 @@ pub fn run(args: Args) -> Result<()> {
         max_model_len: args.max_model_len.unwrap_or(0),
         max_queued: args.max_queued_requests,
     };
-    let worker = Worker::start(&dir, compute, args.max_num_seqs, limits)?;
+    let worker = Worker::start(&dir, device, compute, args.max_num_seqs, limits)?;
     let state = AppState {
         worker,
         model_name: args.served_model_name.unwrap_or(args.model),
         api_key: args.api_key,
         tokenizer: Tokenizer::from_dir(&dir).ok(),
-        tinker: temper_serve::tinker::Tinker::new(args.root, compute, session_timeout),
+        tinker: temper_serve::tinker::Tinker::new(args.root, device, compute, session_timeout),
     };
     serve_blocking(SocketAddr::new(args.host, args.port), state)
 }

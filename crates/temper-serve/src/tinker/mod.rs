@@ -39,7 +39,8 @@ pub struct Tinker {
     samples: AtomicU64,
     models: Mutex<HashMap<String, ModelHandle>>,
     samplers: samplers::Samplers,
-    /// What the training models and samplers compute in.
+    /// Where and in what the training models and samplers compute.
+    device: tch::Device,
     compute: temper_model::ComputeKind,
 }
 
@@ -50,6 +51,7 @@ impl Tinker {
     /// seconds, for as long as the returned value lives).
     pub fn new(
         root: PathBuf,
+        device: tch::Device,
         compute: temper_model::ComputeKind,
         session_timeout: Duration,
     ) -> Arc<Tinker> {
@@ -59,7 +61,8 @@ impl Tinker {
             sessions: sessions::Sessions::new(session_timeout),
             samples: AtomicU64::new(0),
             models: Mutex::new(HashMap::new()),
-            samplers: samplers::Samplers::start(compute),
+            samplers: samplers::Samplers::start(device, compute),
+            device,
             compute,
         });
         let weak = Arc::downgrade(&t);

@@ -70,13 +70,7 @@ fn refuse(status: StatusCode, message: impl std::fmt::Display) -> Response {
         .into_response()
 }
 
-/// The API key check (only with `--api-key`): Tinker sends it as `X-API-Key`.
-fn authorized(state: &AppState, headers: &HeaderMap) -> bool {
-    match &state.api_key {
-        None => true,
-        Some(key) => headers.get("x-api-key").and_then(|v| v.to_str().ok()) == Some(key.as_str()),
-    }
-}
+use crate::reply::authorized;
 
 fn parse_json(body: &[u8]) -> Result<Value> {
     serde_json::from_slice(body).map_err(|e| anyhow!("request body: {e}"))
@@ -268,12 +262,12 @@ fn start_model(t: &Arc<Tinker>, spec: Spec, created: super::futures::Promise) {
         },
     );
     let samplers = t.samplers.clone();
-    let compute = t.compute;
+    let (device, compute) = (t.device, t.compute);
     let dir = t.root.join(&spec.model_id);
     let name = format!("tinker-{}", spec.model_id);
     let spawned = std::thread::Builder::new().name(name).spawn(move || {
         let built = (|| -> Result<TrainingModel> {
-            let mut model = CausalLm::load(&spec.base_dir, tch::Device::Cpu, compute)
+            let mut model = CausalLm::load(&spec.base_dir, device, compute)
                 .with_context(|| format!("base_model {:?}", spec.base_model))?;
             if let Some(cfg) = &spec.lora {
                 match spec.seed {

@@ -71,13 +71,13 @@ struct Slot {
 }
 
 impl Samplers {
-    pub fn start(compute: ComputeKind) -> Samplers {
+    pub fn start(device: tch::Device, compute: ComputeKind) -> Samplers {
         let (tx, rx) = mpsc::channel();
         let sessions = SessionMap::default();
         let shared = sessions.clone();
         std::thread::Builder::new()
             .name("tinker-sampler".into())
-            .spawn(move || run(rx, &shared, compute))
+            .spawn(move || run(rx, &shared, device, compute))
             .expect("spawning the sampling thread");
         Samplers { sessions, tx }
     }
@@ -130,7 +130,7 @@ fn prune(loaded: &mut VecDeque<Slot>, sessions: &SessionMap) {
     loaded.retain(|slot| sessions.values().any(|s| s.dir == slot.dir));
 }
 
-fn run(rx: mpsc::Receiver<Msg>, sessions: &SessionMap, compute: ComputeKind) {
+fn run(rx: mpsc::Receiver<Msg>, sessions: &SessionMap, device: tch::Device, compute: ComputeKind) {
     let mut loaded: VecDeque<Slot> = VecDeque::new();
     let mut engine_seed = 0u64;
     while let Ok(first) = rx.recv() {
@@ -161,7 +161,7 @@ fn run(rx: mpsc::Receiver<Msg>, sessions: &SessionMap, compute: ComputeKind) {
             }
         }
         for (dir, group) in groups {
-            let model = match model_for(&mut loaded, &dir, compute) {
+            let model = match model_for(&mut loaded, &dir, device, compute) {
                 Ok(m) => m,
                 Err(e) => {
                     for j in group {
@@ -227,6 +227,7 @@ fn lora_snapshot(dir: &Path) -> Result<Option<(PathBuf, LoraConfig)>> {
 fn model_for<'a>(
     loaded: &'a mut VecDeque<Slot>,
     dir: &Path,
+    device: tch::Device,
     compute: ComputeKind,
 ) -> Result<&'a SamplingModel> {
     let lora = lora_snapshot(dir)?;
@@ -245,14 +246,10 @@ fn model_for<'a>(
         }
         None => {
             let model = match &lora {
-                Some((base, cfg)) => SamplingModel::with_adapter(
-                    base,
-                    cfg,
-                    &dir.join("adapter"),
-                    tch::Device::Cpu,
-                    compute,
-                )?,
-                None => SamplingModel::load_with(dir, tch::Device::Cpu, compute)?,
+                Some((base, cfg)) => {
+                    SamplingModel::with_adapter(base, cfg, &dir.join("adapter"), device, compute)?
+                }
+                None => SamplingModel::load_with(dir, device, compute)?,
             };
             loaded.push_front(Slot {
                 lora,
