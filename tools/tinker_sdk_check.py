@@ -115,6 +115,22 @@ fwd_lp = arr(fwd.loss_fn_outputs[0]["logprobs"])
 ok(base_lp[0] is None and np.allclose(fwd_lp, np.array(base_lp[1:], dtype=np.float64), atol=1e-6),
    "forward logprobs == compute_logprobs (B = 0: LoRA model == base model)")
 
+# The served base model samples on the same engine as the OpenAI route: a seeded Tinker sample
+# equals the same seeded /v1/completions request, token for token and logprob for logprob.
+import os
+import urllib.request
+tk = base_sampler.sample(types.ModelInput.from_ints(prompt), num_samples=3,
+                         sampling_params=types.SamplingParams(max_tokens=6, seed=11)).result()
+body = json.dumps({"prompt": prompt, "n": 3, "max_tokens": 6, "seed": 11, "logprobs": 0,
+                   "temperature": 1.0}).encode()
+req = urllib.request.Request(os.environ["TINKER_BASE_URL"] + "/v1/completions", data=body,
+                             headers={"content-type": "application/json",
+                                      "authorization": "Bearer " + os.environ["TINKER_API_KEY"]})
+oa = json.load(urllib.request.urlopen(req))["choices"]
+ok([list(q.tokens) for q in tk.sequences] == [c["token_ids"] for c in oa]
+   and all(np.allclose(q.logprobs, c["logprobs"]["token_logprobs"], atol=1e-6) for q, c in zip(tk.sequences, oa)),
+   "a base-model Tinker sample == the same seeded OpenAI completion (one serving engine)")
+
 # Loss values against PyTorch, on forward (no gradient).
 configs = {"cross_entropy": {}, "importance_sampling": {}, "ppo": {"clip_low_threshold": 0.9, "clip_high_threshold": 1.1},
            "cispo": {"clip_low_threshold": 0.8, "clip_high_threshold": 1.2}, "dro": {"beta": 0.05}}

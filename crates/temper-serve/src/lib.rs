@@ -39,6 +39,19 @@ pub struct AppState {
     pub tinker: Arc<tinker::Tinker>,
 }
 
+impl AppState {
+    /// Whether `dir` is the model folder the serving worker holds.
+    pub fn serves(&self, dir: &std::path::Path) -> bool {
+        match (
+            std::fs::canonicalize(dir),
+            std::fs::canonicalize(&self.worker.dir),
+        ) {
+            (Ok(a), Ok(b)) => a == b,
+            _ => false,
+        }
+    }
+}
+
 /// The router with every API module. Bodies larger than `--max-request-bytes` are refused
 /// with 413 and the error shape of the API they were sent to, naming the limit.
 pub fn router(state: Arc<AppState>) -> axum::Router {

@@ -20,5 +20,7 @@ mod state;
 mod training;
 
 pub use datum::{Datum, TensorData};
-pub use sampling::{SampledSequence, SamplingModel, TinkerSamplingParams};
+pub use sampling::{
+    engine_request, sampled_sequence, SampledSequence, SamplingModel, TinkerSamplingParams,
+};
 pub use training::{AdamParams, ForwardOutput, TrainingModel};

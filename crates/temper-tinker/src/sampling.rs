@@ -9,7 +9,7 @@ use tch::{Device, Tensor};
 use temper_model::{
     position_ids_from_mask, CausalLm, ComputeKind, GenerationConfig, LoraConfig, Tokenizer,
 };
-use temper_rollout::{Engine, EngineConfig, Request, SamplingParams};
+use temper_rollout::{Engine, EngineConfig, Request, Sample, SamplingParams};
 
 /// Tinker's `SamplingParams`.
 #[derive(Debug, Clone, PartialEq)]
@@ -157,11 +157,7 @@ impl SamplingModel {
             Ok(samples) => {
                 let mut per: Vec<Vec<SampledSequence>> = valid.iter().map(|_| vec![]).collect();
                 for s in samples {
-                    per[s.request_index].push(SampledSequence {
-                        tokens: s.completion_ids,
-                        logprobs: s.completion_logprobs,
-                        stop_reason: s.finish.as_str(),
-                    });
+                    per[s.request_index].push(sampled_sequence(s));
                 }
                 for (slot, seqs) in valid.iter().zip(per) {
                     results[*slot] = Some(Ok(seqs));
@@ -187,40 +183,13 @@ impl SamplingModel {
         num_samples: usize,
         p: &TinkerSamplingParams,
     ) -> Result<Request> {
-        let vocab = self.model.config().vocab_size;
-        if prompt.is_empty() {
-            bail!("prompt is empty");
-        }
-        if let Some((i, t)) = prompt
-            .iter()
-            .enumerate()
-            .find(|(_, t)| **t < 0 || **t >= vocab)
-        {
-            bail!("prompt[{i}] = {t} is outside the vocabulary (0..{vocab})");
-        }
         if !p.stop_strings.is_empty() && self.tokenizer.is_none() {
             bail!(
                 "stop strings need a tokenizer, and {} has none",
                 self.path.display()
             );
         }
-        let params = SamplingParams {
-            n: num_samples,
-            temperature: p.temperature,
-            top_p: p.top_p,
-            top_k: if p.top_k <= 0 { -1 } else { p.top_k },
-            max_tokens: p.max_tokens,
-            stop: p.stop_strings.clone(),
-            stop_token_ids: p.stop_tokens.clone(),
-            ignore_eos: p.ignore_eos,
-            seed: p.seed,
-            ..SamplingParams::default()
-        };
-        params.validate(Some(vocab as usize))?;
-        Ok(Request {
-            prompt_ids: prompt.to_vec(),
-            params,
-        })
+        engine_request(prompt, num_samples, p, self.model.config().vocab_size)
     }
 
     /// Tinker's `compute_logprobs`: per position, log p(token | the tokens before it); `None` for
@@ -251,5 +220,52 @@ impl SamplingModel {
         Ok(std::iter::once(None)
             .chain(v.into_iter().map(Some))
             .collect())
+    }
+}
+
+/// The rollout engine's request for a Tinker sample request (`num_samples` of `prompt` with `p`),
+/// checked against a vocabulary of `vocab` ids: the one translation of Tinker's sampling
+/// parameters, used by [`SamplingModel`] and by a server sampling on its own engine.
+pub fn engine_request(
+    prompt: &[i64],
+    num_samples: usize,
+    p: &TinkerSamplingParams,
+    vocab: i64,
+) -> Result<Request> {
+    if prompt.is_empty() {
+        bail!("prompt is empty");
+    }
+    if let Some((i, t)) = prompt
+        .iter()
+        .enumerate()
+        .find(|(_, t)| **t < 0 || **t >= vocab)
+    {
+        bail!("prompt[{i}] = {t} is outside the vocabulary (0..{vocab})");
+    }
+    let params = SamplingParams {
+        n: num_samples,
+        temperature: p.temperature,
+        top_p: p.top_p,
+        top_k: if p.top_k <= 0 { -1 } else { p.top_k },
+        max_tokens: p.max_tokens,
+        stop: p.stop_strings.clone(),
+        stop_token_ids: p.stop_tokens.clone(),
+        ignore_eos: p.ignore_eos,
+        seed: p.seed,
+        ..SamplingParams::default()
+    };
+    params.validate(Some(vocab as usize))?;
+    Ok(Request {
+        prompt_ids: prompt.to_vec(),
+        params,
+    })
+}
+
+/// An engine sample as Tinker returns it.
+pub fn sampled_sequence(s: Sample) -> SampledSequence {
+    SampledSequence {
+        tokens: s.completion_ids,
+        logprobs: s.completion_logprobs,
+        stop_reason: s.finish.as_str(),
     }
 }

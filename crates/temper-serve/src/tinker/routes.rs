@@ -612,6 +612,9 @@ async fn asample(State(state): S, headers: HeaderMap, body: Bytes) -> Response {
                 .check_sampling(&[prompt.len()], n, params.max_tokens, &TINKER_FIELDS)
                 .map_err(|e| anyhow!(e))?;
             let prompt_logprobs = v["prompt_logprobs"].as_bool().unwrap_or(false);
+            if !prompt_logprobs && state.serves(&session.dir) {
+                return on_the_serving_worker(&state, &prompt, n, &params);
+            }
             let samplers = t.samplers.clone();
             Ok(Box::new(move |promise| {
                 samplers.submit(SampleJob {
@@ -625,6 +628,46 @@ async fn asample(State(state): S, headers: HeaderMap, body: Bytes) -> Response {
             }))
         },
     )
+}
+
+/// A sample of the model `temper serve --model` serves: on the serving worker's engine, batched
+/// with the OpenAI and SGLang requests, from the one copy of the model (the sampling thread keeps
+/// other weights: LoRA snapshots, other base models, and prompt logprobs).
+fn on_the_serving_worker(
+    state: &Arc<AppState>,
+    prompt: &[i64],
+    n: usize,
+    params: &temper_tinker::TinkerSamplingParams,
+) -> Result<Dispatch> {
+    if !params.stop_strings.is_empty() && state.tokenizer.is_none() {
+        bail!("sampling_params.stop: stop strings need a tokenizer, and the model has none");
+    }
+    let request = temper_tinker::engine_request(prompt, n, params, state.worker.vocab_size)?;
+    let state = state.clone();
+    Ok(Box::new(move |promise| {
+        tokio::spawn(async move {
+            let prompts = [request.prompt_ids];
+            let answer = state
+                .worker
+                .generate_all(&prompts, &request.params, &TINKER_FIELDS)
+                .await;
+            promise.complete(match answer {
+                Ok(mut per_prompt) => match per_prompt.pop() {
+                    Some(Ok(samples)) => super::samplers::sample_response(
+                        samples
+                            .into_iter()
+                            .map(temper_tinker::sampled_sequence)
+                            .collect(),
+                        None,
+                    ),
+                    Some(Err(e)) => Outcome::server_error(e),
+                    None => Outcome::server_error("no answer for the prompt"),
+                },
+                Err((status, e)) if status.is_client_error() => Outcome::user_error(e),
+                Err((_, e)) => Outcome::server_error(e),
+            });
+        });
+    }))
 }
 
 async fn retrieve_future(State(state): S, headers: HeaderMap, body: Bytes) -> Response {

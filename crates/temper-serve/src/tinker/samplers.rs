@@ -11,7 +11,7 @@ use std::sync::{mpsc, Arc, Mutex};
 use anyhow::{anyhow, Context, Result};
 use prost::Message;
 use temper_model::{ComputeKind, LoraConfig};
-use temper_tinker::{SamplingModel, TinkerSamplingParams};
+use temper_tinker::{SampledSequence, SamplingModel, TinkerSamplingParams};
 
 use super::futures::{Outcome, Promise};
 use super::proto;
@@ -283,24 +283,29 @@ fn outcomes(model: &SamplingModel, group: &[SampleJob], engine_seed: u64) -> Vec
             } else {
                 None
             };
-            let response = proto::SampleResponse {
-                sequences: seqs
-                    .into_iter()
-                    .map(|s| proto::SampledSequence {
-                        stop_reason: match s.stop_reason {
-                            "length" => proto::StopReason::Length as i32,
-                            _ => proto::StopReason::Stop as i32,
-                        },
-                        tokens: proto::i32_bytes(s.tokens.iter().copied()),
-                        logprobs: Some(proto::f32_bytes(s.logprobs.iter().copied())),
-                    })
-                    .collect(),
-                prompt_logprobs,
-                prompt_cache_hit_tokens: 0,
-            };
-            Ok(Outcome::Proto(response.encode_to_vec()))
+            Ok(sample_response(seqs, prompt_logprobs))
         });
         out.push(Outcome::from_result(outcome));
     }
     out
+}
+
+/// The `asample` result: the sequences (and prompt logprobs, when asked) as Tinker's protobuf.
+pub fn sample_response(seqs: Vec<SampledSequence>, prompt_logprobs: Option<Vec<u8>>) -> Outcome {
+    let response = proto::SampleResponse {
+        sequences: seqs
+            .into_iter()
+            .map(|s| proto::SampledSequence {
+                stop_reason: match s.stop_reason {
+                    "length" => proto::StopReason::Length as i32,
+                    _ => proto::StopReason::Stop as i32,
+                },
+                tokens: proto::i32_bytes(s.tokens.iter().copied()),
+                logprobs: Some(proto::f32_bytes(s.logprobs.iter().copied())),
+            })
+            .collect(),
+        prompt_logprobs,
+        prompt_cache_hit_tokens: 0,
+    };
+    Outcome::Proto(response.encode_to_vec())
 }
