@@ -40,7 +40,9 @@ torch="$("$venv/bin/python" -c 'import os, torch; print(os.path.dirname(torch.__
 # 2. The tree with tch pinned to the pairing release, built in target/gpu-<version>.
 src="$root/target/gpu-src-$ver"
 rm -rf "$src"; mkdir -p "$src"
-git ls-files -z --cached --others --exclude-standard | tar --null -T - -cf - | tar -xf - -C "$src"
+# -m: the copies get the time of copying, so cargo rebuilds whatever changed since the last bundle
+# (kept source times can be older than that build and hide an edit).
+git ls-files -z --cached --others --exclude-standard | tar --null -T - -cf - | tar -xmf - -C "$src"
 sed -i "s/^tch = \"=[0-9.]*\"/tch = \"=$tch\"/" "$src/Cargo.toml"
 (cd "$src" && cargo update --quiet -p tch --precise "$tch") || fail "cargo could not pin tch $tch"
 log="$root/target/gpu-bundle-$ver.log"
@@ -75,6 +77,17 @@ mkdir -p "$out/scripts" "$out/tools" "$out/examples"
 cp scripts/gpu-check.sh "$out/scripts/"
 cp tools/*.py "$out/tools/"
 cp examples/*.toml "$out/examples/"
+# SmolLM2's architecture and tokenizer without its weights (its 98 MB GGUF does not fit a 64 MiB
+# device carry): gpu-check.sh gives it seeded random weights there (tools/random_weights.py).
+TEMPER_PYTHON="$venv/bin/python" "$out/bin/temper" score --model smollm2 --ids 1,2 >/dev/null \
+  || fail "could not resolve the smollm2 model here (its config and tokenizer go in the bundle)"
+smol="${TEMPER_CACHE:-$HOME/.cache/temper}/models/smollm2"
+mkdir -p "$out/models/smollm2-shape"
+for f in config.json tokenizer.json tokenizer_config.json generation_config.json special_tokens_map.json; do
+  if [[ -f "$smol/$f" ]]; then cp "$smol/$f" "$out/models/smollm2-shape/"; fi
+done
+[[ -f "$out/models/smollm2-shape/config.json" && -f "$out/models/smollm2-shape/tokenizer.json" ]] \
+  || fail "$smol has no config.json or tokenizer.json"
 tar -czf "$out.tar.gz" -C "$root/target" "gpu-bundle-$ver"
 size=$(stat -c %s "$out.tar.gz")
 (( size <= 64 * 1024 * 1024 )) || fail "$out.tar.gz is $((size / 1048576)) MiB, over the 64 MiB a device call carries"

@@ -4,8 +4,10 @@ steps of a random Qwen2-shaped model, on the same loss temper computes
 (loss = -mean log p(next token), via logsumexp + gather).
 
 Run as a worker: it builds the model once, then reads commands from stdin, one per line:
-  run MODE STEPS     MODE = f32 | autocast_bf16; prints one JSON line
-                     {"mode", "steps", "secs", "cpu_secs", "tok_s"} (cpu_secs: process CPU time)
+  run MODE STEPS     MODE = f32 | autocast_bf16 | compile_f32 | compile_bf16 (the compile modes
+                     need --compile: the model under torch.compile); prints one JSON line
+                     {"mode", "steps", "secs", "cpu_secs", "tok_s", "peak_bytes"} (cpu_secs:
+                     process CPU time; peak_bytes: torch.cuda.max_memory_allocated on a GPU)
   quit
 Sizes come from the command line (defaults = the benchmark's 25M model):
   .venv/bin/python tools/bench_train.py --batch 8 --seq 256 --vocab 32000 --hidden 384 --layers 6 \
@@ -33,6 +35,7 @@ def main():
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--threads", type=int, default=0, help="torch.set_num_threads (0: PyTorch's default)")
     ap.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N")
+    ap.add_argument("--compile", action="store_true", help="also a torch.compile'd model (modes compile_*)")
     args = ap.parse_args()
     torch.manual_seed(args.seed)
     if args.threads > 0:
@@ -51,9 +54,13 @@ def main():
     mask = torch.ones_like(ids)
     targets = ids[:, 1:]
 
-    def step(autocast):
+    # The compiled model shares the eager one's parameters (and so the optimizer).
+    compiled = torch.compile(model) if args.compile else None
+
+    def step(autocast, compile_):
+        m = compiled if compile_ else model
         with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=autocast):
-            logits = model(input_ids=ids, attention_mask=mask).logits[:, :-1]
+            logits = m(input_ids=ids, attention_mask=mask).logits[:, :-1]
         z = logits.float()
         logp = z.gather(-1, targets[..., None])[..., 0] - z.logsumexp(-1)
         loss = -logp.mean()
@@ -66,18 +73,25 @@ def main():
         parts = line.split()
         if not parts or parts[0] == "quit":
             break
-        if parts[0] != "run" or len(parts) != 3 or parts[1] not in ("f32", "autocast_bf16"):
+        modes = ("f32", "autocast_bf16") + (("compile_f32", "compile_bf16") if args.compile else ())
+        if parts[0] != "run" or len(parts) != 3 or parts[1] not in modes:
             print(json.dumps({"error": f"bad command {line.strip()!r}"}), flush=True)
             continue
         mode, steps = parts[1], int(parts[2])
+        if cuda:
+            torch.cuda.synchronize(dev)
+            torch.cuda.reset_peak_memory_stats(dev)
         t0, c0 = time.perf_counter(), time.process_time()
         for _ in range(steps):
-            step(mode == "autocast_bf16")
+            step(mode.endswith("bf16"), mode.startswith("compile"))
         if cuda:
             torch.cuda.synchronize(dev)
         secs, cpu_secs = time.perf_counter() - t0, time.process_time() - c0
-        print(json.dumps({"mode": mode, "steps": steps, "secs": secs, "cpu_secs": cpu_secs,
-                          "tok_s": steps * args.batch * args.seq / secs}), flush=True)
+        reply = {"mode": mode, "steps": steps, "secs": secs, "cpu_secs": cpu_secs,
+                 "tok_s": steps * args.batch * args.seq / secs}
+        if cuda:
+            reply["peak_bytes"] = torch.cuda.max_memory_allocated(dev)
+        print(json.dumps(reply), flush=True)
 
 
 if __name__ == "__main__":

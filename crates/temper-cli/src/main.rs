@@ -28,6 +28,8 @@ enum Command {
     Sample(cmd::sample::Args),
     /// Sample, recompute the logprobs teacher-forced like the trainer, and compare.
     CheckLogprobs(cmd::check_logprobs::Args),
+    /// Join a process group (one rank, or torchrun's) and check all_reduce, broadcast, all_gather.
+    CheckDist(cmd::check_dist::Args),
     /// Train a policy with GRPO & co. from a TOML config (`--resume RUN_DIR` continues a run).
     Train(cmd::train::Args),
     /// Draw a run's curves (reward, accuracy, KL, entropy, length, loss) to PNG + one HTML page.
@@ -47,6 +49,7 @@ fn main() {
         Command::Grade(a) => cmd::grade::run(a),
         Command::Sample(a) => cmd::sample::run(a),
         Command::CheckLogprobs(a) => cmd::check_logprobs::run(a),
+        Command::CheckDist(a) => cmd::check_dist::run(a),
         Command::Train(a) => cmd::train::run(a),
         Command::Report(a) => cmd::report::run(a),
         Command::Bench(a) => cmd::bench::run(a),

@@ -8,6 +8,7 @@
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/Parallel.h>
 #include <ATen/core/stack.h>
+#include <c10/core/CachingDeviceAllocator.h>
 
 #include <algorithm>
 #include <cmath>
@@ -276,6 +277,19 @@ int temper_decode_attention(const at::Tensor* q, const at::Tensor* k, const at::
       }
     });
     *out = new at::Tensor(result);
+  });
+}
+
+// The CUDA caching allocator's peak of allocated bytes on `device` since the last reset (what
+// torch.cuda.max_memory_allocated reports); with `reset`, the peak restarts from the current use.
+// Fails (does not crash) where no CUDA allocator is registered: a CPU-only libtorch.
+int temper_cuda_peak_allocated(int device, int reset, int64_t* peak, char** err) {
+  return guarded(err, [&] {
+    auto* allocator = c10::getDeviceAllocator(c10::DeviceType::CUDA);
+    auto index = static_cast<c10::DeviceIndex>(device);
+    auto stats = allocator->getDeviceStats(index);
+    *peak = stats.allocated_bytes[static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE)].peak;
+    if (reset) allocator->resetPeakStats(index);
   });
 }
 

@@ -10,6 +10,55 @@ pub fn peak_rss_bytes() -> Option<u64> {
     Some(hwm.max(field_bytes(&status, "VmRSS:").unwrap_or(0)))
 }
 
+extern "C" {
+    fn temper_cuda_peak_allocated(
+        device: std::ffi::c_int,
+        reset: std::ffi::c_int,
+        peak: *mut i64,
+        err: *mut *mut std::ffi::c_char,
+    ) -> std::ffi::c_int;
+}
+
+/// The CUDA caching allocator's peak of allocated bytes on `device` since the last
+/// [`reset_cuda_peak`] (torch.cuda.max_memory_allocated's number); `None` on a build or machine
+/// without CUDA.
+pub fn cuda_peak_allocated_bytes(device: usize) -> Option<u64> {
+    cuda_peak(device, false)
+}
+
+/// Restarts the peak [`cuda_peak_allocated_bytes`] reports from the memory in use now.
+pub fn reset_cuda_peak(device: usize) {
+    cuda_peak(device, true);
+}
+
+fn cuda_peak(device: usize, reset: bool) -> Option<u64> {
+    if !crate::cuda_build() || !tch::Cuda::is_available() {
+        return None;
+    }
+    let (mut peak, mut err) = (0i64, std::ptr::null_mut());
+    // SAFETY: peak and err are written by the callee; err is freed once.
+    let status = unsafe {
+        temper_cuda_peak_allocated(
+            device as std::ffi::c_int,
+            std::ffi::c_int::from(reset),
+            &mut peak,
+            &mut err,
+        )
+    };
+    if status != 0 {
+        unsafe { crate::temper_kernels_free_error(err) };
+        return None;
+    }
+    u64::try_from(peak).ok()
+}
+
+/// The peak memory a step needed, as verl logs it: the CUDA allocator's peak on `cuda` (when
+/// given and reported), else the process's resident peak.
+pub fn step_peak_bytes(cuda: Option<usize>) -> Option<u64> {
+    cuda.and_then(cuda_peak_allocated_bytes)
+        .or_else(peak_rss_bytes)
+}
+
 /// The process's current resident set size in bytes (Linux `VmRSS`).
 pub fn rss_bytes() -> Option<u64> {
     status_bytes("VmRSS:")

@@ -41,9 +41,12 @@ pub struct Args {
     pub kv_heads: i64,
     #[arg(long, default_value_t = 1024)]
     pub intermediate: i64,
-    /// Also time PyTorch with CPU autocast to bf16 (for information).
+    /// Also time PyTorch with autocast to bf16 (the bf16 rows are then compared with it).
     #[arg(long)]
     pub torch_bf16: bool,
+    /// Also time PyTorch with `torch.compile` (f32, and bf16 with --torch-bf16).
+    #[arg(long)]
+    pub torch_compile: bool,
     /// Intra-op threads for both sides (0: each library's default, all cores).
     #[arg(long, default_value_t = 0)]
     pub threads: i32,
@@ -79,6 +82,9 @@ impl TorchWorker {
             .flat_map(|(flag, v)| [flag.to_string(), v.to_string()])
             .collect();
         worker_args.extend(["--device".to_string(), args.device.clone()]);
+        if args.torch_compile {
+            worker_args.push("--compile".to_string());
+        }
         let (worker, ready) = PyWorker::start(
             args.python.as_deref(),
             "bench_train.py",
@@ -88,7 +94,7 @@ impl TorchWorker {
         Ok((TorchWorker(worker), ready))
     }
 
-    /// Wall and CPU seconds for `steps` steps.
+    /// Wall and CPU seconds for `steps` steps (and the CUDA allocator's peak on a GPU).
     fn run(&mut self, mode: &str, steps: usize) -> Result<Timing> {
         let v = self.0.request(&format!("run {mode} {steps}"))?;
         Ok(Timing {
@@ -96,6 +102,7 @@ impl TorchWorker {
             cpu: v["cpu_secs"]
                 .as_f64()
                 .context("worker reply without cpu_secs")?,
+            peak_bytes: v["peak_bytes"].as_u64(),
         })
     }
 }
@@ -106,6 +113,8 @@ impl TorchWorker {
 struct Timing {
     wall: f64,
     cpu: f64,
+    /// The CUDA allocator's peak during the run (on a GPU).
+    peak_bytes: Option<u64>,
 }
 
 /// User + system CPU time of this process (all threads), from /proc/self/stat.
@@ -166,6 +175,14 @@ impl RustSide {
     fn run(&mut self, compute: ComputeKind, steps: usize) -> Result<Timing> {
         self.model.set_compute(compute);
         let t = self.input.size()[1];
+        let cuda = match self.input.device() {
+            Device::Cuda(i) => Some(i),
+            _ => None,
+        };
+        if let Some(i) = cuda {
+            tch::Cuda::synchronize(i as i64);
+            temper_kernels::memory::reset_cuda_peak(i);
+        }
         let (start, cpu0) = (Instant::now(), process_cpu_secs());
         for _ in 0..steps {
             let logits = self.model.forward(&self.input, &self.pos, &self.mask, None);
@@ -178,12 +195,13 @@ impl RustSide {
                 p.zero_grad();
             }
         }
-        if let Device::Cuda(i) = self.input.device() {
+        if let Some(i) = cuda {
             tch::Cuda::synchronize(i as i64);
         }
         Ok(Timing {
             wall: start.elapsed().as_secs_f64(),
             cpu: process_cpu_secs() - cpu0,
+            peak_bytes: cuda.and_then(temper_kernels::memory::cuda_peak_allocated_bytes),
         })
     }
 }
@@ -248,6 +266,7 @@ pub fn run(args: Args) -> Result<()> {
         };
         totals[i].1.wall += t.wall;
         totals[i].1.cpu += t.cpu;
+        totals[i].1.peak_bytes = totals[i].1.peak_bytes.max(t.peak_bytes);
         totals[i].2 += args.steps;
         let tok = args.steps as f64 * tokens_per_step;
         eprintln!(
@@ -261,9 +280,8 @@ pub fn run(args: Args) -> Result<()> {
         rust.run(ComputeKind::F32, args.warmup)?;
         rust.run(ComputeKind::Bf16, args.warmup)?;
         if let Some(py) = py.as_mut() {
-            py.run("f32", args.warmup)?;
-            if args.torch_bf16 {
-                py.run("autocast_bf16", args.warmup)?;
+            for mode in torch_modes(&args) {
+                py.run(mode, args.warmup)?;
             }
         }
     }
@@ -271,15 +289,14 @@ pub fn run(args: Args) -> Result<()> {
         eprintln!("round {}/{}", round + 1, args.rounds);
         add("temper f32", rust.run(ComputeKind::F32, args.steps)?);
         if let Some(py) = py.as_mut() {
-            add("PyTorch f32", py.run("f32", args.steps)?);
+            for mode in torch_modes(&args).filter(|m| !m.contains("bf16")) {
+                add(torch_label(mode), py.run(mode, args.steps)?);
+            }
         }
         add("temper bf16", rust.run(ComputeKind::Bf16, args.steps)?);
         if let Some(py) = py.as_mut() {
-            if args.torch_bf16 {
-                add(
-                    "PyTorch autocast bf16",
-                    py.run("autocast_bf16", args.steps)?,
-                );
+            for mode in torch_modes(&args).filter(|m| m.contains("bf16")) {
+                add(torch_label(mode), py.run(mode, args.steps)?);
             }
         }
     }
@@ -287,23 +304,58 @@ pub fn run(args: Args) -> Result<()> {
         let tok = steps as f64 * tokens_per_step;
         (tok / t.wall, tok / t.cpu.max(1e-9))
     };
-    let base = totals
-        .iter()
-        .find(|(l, _, _)| *l == "PyTorch f32")
-        .map(|(_, t, n)| rate(t, *n));
+    let rate_of = |label: &str| {
+        totals
+            .iter()
+            .find(|(l, _, _)| *l == label)
+            .map(|(_, t, n)| rate(t, *n))
+    };
+    // Each row against PyTorch eager in the same dtype (f32 when PyTorch's bf16 was not run).
+    let base_f32 = rate_of("PyTorch f32");
+    let base_bf16 = rate_of("PyTorch autocast bf16").or(base_f32);
     println!(
-        "{:<24} {:>10} {:>10} {:>14} {:>14}",
-        "implementation", "tok/s", "tok/cpu-s", "vs PyTorch f32", "(by CPU time)"
+        "{:<24} {:>10} {:>10} {:>10} {:>18} {:>14}",
+        "implementation", "tok/s", "tok/cpu-s", "peak MiB", "vs PyTorch eager", "(by CPU time)"
     );
     for (label, t, n) in &totals {
         let (wall, cpu) = rate(t, *n);
+        let base = if label.contains("bf16") {
+            base_bf16
+        } else {
+            base_f32
+        };
         let (r_wall, r_cpu) = match base {
             Some((bw, bc)) => (format!("{:.2}x", wall / bw), format!("{:.2}x", cpu / bc)),
             None => ("-".into(), "-".into()),
         };
-        println!("{label:<24} {wall:>10.1} {cpu:>10.1} {r_wall:>14} {r_cpu:>14}");
+        let peak = t
+            .peak_bytes
+            .map_or("-".to_string(), |b| format!("{:.0}", b as f64 / 1048576.0));
+        println!("{label:<24} {wall:>10.1} {cpu:>10.1} {peak:>10} {r_wall:>18} {r_cpu:>14}");
     }
     Ok(())
+}
+
+/// The PyTorch worker's modes this run times (tools/bench_train.py).
+fn torch_modes(args: &Args) -> impl Iterator<Item = &'static str> + '_ {
+    [
+        ("f32", true),
+        ("autocast_bf16", args.torch_bf16),
+        ("compile_f32", args.torch_compile),
+        ("compile_bf16", args.torch_compile && args.torch_bf16),
+    ]
+    .into_iter()
+    .filter(|(_, on)| *on)
+    .map(|(mode, _)| mode)
+}
+
+fn torch_label(mode: &str) -> &'static str {
+    match mode {
+        "f32" => "PyTorch f32",
+        "autocast_bf16" => "PyTorch autocast bf16",
+        "compile_f32" => "torch.compile f32",
+        _ => "torch.compile bf16",
+    }
 }
 
 /// `cpu`, `cuda` or `cuda:N`, present on this machine.

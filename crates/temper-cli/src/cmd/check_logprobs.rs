@@ -2,10 +2,11 @@
 //! recompute every sampled token's logprob with one teacher-forced forward over the same padded
 //! (prompt + completion) rows, exactly as the trainer does (`CausalLm::token_logprobs`), and report
 //! max and mean |sampler - trainer|. Prints `ok` and exits 0 within --tolerance, fails otherwise.
-use anyhow::{bail, Result};
+use anyhow::{bail, Context, Result};
 use temper_model::ComputeKind;
 use temper_rollout::verify::{compare, compare_rows, trainer_logprobs, LogprobDiff};
 use temper_rollout::{LogprobKind, Request};
+use temper_train::pyworker::{PyWorker, BENCH_REPLY_TIMEOUT};
 
 use super::sample::{
     generate_with_progress, load_on, name_request, read_prompts, tokenize_prompts, PromptArgs,
@@ -37,6 +38,15 @@ pub struct Args {
     /// trainer (mean within 1.5x, max within 4x); a tolerance replaces it with the absolute check.
     #[arg(long)]
     pub tolerance: Option<f64>,
+    /// Also compute the completions' logprobs with transformers on the same device, dtype and
+    /// weights (`tools/model_logprobs.py`) and report |temper trainer - transformers|; in f32
+    /// the worst token must be within 1e-3.
+    #[arg(long)]
+    pub vs_transformers: bool,
+    /// The Python with torch + transformers for --vs-transformers (default: the repository's
+    /// .venv/bin/python).
+    #[arg(long)]
+    pub python: Option<std::path::PathBuf>,
 }
 
 #[derive(clap::Args)]
@@ -123,6 +133,9 @@ pub fn run(args: Args) -> Result<()> {
         d.tokens,
         100.0 * d.bitwise_equal as f64 / d.tokens.max(1) as f64
     );
+    if args.vs_transformers {
+        vs_transformers(&args, &samples, &recomputed, temperature)?;
+    }
     match (s.dtype, args.tolerance) {
         (ComputeKind::F32, tolerance) => within(d.max_abs, tolerance.unwrap_or(F32_TOLERANCE))?,
         (ComputeKind::Bf16, Some(tolerance)) => within(d.max_abs, tolerance)?,
@@ -140,6 +153,70 @@ pub fn run(args: Args) -> Result<()> {
         }
     }
     println!("ok");
+    Ok(())
+}
+
+/// temper's teacher-forced logprobs of the sampled completions against transformers' on the
+/// same device, dtype and weights.
+fn vs_transformers(
+    args: &Args,
+    samples: &[temper_rollout::Sample],
+    temper: &[Vec<f32>],
+    temperature: f64,
+) -> Result<()> {
+    let dir = temper_model::resolve::resolve_model(&args.model)?;
+    let dtype = match args.sampling.dtype {
+        ComputeKind::F32 => "f32",
+        ComputeKind::Bf16 => "bf16",
+    };
+    let worker_args: Vec<String> = [
+        "--worker",
+        "--model",
+        &dir.to_string_lossy(),
+        "--device",
+        &args.device,
+        "--dtype",
+        dtype,
+        "--temperature",
+        &temperature.to_string(),
+    ]
+    .iter()
+    .map(|a| a.to_string())
+    .collect();
+    let (mut worker, _) = PyWorker::start(
+        args.python.as_deref(),
+        "model_logprobs.py",
+        &worker_args,
+        BENCH_REPLY_TIMEOUT,
+    )?;
+    let rows: Vec<Vec<i64>> = samples
+        .iter()
+        .map(|s| [s.prompt_ids.as_slice(), &s.completion_ids].concat())
+        .collect();
+    let reply = worker.request(&serde_json::to_string(&rows)?)?;
+    worker.finish()?;
+    let logp = reply["logp"]
+        .as_array()
+        .context("model_logprobs.py replied without logp")?;
+    let mut reference: Vec<Vec<f32>> = vec![];
+    for (s, row) in samples.iter().zip(logp) {
+        let row: Vec<f32> = serde_json::from_value(row.clone())?;
+        // logp[t] scores token t + 1: the completion starts at the prompt's length.
+        let from = s.prompt_ids.len() - 1;
+        reference.push(row[from..from + s.completion_ids.len()].to_vec());
+    }
+    let d = compare_rows(temper, &reference);
+    println!(
+        "vs transformers ({dtype}, same device and weights): max |temper trainer - transformers| = \
+         {:.3e}, mean {:.3e} over {} tokens",
+        d.max_abs, d.mean_abs, d.tokens
+    );
+    if d.max_abs.is_nan() || (args.sampling.dtype == ComputeKind::F32 && d.max_abs > 1e-3) {
+        bail!(
+            "temper's teacher-forced logprobs differ from transformers' by up to {:.3e}",
+            d.max_abs
+        );
+    }
     Ok(())
 }
 

@@ -425,8 +425,13 @@ impl Trainer {
         while self.state.step < end {
             let step = self.state.step + 1;
             let mut m = self.train_step(step)?;
-            // verl's name and unit (GiB, as verl divides by 1024^3); on CPU the resident peak so far.
-            if let Some(peak) = temper_kernels::memory::peak_rss_bytes() {
+            // verl's name and unit (GiB, as verl divides by 1024^3): the CUDA allocator's peak so
+            // far on a GPU, the resident peak on CPU.
+            let cuda = match self.model.device() {
+                Device::Cuda(i) => Some(i),
+                _ => None,
+            };
+            if let Some(peak) = temper_kernels::memory::step_peak_bytes(cuda) {
                 m.insert(
                     "perf/max_memory_allocated_gb".into(),
                     peak as f64 / (1u64 << 30) as f64,
