@@ -269,7 +269,8 @@ pub fn compute_advantages(
 }
 
 /// Outcome scores `(N,)` as verl's token-level rewards: each score on the response's last valid
-/// token (`(N, T)`, zero elsewhere; a response without a valid token gets nothing).
+/// token (`(N, T)` on the scores' device, zero elsewhere; a response without a valid token gets
+/// nothing).
 pub fn outcome_to_token_rewards(scores: &Tensor, response_mask: &Tensor) -> Result<Tensor> {
     let ms = response_mask.size();
     if ms.len() != 2 || scores.size() != [ms[0]] {
@@ -288,7 +289,11 @@ pub fn outcome_to_token_rewards(scores: &Tensor, response_mask: &Tensor) -> Resu
             out[i * ms[1] as usize + len as usize - 1] = score;
         }
     }
-    Ok(Tensor::from_slice(&out).reshape(ms).to_kind(scores.kind()))
+    // On the scores' device: a CUDA trainer's advantages must not come back on the CPU.
+    Ok(Tensor::from_slice(&out)
+        .reshape(ms)
+        .to_kind(scores.kind())
+        .to_device(scores.device()))
 }
 
 /// Number of groups (of more than one response) whose scores are all equal: their group-relative
