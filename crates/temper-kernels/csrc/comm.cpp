@@ -102,7 +102,17 @@ int temper_comm_new(const char* host, int port, int rank, int world, int store_i
   });
 }
 
-void temper_comm_free(void* comm) { delete static_cast<Comm*>(comm); }
+// NCCL wants its communicators shut down before the group goes (destroy_process_group's
+// work; without it ProcessGroupNCCL warns of leaked resources at exit). Gloo's is a no-op.
+void temper_comm_free(void* comm) {
+  auto* c = static_cast<Comm*>(comm);
+  try {
+    c->pg->shutdown();
+  } catch (...) {
+    // Leaving anyway: a failed shutdown must not take the process down on its way out.
+  }
+  delete c;
+}
 
 // In place: t = sum over ranks of t.
 int temper_comm_all_reduce(void* comm, void* tensor, char** err) {

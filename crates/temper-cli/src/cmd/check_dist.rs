@@ -86,15 +86,23 @@ pub fn run(args: Args) -> Result<()> {
         w.powi(1 + args.repeats as i32),
         "the timed all_reduce",
     )?;
-    // NCCL's bus bandwidth convention for all_reduce: bytes x 2 (w - 1) / w / time.
-    let bytes = (numel * 4) as f64;
-    println!(
-        "all_reduce of {} MiB f32: {:.3} ms, {:.1} GB/s algorithm bandwidth, {:.1} GB/s bus bandwidth",
-        args.mib,
-        secs * 1e3,
-        bytes / secs / 1e9,
-        bytes * 2.0 * (w - 1.0) / w / secs / 1e9
-    );
+    if world == 1 {
+        // One rank has nothing to send: the time is the call's overhead, not a bandwidth.
+        println!(
+            "all_reduce of {} MiB f32 on one rank: {:.3} ms (no transfer)",
+            args.mib,
+            secs * 1e3
+        );
+    } else {
+        // NCCL's bus bandwidth convention for all_reduce: bytes x 2 (w - 1) / w / time.
+        let bytes = (numel * 4) as f64;
+        println!(
+            "all_reduce of {} MiB f32: {:.3} ms, {:.1} GB/s bus bandwidth",
+            args.mib,
+            secs * 1e3,
+            bytes * 2.0 * (w - 1.0) / w / secs / 1e9
+        );
+    }
     println!("ok");
     Ok(())
 }
