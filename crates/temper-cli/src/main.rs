@@ -40,7 +40,21 @@ enum Command {
     Serve(cmd::serve::Args),
 }
 
+/// The libraries' `tracing` warnings print on stderr, one line each; `RUST_LOG` (e.g.
+/// `RUST_LOG=debug`, `RUST_LOG=temper_reward=info`) chooses more or less.
+fn init_logging() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_target(false)
+        .without_time()
+        .try_init();
+}
+
 fn main() {
+    init_logging();
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Score(a) => cmd::score::run(a),

@@ -6,13 +6,21 @@ use std::process::{Command, Output};
 
 fn check_dist(env: &[(&str, String)]) -> std::process::Child {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_temper"));
-    cmd.args(["check-dist", "--device", "cpu", "--mib", "1", "--repeats", "2"])
-        .env_remove("RANK")
-        .env_remove("WORLD_SIZE")
-        .env_remove("LOCAL_RANK")
-        .env_remove("TEMPER_DIST_BACKEND")
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped());
+    cmd.args([
+        "check-dist",
+        "--device",
+        "cpu",
+        "--mib",
+        "1",
+        "--repeats",
+        "2",
+    ])
+    .env_remove("RANK")
+    .env_remove("WORLD_SIZE")
+    .env_remove("LOCAL_RANK")
+    .env_remove("TEMPER_DIST_BACKEND")
+    .stdout(std::process::Stdio::piped())
+    .stderr(std::process::Stdio::piped());
     for (k, v) in env {
         cmd.env(k, v);
     }

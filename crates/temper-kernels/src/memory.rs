@@ -59,6 +59,20 @@ pub fn step_peak_bytes(cuda: Option<usize>) -> Option<u64> {
         .or_else(peak_rss_bytes)
 }
 
+/// Hands the heap's free memory back to the kernel (glibc's `malloc_trim`). Freed tensors stay
+/// in malloc's arenas otherwise, so a server that dropped a model's weights, gradients and
+/// optimizer state keeps their resident size; call after freeing something large.
+pub fn release_free_memory() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    {
+        extern "C" {
+            fn malloc_trim(pad: usize) -> std::ffi::c_int;
+        }
+        // SAFETY: malloc_trim only walks and trims malloc's own arenas.
+        unsafe { malloc_trim(0) };
+    }
+}
+
 /// The process's current resident set size in bytes (Linux `VmRSS`).
 pub fn rss_bytes() -> Option<u64> {
     status_bytes("VmRSS:")

@@ -296,6 +296,8 @@ fn start_model(t: &Arc<Tinker>, spec: Spec, created: super::futures::Promise) {
             dir,
         };
         training::run(tm, info, samplers, rx);
+        // The model, its gradients and optimizer state are gone: give their pages back.
+        temper_kernels::memory::release_free_memory();
     });
     if let Err(e) = spawned {
         eprintln!("temper serve: could not start a model thread: {e}");

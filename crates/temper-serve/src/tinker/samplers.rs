@@ -194,6 +194,7 @@ fn run(rx: mpsc::Receiver<Msg>, sessions: &SessionMap, device: tch::Device, comp
         }
         if prune_after {
             prune(&mut loaded, sessions);
+            temper_kernels::memory::release_free_memory();
         }
     }
 }
