@@ -18,16 +18,14 @@ use temper_serve::tinker::proto;
 
 const BODIES: usize = 10_000;
 
-/// SplitMix64: the test's own reproducible randomness.
+/// SplitMix64 (temper's one, `temper_rollout::draw::mix64`): the test's reproducible randomness.
 struct Rng(u64);
 
 impl Rng {
     fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
+        use temper_rollout::draw::{mix64, GOLDEN_GAMMA};
+        self.0 = self.0.wrapping_add(GOLDEN_GAMMA);
+        mix64(self.0)
     }
     fn below(&mut self, n: usize) -> usize {
         (self.next() % n.max(1) as u64) as usize

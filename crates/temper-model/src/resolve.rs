@@ -15,7 +15,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use anyhow::{bail, Context, Result};
 
-use crate::gguf::atomic::write_json_atomic;
+use crate::atomic_file::write_json_atomic;
 use crate::gguf::convert_gguf;
 
 /// The built-in alias and where its weights come from.

@@ -42,15 +42,17 @@ pub fn next_key(rng: &mut ChaCha20Rng) -> u64 {
     rng.random::<u64>()
 }
 
-/// SplitMix64's finaliser (Vigna), a bijection on u64 with full avalanche.
+/// SplitMix64's finaliser (Vigna), a bijection on u64 with full avalanche: temper's one SplitMix
+/// (sampling draws, request seeds, the trainer's seed mixing, tests' randomness).
 #[inline(always)]
-fn mix64(mut z: u64) -> u64 {
+pub fn mix64(mut z: u64) -> u64 {
     z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
     z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
     z ^ (z >> 31)
 }
 
-const GOLDEN_GAMMA: u64 = 0x9E37_79B9_7F4A_7C15;
+/// SplitMix64's increment (2^64 / the golden ratio).
+pub const GOLDEN_GAMMA: u64 = 0x9E37_79B9_7F4A_7C15;
 
 /// The uniform number of entry `index` for a token keyed `key`: the `index + 1`-th output of
 /// SplitMix64 started at `key`, as a float in (0, 1] (53 bits, never 0, so `-ln u` is finite).

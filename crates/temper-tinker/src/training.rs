@@ -43,8 +43,21 @@ pub struct ForwardOutput {
     pub loss_sum: f64,
 }
 
-/// Most padded tokens in one forward pass; a request with more runs in several passes.
-const PASS_TOKENS: usize = 16384;
+/// The activations one pass of forward / forward_backward may keep: a request runs in passes of
+/// at most this many bytes of activations (estimated per token from the model's shape), each of
+/// at least one datum. With SmolLM2-135M that is about 1,500 padded tokens per pass; a pass of
+/// 16,384 tokens needed over 20 GB and got `temper serve` OOM-killed under llm-debate's summary
+/// runs (16 completions of ~1,800 tokens).
+const PASS_ACTIVATION_BYTES: u64 = 2 << 30;
+
+/// Padded tokens per pass, whatever the model: small models need no more to use the machine.
+const MAX_PASS_TOKENS: usize = 16384;
+
+/// How many padded tokens one pass over a model of this shape may hold.
+fn pass_tokens(config: &temper_model::ModelConfig) -> usize {
+    let per_token = config.activation_bytes_per_token();
+    ((PASS_ACTIVATION_BYTES / per_token) as usize).clamp(256, MAX_PASS_TOKENS)
+}
 
 /// A model being trained through Tinker's API: gradients accumulate over forward_backward calls
 /// until optim_step.
@@ -128,8 +141,9 @@ impl TrainingModel {
             .enumerate()
             .map(|(i, d)| d.validate(i, vocab, loss.inputs()))
             .collect::<Result<_>>()?;
-        // Datums run in passes of at most PASS_TOKENS padded tokens (activations are per pass;
+        // Datums run in passes of at most `pass_tokens` padded tokens (activations are per pass;
         // gradients add up over passes as over forward_backward calls).
+        let pass_tokens = pass_tokens(self.model.config());
         let mut out = ForwardOutput {
             logprobs: Vec::with_capacity(data.len()),
             loss_sum: 0.0,
@@ -140,7 +154,7 @@ impl TrainingModel {
             let mut width = data[start].model_input.len();
             while end < data.len() {
                 let w = width.max(data[end].model_input.len());
-                if w * (end + 1 - start) > PASS_TOKENS {
+                if w * (end + 1 - start) > pass_tokens {
                     break;
                 }
                 width = w;
@@ -230,5 +244,23 @@ impl std::fmt::Debug for TrainingModel {
             .field("params", &self.params.len())
             .field("optimizer_steps", &self.optimizer.steps_taken())
             .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use temper_model::ModelConfig;
+
+    /// SmolLM2-135M's shape gets passes of about 1,500 tokens (its activations, measured at about
+    /// 1.5 MB per token, stay near 2 GiB); a tiny model gets the cap.
+    #[test]
+    fn passes_are_sized_by_the_model() {
+        let smollm2 = ModelConfig::qwen2_like(49152, 576, 1536, 30, 9, 3, true);
+        let per_token = smollm2.activation_bytes_per_token();
+        assert!((1_300_000..1_700_000).contains(&per_token), "{per_token}");
+        let n = super::pass_tokens(&smollm2);
+        assert!((1_300..1_700).contains(&n), "{n}");
+        let tiny = ModelConfig::qwen2_like(64, 16, 32, 2, 2, 1, true);
+        assert_eq!(super::pass_tokens(&tiny), super::MAX_PASS_TOKENS);
     }
 }

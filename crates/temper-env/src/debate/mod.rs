@@ -87,12 +87,8 @@ pub struct DebateGroup<'a> {
 
 /// The per-request seed of debate `d`, `agent` (2 = the judge), `round`.
 fn ask_seed(seed: u64, agent: u64, round: u64) -> u64 {
-    let mut z = seed
-        ^ agent.wrapping_mul(0x9E37_79B9_7F4A_7C15)
-        ^ round.wrapping_mul(0xD1B5_4A32_D192_ED03);
-    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    z ^ (z >> 31)
+    use temper_rollout::draw::{mix64, GOLDEN_GAMMA};
+    mix64(seed ^ agent.wrapping_mul(GOLDEN_GAMMA) ^ round.wrapping_mul(0xD1B5_4A32_D192_ED03))
 }
 
 impl<'a> DebateGroup<'a> {

@@ -9,11 +9,11 @@ use std::path::Path;
 use anyhow::{bail, Context, Result};
 use serde_json::{json, Map, Value};
 
-use super::atomic::{write_json_atomic, AtomicFile};
 use super::hf_config::{config_json, generation_config_json, Arch, Dims, SpecialIds};
 use super::names::{hf_name, unpermute_rows};
 use super::reader::{GgufFile, TensorInfo};
 use super::tokenizer::tokenizer_files;
+use crate::atomic_file::{write_json_atomic, AtomicFile};
 
 /// What a conversion produced.
 #[derive(Clone, Debug)]

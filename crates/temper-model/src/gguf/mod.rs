@@ -11,7 +11,7 @@
 //! - [`names`]: llama.cpp -> HF tensor names, Llama Q/K un-permutation;
 //! - [`hf_config`], [`tokenizer`]: config.json, generation_config.json, tokenizer.json, tokenizer_config.json;
 //! - [`convert`]: the whole conversion.
-pub mod atomic;
+
 pub mod convert;
 pub mod dequant;
 pub mod hf_config;

@@ -1,4 +1,5 @@
-//! Atomic file writes: write `.NAME.tmp-PID-N` beside the target, flush, then rename over it, so a
+//! Atomic file writes (the one home for them: model conversion, run files, caches): write
+//! `.NAME.tmp-PID-N` beside the target, flush, then rename over it, so a
 //! reader never sees a half-written file and an interrupted conversion leaves no partial output.
 
 use std::fs::{self, File};
