@@ -60,7 +60,7 @@ pub fn router(state: Arc<AppState>) -> axum::Router {
         .merge(chat::routes())
         .merge(reload::routes())
         .merge(sglang::routes())
-        .merge(tinker::routes())
+        .merge(tinker::routes(state.clone()))
         .layer(axum::middleware::from_fn(move |req, next| {
             explain_body_limit(limit, req, next)
         }))

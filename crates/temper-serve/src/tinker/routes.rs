@@ -9,8 +9,9 @@ use std::sync::{mpsc, Arc};
 
 use anyhow::{anyhow, bail, Context, Result};
 use axum::body::Bytes;
-use axum::extract::{Path as UrlPath, State};
-use axum::http::{header, HeaderMap, StatusCode};
+use axum::extract::{Path as UrlPath, Request, State};
+use axum::http::{header, StatusCode};
+use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
@@ -24,23 +25,18 @@ use super::samplers::SampleJob;
 use super::training::{self, Job, ModelInfo, Queued};
 use super::{convert, proto, ModelHandle, Tinker};
 use crate::limits::TINKER_FIELDS;
+use crate::reply::authorized;
 use crate::AppState;
 
 type S = State<Arc<AppState>>;
 
-pub fn routes() -> Router<Arc<AppState>> {
-    Router::new()
+/// Every Tinker route but the SDK's telemetry and dynamic config needs the API key: one check,
+/// before the handler (so before any body is parsed or anything allocated).
+pub fn routes(state: Arc<AppState>) -> Router<Arc<AppState>> {
+    let keyed = Router::new()
         .route("/api/v1/client/config", post(client_config))
-        .route(
-            "/api/v1/client/dynamic_config",
-            post(|| async { Json(json!({})) }),
-        )
         .route("/api/v1/create_session", post(create_session))
         .route("/api/v1/session_heartbeat", post(session_heartbeat))
-        .route(
-            "/api/v1/telemetry",
-            post(|| async { Json(json!({"status": "accepted"})) }),
-        )
         .route("/api/v1/sessions/{id}/finish", post(finish_session))
         .route("/api/v1/create_model", post(create_model))
         .route("/api/v1/get_info", post(get_info))
@@ -59,6 +55,25 @@ pub fn routes() -> Router<Arc<AppState>> {
         .route("/api/v1/samplers/{id}", get(get_sampler))
         .route("/api/v1/asample", post(asample))
         .route("/api/v1/retrieve_future", post(retrieve_future))
+        .route_layer(middleware::from_fn_with_state(state, require_key));
+    Router::new()
+        .route(
+            "/api/v1/client/dynamic_config",
+            post(|| async { Json(json!({})) }),
+        )
+        .route(
+            "/api/v1/telemetry",
+            post(|| async { Json(json!({"status": "accepted"})) }),
+        )
+        .merge(keyed)
+}
+
+/// The API key (`reply::authorized`: Bearer or X-API-Key), or a Tinker user error.
+async fn require_key(State(state): S, request: Request, next: Next) -> Response {
+    if !authorized(&state, request.headers()) {
+        return refuse(StatusCode::UNAUTHORIZED, "missing or wrong X-API-Key");
+    }
+    next.run(request).await
 }
 
 /// `{"error", "category": "user"}` with `status`.
@@ -70,17 +85,12 @@ fn refuse(status: StatusCode, message: impl std::fmt::Display) -> Response {
         .into_response()
 }
 
-use crate::reply::authorized;
-
 fn parse_json(body: &[u8]) -> Result<Value> {
     serde_json::from_slice(body).map_err(|e| anyhow!("request body: {e}"))
 }
 
 /// Run `f` for a direct call: its JSON, or a 400 naming the problem.
-fn direct(state: &AppState, headers: &HeaderMap, f: impl FnOnce() -> Result<Value>) -> Response {
-    if !authorized(state, headers) {
-        return refuse(StatusCode::UNAUTHORIZED, "missing or wrong X-API-Key");
-    }
+fn direct(f: impl FnOnce() -> Result<Value>) -> Response {
     match f() {
         Ok(v) => Json(v).into_response(),
         Err(e) => refuse(StatusCode::BAD_REQUEST, format!("{e:#}")),
@@ -92,15 +102,7 @@ type Dispatch = Box<dyn FnOnce(super::futures::Promise) + Send>;
 
 /// A future-style call: `prepare` checks the request and returns how to queue its job; a
 /// refusal becomes the future's result. `extra` joins the `{"request_id"}` answer.
-fn future(
-    state: &AppState,
-    headers: &HeaderMap,
-    extra: Value,
-    prepare: impl FnOnce() -> Result<Dispatch>,
-) -> Response {
-    if !authorized(state, headers) {
-        return refuse(StatusCode::UNAUTHORIZED, "missing or wrong X-API-Key");
-    }
+fn future(state: &AppState, extra: Value, prepare: impl FnOnce() -> Result<Dispatch>) -> Response {
     let (id, promise) = state.tinker.futures.create();
     match prepare() {
         Ok(dispatch) => dispatch(promise),
@@ -132,12 +134,12 @@ fn to_model(t: &Tinker, model_id: &str, seq: i64, job: Job) -> Result<Dispatch> 
     }))
 }
 
-async fn client_config(State(state): S, headers: HeaderMap) -> Response {
+async fn client_config(State(state): S) -> Response {
     // The SDK cuts forward_backward data into requests of at most this estimated size (its
     // default, 5,000,000 bytes, or half of --max-request-bytes when that is smaller: the estimate
     // leaves out the protobuf framing).
     let chunk_bytes = 5_000_000.min(state.worker.limits.max_request_bytes / 2);
-    direct(&state, &headers, || {
+    direct(|| {
         // Plain HTTP/1.1 + JSON, no JWT, forward_backward chunks sent in order.
         Ok(
             json!({"pjwt_auth_enabled": false, "use_pyqwest_transport": false,
@@ -149,8 +151,8 @@ async fn client_config(State(state): S, headers: HeaderMap) -> Response {
     })
 }
 
-async fn create_session(State(state): S, headers: HeaderMap) -> Response {
-    direct(&state, &headers, || {
+async fn create_session(State(state): S) -> Response {
+    direct(|| {
         let id = state.tinker.sessions.open();
         Ok(json!({"session_id": id, "type": "create_session"}))
     })
@@ -158,10 +160,7 @@ async fn create_session(State(state): S, headers: HeaderMap) -> Response {
 
 /// A heartbeat keeps a session alive; for an ended one it is HTTP 410, which the SDK reads as
 /// "this session has finished" and stops heartbeating.
-async fn session_heartbeat(State(state): S, headers: HeaderMap, body: Bytes) -> Response {
-    if !authorized(&state, &headers) {
-        return refuse(StatusCode::UNAUTHORIZED, "missing or wrong X-API-Key");
-    }
+async fn session_heartbeat(State(state): S, body: Bytes) -> Response {
     let v = match parse_json(&body) {
         Ok(v) => v,
         Err(e) => return refuse(StatusCode::BAD_REQUEST, e),
@@ -175,14 +174,7 @@ async fn session_heartbeat(State(state): S, headers: HeaderMap, body: Bytes) -> 
     }
 }
 
-async fn finish_session(
-    State(state): S,
-    headers: HeaderMap,
-    UrlPath(id): UrlPath<String>,
-) -> Response {
-    if !authorized(&state, &headers) {
-        return refuse(StatusCode::UNAUTHORIZED, "missing or wrong X-API-Key");
-    }
+async fn finish_session(State(state): S, UrlPath(id): UrlPath<String>) -> Response {
     state.tinker.end_session(&id, "finished by the client");
     Json(json!({})).into_response()
 }
@@ -304,10 +296,7 @@ fn start_model(t: &Arc<Tinker>, spec: Spec, created: super::futures::Promise) {
     }
 }
 
-async fn create_model(State(state): S, headers: HeaderMap, body: Bytes) -> Response {
-    if !authorized(&state, &headers) {
-        return refuse(StatusCode::UNAUTHORIZED, "missing or wrong X-API-Key");
-    }
+async fn create_model(State(state): S, body: Bytes) -> Response {
     let t = state.tinker.clone();
     let tb = t.clone();
     let prepared = tokio::task::spawn_blocking(move || -> Result<Spec> {
@@ -341,16 +330,13 @@ async fn create_model(State(state): S, headers: HeaderMap, body: Bytes) -> Respo
     .await
     .map_err(|e| anyhow!("{e}"))
     .and_then(|r| r);
-    future(&state, &headers, json!({}), || {
+    future(&state, json!({}), || {
         let spec = prepared?;
         Ok(Box::new(move |promise| start_model(&t, spec, promise)))
     })
 }
 
-async fn get_info(State(state): S, headers: HeaderMap, body: Bytes) -> Response {
-    if !authorized(&state, &headers) {
-        return refuse(StatusCode::UNAUTHORIZED, "missing or wrong X-API-Key");
-    }
+async fn get_info(State(state): S, body: Bytes) -> Response {
     let v = match parse_json(&body) {
         Ok(v) => v,
         Err(e) => return refuse(StatusCode::BAD_REQUEST, e),
@@ -371,9 +357,9 @@ async fn get_info(State(state): S, headers: HeaderMap, body: Bytes) -> Response 
     }
 }
 
-async fn forward_backward(State(state): S, headers: HeaderMap, body: Bytes) -> Response {
+async fn forward_backward(State(state): S, body: Bytes) -> Response {
     let t = state.tinker.clone();
-    future(&state, &headers, json!({}), || {
+    future(&state, json!({}), || {
         let r = proto::ForwardBackwardRequest::decode(body.as_ref())
             .map_err(|e| anyhow!("request body: not a ForwardBackwardRequest protobuf: {e}"))?;
         let job = Job::ForwardBackward {
@@ -395,9 +381,9 @@ fn model_and_seq(v: &Value) -> Result<(String, i64)> {
     Ok((id, v["seq_id"].as_i64().unwrap_or(0)))
 }
 
-async fn optim_step(State(state): S, headers: HeaderMap, body: Bytes) -> Response {
+async fn optim_step(State(state): S, body: Bytes) -> Response {
     let t = state.tinker.clone();
-    future(&state, &headers, json!({}), || {
+    future(&state, json!({}), || {
         let v = parse_json(&body)?;
         let (id, seq) = model_and_seq(&v)?;
         let a = &v["adam_params"];
@@ -425,9 +411,9 @@ async fn optim_step(State(state): S, headers: HeaderMap, body: Bytes) -> Respons
     })
 }
 
-async fn save_weights(State(state): S, headers: HeaderMap, body: Bytes) -> Response {
+async fn save_weights(State(state): S, body: Bytes) -> Response {
     let t = state.tinker.clone();
-    future(&state, &headers, json!({}), || {
+    future(&state, json!({}), || {
         let v = parse_json(&body)?;
         let (id, seq) = model_and_seq(&v)?;
         let name = v["path"].as_str().context("path: missing")?.to_string();
@@ -435,9 +421,9 @@ async fn save_weights(State(state): S, headers: HeaderMap, body: Bytes) -> Respo
     })
 }
 
-async fn save_weights_for_sampler(State(state): S, headers: HeaderMap, body: Bytes) -> Response {
+async fn save_weights_for_sampler(State(state): S, body: Bytes) -> Response {
     let t = state.tinker.clone();
-    future(&state, &headers, json!({}), || {
+    future(&state, json!({}), || {
         let v = parse_json(&body)?;
         let (id, seq) = model_and_seq(&v)?;
         let name = v["path"].as_str().map(str::to_string);
@@ -450,9 +436,9 @@ async fn save_weights_for_sampler(State(state): S, headers: HeaderMap, body: Byt
     })
 }
 
-async fn load_weights(State(state): S, headers: HeaderMap, body: Bytes) -> Response {
+async fn load_weights(State(state): S, body: Bytes) -> Response {
     let t = state.tinker.clone();
-    future(&state, &headers, json!({}), || {
+    future(&state, json!({}), || {
         let v = parse_json(&body)?;
         let path = v["path"].as_str().context("path: missing")?.to_string();
         let dir = convert::checkpoint_dir(&t.root, &path)?;
@@ -502,9 +488,9 @@ async fn load_weights(State(state): S, headers: HeaderMap, body: Bytes) -> Respo
     })
 }
 
-async fn create_sampling_session(State(state): S, headers: HeaderMap, body: Bytes) -> Response {
+async fn create_sampling_session(State(state): S, body: Bytes) -> Response {
     let t = state.tinker.clone();
-    direct(&state, &headers, || {
+    direct(|| {
         let v = parse_json(&body)?;
         let session = live_session(&t, &v)?;
         let k = v["sampling_session_seq_id"]
@@ -539,14 +525,7 @@ async fn create_sampling_session(State(state): S, headers: HeaderMap, body: Byte
     })
 }
 
-async fn get_sampler(
-    State(state): S,
-    headers: HeaderMap,
-    UrlPath(id): UrlPath<String>,
-) -> Response {
-    if !authorized(&state, &headers) {
-        return refuse(StatusCode::UNAUTHORIZED, "missing or wrong X-API-Key");
-    }
+async fn get_sampler(State(state): S, UrlPath(id): UrlPath<String>) -> Response {
     match state.tinker.samplers.session(&id) {
         Some(s) => {
             Json(json!({"sampler_id": id, "base_model": s.base_model, "model_path": s.model_path}))
@@ -559,11 +538,7 @@ async fn get_sampler(
     }
 }
 
-async fn asample(State(state): S, headers: HeaderMap, body: Bytes) -> Response {
-    // The key first: nothing is parsed or allocated for a caller without it.
-    if !authorized(&state, &headers) {
-        return refuse(StatusCode::UNAUTHORIZED, "missing or wrong X-API-Key");
-    }
+async fn asample(State(state): S, body: Bytes) -> Response {
     let t = state.tinker.clone();
     let limits = state.worker.limits.clone();
     let v = parse_json(&body).unwrap_or(Value::Null);
@@ -577,59 +552,52 @@ async fn asample(State(state): S, headers: HeaderMap, body: Bytes) -> Response {
     let ids: Vec<String> = (0..admissible.unwrap_or(0))
         .map(|k| format!("seq-{rid}-{k}"))
         .collect();
-    future(
-        &state,
-        &headers,
-        json!({"sample_sequence_ids": ids}),
-        || {
-            if v.is_null() {
-                bail!("request body: not JSON");
-            }
-            let n = n.context("num_samples: not a non-negative integer")?;
-            if n == 0 {
-                bail!("num_samples: must be at least 1");
-            }
-            limits
-                .check_sampling(&[], n, 0, &TINKER_FIELDS)
-                .map_err(|e| anyhow!(e))?;
-            if v["topk_prompt_logprobs"].as_u64().unwrap_or(0) > 0
-                || v["topk_sample_logprobs"].as_u64().unwrap_or(0) > 0
-                || v["prompt_alt_tokens_k"].as_u64().unwrap_or(0) > 0
-            {
-                bail!(
-                    "top-k logprobs and alternative prompt tokens are not supported by temper yet"
-                );
-            }
-            let id = v["sampling_session_id"]
-                .as_str()
-                .context("sampling_session_id: missing")?;
-            let session = t
-                .samplers
-                .session(id)
-                .with_context(|| t.unknown("sampling_session_id", "sampling session", id))?;
-            let prompt = convert::json_tokens(&v["prompt"], "prompt")?;
-            let context_left = limits.max_model_len.saturating_sub(prompt.len());
-            let params = convert::sampling_params(&v["sampling_params"], context_left)?;
-            limits
-                .check_sampling(&[prompt.len()], n, params.max_tokens, &TINKER_FIELDS)
-                .map_err(|e| anyhow!(e))?;
-            let prompt_logprobs = v["prompt_logprobs"].as_bool().unwrap_or(false);
-            if !prompt_logprobs && state.serves(&session.dir) {
-                return on_the_serving_worker(&state, &prompt, n, &params);
-            }
-            let samplers = t.samplers.clone();
-            Ok(Box::new(move |promise| {
-                samplers.submit(SampleJob {
-                    dir: session.dir,
-                    prompt,
-                    num_samples: n,
-                    params,
-                    prompt_logprobs,
-                    promise,
-                })
-            }))
-        },
-    )
+    future(&state, json!({"sample_sequence_ids": ids}), || {
+        if v.is_null() {
+            bail!("request body: not JSON");
+        }
+        let n = n.context("num_samples: not a non-negative integer")?;
+        if n == 0 {
+            bail!("num_samples: must be at least 1");
+        }
+        limits
+            .check_sampling(&[], n, 0, &TINKER_FIELDS)
+            .map_err(|e| anyhow!(e))?;
+        if v["topk_prompt_logprobs"].as_u64().unwrap_or(0) > 0
+            || v["topk_sample_logprobs"].as_u64().unwrap_or(0) > 0
+            || v["prompt_alt_tokens_k"].as_u64().unwrap_or(0) > 0
+        {
+            bail!("top-k logprobs and alternative prompt tokens are not supported by temper yet");
+        }
+        let id = v["sampling_session_id"]
+            .as_str()
+            .context("sampling_session_id: missing")?;
+        let session = t
+            .samplers
+            .session(id)
+            .with_context(|| t.unknown("sampling_session_id", "sampling session", id))?;
+        let prompt = convert::json_tokens(&v["prompt"], "prompt")?;
+        let context_left = limits.max_model_len.saturating_sub(prompt.len());
+        let params = convert::sampling_params(&v["sampling_params"], context_left)?;
+        limits
+            .check_sampling(&[prompt.len()], n, params.max_tokens, &TINKER_FIELDS)
+            .map_err(|e| anyhow!(e))?;
+        let prompt_logprobs = v["prompt_logprobs"].as_bool().unwrap_or(false);
+        if !prompt_logprobs && state.serves(&session.dir) {
+            return on_the_serving_worker(&state, &prompt, n, &params);
+        }
+        let samplers = t.samplers.clone();
+        Ok(Box::new(move |promise| {
+            samplers.submit(SampleJob {
+                dir: session.dir,
+                prompt,
+                num_samples: n,
+                params,
+                prompt_logprobs,
+                promise,
+            })
+        }))
+    })
 }
 
 /// A sample of the model `temper serve --model` serves: on the serving worker's engine, batched
@@ -672,10 +640,7 @@ fn on_the_serving_worker(
     }))
 }
 
-async fn retrieve_future(State(state): S, headers: HeaderMap, body: Bytes) -> Response {
-    if !authorized(&state, &headers) {
-        return refuse(StatusCode::UNAUTHORIZED, "missing or wrong X-API-Key");
-    }
+async fn retrieve_future(State(state): S, body: Bytes) -> Response {
     let v = match parse_json(&body) {
         Ok(v) => v,
         Err(e) => return refuse(StatusCode::BAD_REQUEST, e),
