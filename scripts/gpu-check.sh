@@ -13,7 +13,8 @@
 #  4. check-logprobs on CUDA, f32 and bf16: sampler vs teacher-forced trainer logprobs, and the
 #     trainer's logprobs vs transformers on the same GPU and weights;
 #  5. 20 steps of the main job (examples/arith-smollm2.toml) with trainer and sampler on cuda:0;
-#  6. bench sample on CUDA vs transformers generate, batch 1/16/64;
+#  6. bench sample on CUDA vs transformers generate, batch 1/16/64, and a profile of
+#     transformers' decode in f32 and bf16 under each attention backend (tools/decode_profile.py);
 #  7. bench train on CUDA vs PyTorch eager (f32 and autocast bf16), the benchmark's 25M shape and
 #     SmolLM2's shape, then against torch.compile;
 #  8. data parallel with NCCL on 2 GPUs vs 1 (needs 2 GPUs; SKIP with one).
@@ -98,6 +99,13 @@ if [[ -z "$model" ]]; then
   fi
 fi
 
+# The model's folder, for the Python tools (the alias resolves to temper's converted copy).
+model_dir="$model"
+if [[ "$model" == smollm2 ]]; then
+  "$bin" score --model smollm2 --ids 1,2 >/dev/null 2>&1  # converts the GGUF once, if not yet
+  model_dir="${TEMPER_CACHE:-$HOME/.cache/temper}/models/smollm2"
+fi
+
 check nccl-one-rank 120 "$bin" check-dist --device cuda --mib 256
 
 for dtype in f32 bf16; do
@@ -124,6 +132,10 @@ for dtype in bf16 f32; do
   check "bench-sample-$dtype" 300 "$bin" bench sample --model "$model" --device cuda --dtype "$dtype" \
     --batch 1,16,64 --rounds 2 --python "$py"
 done
+
+# Where transformers' decode spends its time, f32 vs bf16 and per attention backend (bf16
+# decoded ~4x slower than f32 on both sides on the first H100 run).
+check decode-profile 180 "$py" tools/decode_profile.py --model "$model_dir" --device cuda --batch 1
 
 check bench-train-25m 240 "$bin" bench train --device cuda --steps 10 --warmup 3 --rounds 2 --torch-bf16 \
   --python "$py"
