@@ -224,6 +224,27 @@ fn nbytes(t: &Tensor) -> usize {
     t.numel() * t.kind().elt_size_in_bytes()
 }
 
+/// The transport `TEMPER_DIST_BACKEND` (gloo | nccl | auto) picks for `rank`, whose GPU is
+/// `local`: auto is NCCL when `auto_nccl` (this build has NCCL and the rank works on CUDA), else
+/// Gloo. An explicit `nccl` is NCCL whatever is present; joining then says what is missing.
+pub fn backend_from(
+    var: &dyn Fn(&str) -> Option<String>,
+    rank: usize,
+    local: usize,
+    auto_nccl: bool,
+) -> Result<Backend> {
+    let nccl = Backend::Nccl { device: local };
+    Ok(match var("TEMPER_DIST_BACKEND").as_deref().map(str::trim) {
+        None | Some("") | Some("auto") if auto_nccl => nccl,
+        None | Some("") | Some("auto") => Backend::Gloo,
+        Some("gloo") => Backend::Gloo,
+        Some("nccl") => nccl,
+        Some(other) => {
+            bail!("rank {rank}: TEMPER_DIST_BACKEND = {other:?}: expected gloo, nccl or auto")
+        }
+    })
+}
+
 /// The rendezvous torchrun (or `temper train --nproc`, or Slurm) describes in the environment;
 /// `None` for a single process. `RANK`/`WORLD_SIZE` (else `SLURM_PROCID`/`SLURM_NTASKS`),
 /// `MASTER_ADDR` (default 127.0.0.1), `MASTER_PORT`, `TORCHELASTIC_USE_AGENT_STORE`.
@@ -267,21 +288,8 @@ pub fn rendezvous_from(var: &dyn Fn(&str) -> Option<String>) -> Result<Option<Re
         Some(l) => l,
         None => num("SLURM_LOCALID")?.unwrap_or(rank),
     };
-    let nccl = Backend::Nccl { device: local };
-    let backend = match var("TEMPER_DIST_BACKEND").as_deref().map(str::trim) {
-        None | Some("") | Some("auto") => {
-            if temper_kernels::nccl_available() && tch::Cuda::is_available() {
-                nccl
-            } else {
-                Backend::Gloo
-            }
-        }
-        Some("gloo") => Backend::Gloo,
-        Some("nccl") => nccl,
-        Some(other) => {
-            bail!("rank {rank}: TEMPER_DIST_BACKEND = {other:?}: expected gloo, nccl or auto")
-        }
-    };
+    let cuda_here = temper_kernels::nccl_available() && tch::Cuda::is_available();
+    let backend = backend_from(var, rank, local, cuda_here)?;
     Ok(Some(Rendezvous {
         backend,
         host: var("MASTER_ADDR").unwrap_or_else(|| "127.0.0.1".into()),

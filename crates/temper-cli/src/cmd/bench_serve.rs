@@ -301,9 +301,7 @@ impl VllmServer {
             Duration::from_secs(1800),
         )
         .context("setting up vLLM (setup.sh)")?;
-        let port = std::net::TcpListener::bind("127.0.0.1:0")?
-            .local_addr()?
-            .port();
+        let port = super::launch::free_port()?;
         let dtype = match compute {
             temper_model::ComputeKind::Bf16 => "bfloat16",
             _ => "float32",

@@ -7,7 +7,7 @@
 //! collective (a machine with one GPU can check NCCL this way).
 use std::time::{Duration, Instant};
 
-use anyhow::{bail, Context, Result};
+use anyhow::{bail, Result};
 use tch::{Device, Kind, Tensor};
 use temper_kernels::{Backend, Comm, Rendezvous};
 
@@ -107,22 +107,17 @@ pub fn run(args: Args) -> Result<()> {
     Ok(())
 }
 
-/// A group of one on a free loopback port.
+/// A group of one on a free loopback port, its transport chosen as training chooses it (NCCL for
+/// a CUDA device, else Gloo, unless `TEMPER_DIST_BACKEND` says otherwise).
 fn one_rank(device: Device) -> Result<Rendezvous> {
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .context("no free loopback port for the store")?
-        .port();
-    let requested = std::env::var("TEMPER_DIST_BACKEND").unwrap_or_default();
-    let backend = match (requested.trim(), device) {
-        ("gloo", _) | ("" | "auto", Device::Cpu) => Backend::Gloo,
-        ("" | "auto" | "nccl", Device::Cuda(i)) => Backend::Nccl { device: i },
-        ("nccl", _) => bail!("TEMPER_DIST_BACKEND = nccl needs --device cuda"),
-        (other, _) => bail!("TEMPER_DIST_BACKEND = {other:?}: expected gloo, nccl or auto"),
+    let (local, on_cuda) = match device {
+        Device::Cuda(i) => (i, temper_kernels::nccl_available()),
+        _ => (0, false),
     };
+    let backend = temper_train::dist::backend_from(&|k| std::env::var(k).ok(), 0, local, on_cuda)?;
     Ok(Rendezvous {
         host: "127.0.0.1".into(),
-        port,
+        port: super::launch::free_port()?,
         rank: 0,
         world: 1,
         store_is_external: false,

@@ -7,13 +7,18 @@ use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 
+/// A TCP port free on the loopback interface now (for a rendezvous store or a child server).
+pub fn free_port() -> Result<u16> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .context("finding a free loopback port")?
+        .port())
+}
+
 pub fn spawn_local_ranks(nproc: usize, command_line: &[String]) -> Result<()> {
     let exe = std::env::current_exe().context("finding the temper binary")?;
     let args = without_nproc(&command_line[1..]);
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .context("finding a free port for the rendezvous")?
-        .port();
+    let port = free_port()?;
     // Split the cores between the ranks unless the user chose (as torchrun sets OMP_NUM_THREADS).
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     let threads = (cores / nproc).max(1).to_string();
