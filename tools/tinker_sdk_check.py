@@ -33,6 +33,7 @@ ap.add_argument("base_model")
 ap.add_argument("--save-to", help="write a saved state's path and its logprobs here (for --resume-from)")
 ap.add_argument("--resume-from", help="only check that the state named in this file loads with the same logprobs")
 ap.add_argument("--max-model-len", type=int, default=256, help="the server's --max-model-len")
+ap.add_argument("--root", help="the server's --root (to find a named LoRA save's merged folder)")
 cli = ap.parse_args()
 BASE = cli.base_model
 RANK = 4
@@ -236,6 +237,19 @@ ok(np.array_equal(again, saved_lp), f"create_training_client_from_state_with_opt
 sw = tc.save_weights_for_sampler("s1").result()
 named = tc.create_sampling_client(sw.path).result()
 ok(named.get_base_model() == BASE, f"save_weights_for_sampler -> {sw.path}")
+if cli.root:
+    # The LoRA snapshot samples on the served model's one copy with its adapters attached; the
+    # same weights merged and saved as a plain HF folder, sampled as a base model (loaded whole),
+    # give the same tokens and logprobs.
+    import os
+    merged = os.path.join(cli.root, tc.model_id, "sampler_weights", "s1", "merged")
+    whole = sc.create_sampling_client(base_model=merged)
+    p = types.SamplingParams(max_tokens=8, seed=21, temperature=1.0)
+    a = named.sample(types.ModelInput.from_ints(prompt), num_samples=4, sampling_params=p).result()
+    b = whole.sample(types.ModelInput.from_ints(prompt), num_samples=4, sampling_params=p).result()
+    gap = max(abs(x - y) for s, t in zip(a.sequences, b.sequences) for x, y in zip(s.logprobs, t.logprobs))
+    ok([s.tokens for s in a.sequences] == [s.tokens for s in b.sequences] and gap < 1e-5,
+       f"a LoRA snapshot (adapters on the served copy) samples as its merged folder loaded whole (max gap {gap:.1e})")
 
 # Bad input: a user error naming what is wrong; the server keeps serving.
 def fails(fn, needle, what):

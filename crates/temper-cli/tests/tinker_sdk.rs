@@ -60,7 +60,7 @@ fn the_tinker_sdk_trains_and_samples_on_temper() {
         &["--root", &root_arg, limit[0], limit[1]],
     );
     // Two clients at once, each with its own session and models.
-    let first = check_script(&server.url, &["--save-to", &saved_arg]);
+    let first = check_script(&server.url, &["--save-to", &saved_arg, "--root", &root_arg]);
     let second = check_script(&server.url, &[]);
     passed(first);
     passed(second);

@@ -62,10 +62,15 @@ fn model(s: &Server, session: &str) -> String {
 
 /// Threads of the server process running a training model (named `tinker-{model_id}`).
 fn model_threads(s: &Server) -> usize {
+    threads_named(s, "tinker-sess")
+}
+
+/// Threads of the server process whose name starts with `prefix`.
+fn threads_named(s: &Server, prefix: &str) -> usize {
     std::fs::read_dir(format!("/proc/{}/task", s.pid()))
         .unwrap()
         .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("comm")).ok())
-        .filter(|name| name.starts_with("tinker-sess"))
+        .filter(|name| name.starts_with(prefix))
         .count()
 }
 
@@ -104,6 +109,8 @@ fn sessions_end_and_free_their_models() {
     assert_eq!(status, 200, "{v}");
     let sampler = v["sampling_session_id"].as_str().unwrap().to_string();
     assert_eq!(model_threads(&server), 3);
+    // Sampling sessions sample on the serving worker: no thread (nor model copy) of their own.
+    assert_eq!(threads_named(&server, "tinker-sampler"), 0);
 
     // Finished: freed at once.
     let (status, _) = post(&server, &format!("sessions/{finished}/finish"), json!({}));

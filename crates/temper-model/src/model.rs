@@ -250,6 +250,20 @@ impl CausalLm {
         self.lora = Some((cfg.clone(), vs));
     }
 
+    /// Drops the adapters of [`CausalLm::add_lora`] and makes the base weights trainable again:
+    /// the model computes as it did before them.
+    pub fn remove_lora(&mut self) {
+        for layer in &mut self.layers {
+            for (_, _, lin) in layer.linears_mut() {
+                lin.lora = None;
+            }
+        }
+        self.head_lora = None;
+        if self.lora.take().is_some() {
+            self.vs.unfreeze();
+        }
+    }
+
     /// The unembedding the model computes with (its LoRA merged in), detached.
     fn head_weight(&self) -> Tensor {
         let head = self.lm_head.as_ref().unwrap_or(&self.embed_tokens);

@@ -137,6 +137,17 @@ fn check_against_peft(tag: &str, tied: bool, targets: &[&str], adapted: usize) {
     // The merged folder loads back into temper as a plain model with the same numbers.
     let reloaded = CausalLm::load(&merged_dir, Device::Cpu, ComputeKind::F32).unwrap();
     assert!(max_abs_diff(&ours, &logprobs(&reloaded, false)) < 1e-5);
+    // Removing the adapters gives the base model back exactly (trainable again), and loading the
+    // saved adapter onto it again gives the adapted numbers: what a server serving one base and
+    // many snapshots does between batches.
+    model.remove_lora();
+    assert!(model.lora_config().is_none());
+    assert_eq!(logprobs(&model, false), before);
+    assert_eq!(logprobs(&model, true), logprobs(&base, true));
+    assert_eq!(model.trainable_parameters().len(), base.named_parameters().len());
+    model.add_lora_seeded(&lora, 0).unwrap();
+    model.load_lora_adapter(&adapter_dir).unwrap();
+    assert_eq!(logprobs(&model, false), ours);
     if tied && head == 1 {
         let config = std::fs::read_to_string(merged_dir.join("config.json")).unwrap();
         assert!(

@@ -14,6 +14,7 @@
 
 pub mod chat;
 pub mod limits;
+pub mod models;
 pub mod openai;
 pub mod reload;
 pub mod reply;

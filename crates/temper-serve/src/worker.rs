@@ -1,11 +1,19 @@
-//! The model worker: one thread owns the model; handlers queue jobs, and the engine batches them
-//! continuously: a request that arrives while others are decoding joins the running batch as soon
-//! as rows free up, and is answered as soon as its own samples are done. A weight reload waits
-//! for the requests already admitted, then swaps the weights; requests queued after it are served
-//! with the new ones. Every request carries its own seed (or the worker gives it one), and the
-//! engine's draws depend only on a row's seed, so a request's tokens do not depend on what else is
-//! being served.
+//! The model worker: one thread owns the models; handlers queue jobs, and the engine batches
+//! them continuously: a request that arrives while others are decoding joins the running batch as
+//! soon as rows free up, and is answered as soon as its own samples are done. Every API samples
+//! here: OpenAI, SGLang and Tinker's sampling sessions, one copy of the served model for all.
+//!
+//! A batch samples one set of weights ([`Weights`]): the served model, or a folder a Tinker
+//! sampling session names (a LoRA snapshot of the served model is its adapters attached to that
+//! one copy; see [`crate::models`]). When a request for other weights (or a weight reload, a
+//! prompt-logprobs job) is queued, the running batch admits nothing more, finishes what it has,
+//! and the queued jobs run in arrival order, each set of weights batched with every request
+//! queued for it. A weight reload waits for the requests admitted before it; those queued after
+//! it are served with the new weights. Every request carries its own seed (or the worker gives it
+//! one), and the engine's draws depend only on a row's seed, so a request's tokens do not depend
+//! on what else is being served.
 
+use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc};
@@ -18,23 +26,37 @@ use std::collections::HashMap;
 use anyhow::{Context, Result};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha20Rng;
-use temper_model::{CausalLm, ComputeKind, GenerationConfig, Tokenizer};
+use temper_model::{CausalLm, ComputeKind};
 use temper_rollout::{Engine, EngineConfig, Incoming, Request, Sample, SamplingParams};
 
 use crate::limits::{FieldNames, Limits};
+pub use crate::models::Weights;
+use crate::models::{Loaded, Models};
 use crate::reply::{bad, Failure};
 
-/// One queued request and where its samples go, or a weight reload.
+type SampleReply = tokio::sync::oneshot::Sender<Result<Vec<Sample>, String>>;
+type LogprobsReply = tokio::sync::oneshot::Sender<Result<Vec<Option<f32>>, String>>;
+
+/// One queued job.
 enum Job {
     Sample {
+        weights: Weights,
         request: Request,
-        reply: tokio::sync::oneshot::Sender<Result<Vec<Sample>, String>>,
+        reply: SampleReply,
     },
-    /// Load the weights of the HF folder `dir` (same architecture) in place of the current ones.
+    /// Per position of `tokens`, its logprob given the ones before (Tinker's compute_logprobs).
+    Logprobs {
+        weights: Weights,
+        tokens: Vec<i64>,
+        reply: LogprobsReply,
+    },
+    /// Load the weights of the HF folder `dir` (same architecture) in place of the served ones.
     Reload {
         dir: PathBuf,
         reply: tokio::sync::oneshot::Sender<Result<(), String>>,
     },
+    /// Unload the other models that none of these folders needs.
+    Prune { keep: Vec<PathBuf> },
 }
 
 /// How long an idle worker waits, after a request arrives, for the others sent with it.
@@ -51,6 +73,19 @@ pub struct Worker {
     pub limits: Limits,
     /// Requests queued or running.
     in_flight: Arc<AtomicUsize>,
+}
+
+/// Tells the worker which sampler folders are still in use, so it unloads the others; cheap to
+/// clone (the Tinker sessions' reaper holds one).
+#[derive(Clone)]
+pub struct Pruner(mpsc::Sender<Job>);
+
+impl Pruner {
+    /// Unload the models that none of the folders in `keep` needs (they stay loaded while the
+    /// worker samples them, and are loaded again if asked for).
+    pub fn prune(&self, keep: Vec<PathBuf>) {
+        let _ = self.0.send(Job::Prune { keep });
+    }
 }
 
 /// Counts a request in flight until dropped (answered, failed, or its client gone).
@@ -79,23 +114,18 @@ impl Worker {
         std::thread::Builder::new()
             .name("temper-model-worker".into())
             .spawn(move || {
-                let loaded = (|| -> Result<_> {
-                    let model = CausalLm::load(&d, device, compute)
-                        .with_context(|| format!("loading {}", d.display()))?;
-                    let tok = Tokenizer::from_dir(&d).ok();
-                    let gen = GenerationConfig::from_dir(&d, Some(model.config()), tok.as_ref())?;
-                    Ok((model, tok, gen.eos_token_ids))
-                })();
-                let (model, tok, eos) = match loaded {
-                    Ok(x) => x,
+                let models = match Models::load(&d, device, compute) {
+                    Ok(m) => m,
                     Err(e) => {
                         let _ = ready_tx.send(Err(e));
                         return;
                     }
                 };
-                let c = model.config();
-                let _ = ready_tx.send(Ok((c.vocab_size, c.max_position_embeddings, eos.clone())));
-                run(model, tok.as_ref(), &eos, max_batch_rows, rx);
+                let served = models.served();
+                let c = served.model.config();
+                let ready = (c.vocab_size, c.max_position_embeddings, served.eos.clone());
+                let _ = ready_tx.send(Ok(ready));
+                run(models, max_batch_rows, rx);
             })?;
         let (vocab_size, max_model_len, eos_ids) = ready_rx
             .recv()
@@ -112,6 +142,10 @@ impl Worker {
             limits,
             in_flight: Arc::new(AtomicUsize::new(0)),
         })
+    }
+
+    pub fn pruner(&self) -> Pruner {
+        Pruner(self.tx.clone())
     }
 
     /// Takes `count` places in the queue, or refuses (503) when it is full.
@@ -133,30 +167,45 @@ impl Worker {
         Ok(guards)
     }
 
-    /// Queue a (validated) request now; the returned future gives its samples, ordered by
-    /// sample index. It joins the running batch as soon as rows are free.
-    pub fn submit(
+    /// Queue a (validated) request for `weights` now; the returned future gives its samples,
+    /// ordered by sample index. It joins the running batch as soon as rows are free.
+    fn submit(
         &self,
+        weights: Weights,
         request: Request,
     ) -> impl std::future::Future<Output = Result<Vec<Sample>, String>> {
         let (reply, rx) = tokio::sync::oneshot::channel();
-        let sent = self.tx.send(Job::Sample { request, reply });
+        let sent = self.tx.send(Job::Sample {
+            weights,
+            request,
+            reply,
+        });
         async move {
             sent.map_err(|_| "the model worker has stopped".to_string())?;
             rx.await
                 .map_err(|_| "the model worker dropped the request".to_string())?
         }
     }
-}
 
-impl Worker {
+    /// [`Worker::generate_on`] the served model.
+    pub async fn generate_all(
+        &self,
+        prompts: &[Vec<i64>],
+        params: &SamplingParams,
+        fields: &FieldNames,
+    ) -> Result<Vec<Result<Vec<Sample>, String>>, Failure> {
+        self.generate_on(&Weights::Served, prompts, params, fields)
+            .await
+    }
+
     /// One engine request per prompt, all queued before any is awaited (so they share the
     /// worker's batches); the samples per prompt, in prompt order. With a seed, prompt i uses
     /// seed + i: given one seed for a batch of prompts, they would otherwise repeat each other.
     /// Refused before anything is queued when out of [`Limits`] (400, naming `fields`) or when
     /// the queue is full (503).
-    pub async fn generate_all(
+    pub async fn generate_on(
         &self,
+        weights: &Weights,
         prompts: &[Vec<i64>],
         params: &SamplingParams,
         fields: &FieldNames,
@@ -174,10 +223,13 @@ impl Worker {
                     seed: params.seed.map(|s| s.wrapping_add(i as u64)),
                     ..params.clone()
                 };
-                self.submit(Request {
-                    prompt_ids: p.clone(),
-                    params,
-                })
+                self.submit(
+                    weights.clone(),
+                    Request {
+                        prompt_ids: p.clone(),
+                        params,
+                    },
+                )
             })
             .collect();
         let mut results = Vec::with_capacity(pending.len());
@@ -185,6 +237,31 @@ impl Worker {
             results.push(p.await);
         }
         Ok(results)
+    }
+
+    /// Per position of `tokens`, log p(token | the tokens before it) under `weights` (`None`
+    /// for the first): Tinker's compute_logprobs. Counts as one request in the queue.
+    pub async fn prompt_logprobs(
+        &self,
+        weights: Weights,
+        tokens: Vec<i64>,
+    ) -> Result<Result<Vec<Option<f32>>, String>, Failure> {
+        let _queued = self.reserve(1)?;
+        let (reply, rx) = tokio::sync::oneshot::channel();
+        if self
+            .tx
+            .send(Job::Logprobs {
+                weights,
+                tokens,
+                reply,
+            })
+            .is_err()
+        {
+            return Ok(Err("the model worker has stopped".into()));
+        }
+        Ok(rx
+            .await
+            .unwrap_or_else(|_| Err("the model worker dropped the request".into())))
     }
 
     /// Replace the weights by those of the HF folder `dir` once the requests queued before it are
@@ -210,49 +287,157 @@ fn reload(model: &mut CausalLm, dir: &Path) -> Result<()> {
         .with_context(|| format!("{}: weights of another shape", dir.display()))
 }
 
-fn run(
-    mut model: CausalLm,
-    tok: Option<&Tokenizer>,
-    eos: &[i64],
-    max_batch_rows: usize,
-    rx: mpsc::Receiver<Job>,
-) {
-    type Reply = tokio::sync::oneshot::Sender<Result<Vec<Sample>, String>>;
+/// The worker's loop: jobs in arrival order, samples for the same weights batched together.
+fn run(mut models: Models, max_batch_rows: usize, rx: mpsc::Receiver<Job>) {
     // Seeds for requests without one: different for every engine call (and every server run).
     let mut seeds = ChaCha20Rng::seed_from_u64(
         std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_nanos() as u64),
     );
-    let mut reload_next: Option<Job> = None;
+    // Jobs taken from the channel while a batch of other weights ran, in arrival order.
+    let mut pending: VecDeque<Job> = VecDeque::new();
     loop {
-        if let Some(Job::Reload { dir, reply }) = reload_next.take() {
-            let _ = reply.send(reload(&mut model, &dir).map_err(|e| format!("{e:#}")));
+        // A job straight from the channel found the worker idle: wait a moment for the requests
+        // sent with it (clients of one batch arrive within a few milliseconds), so that they are
+        // prefilled together rather than joining the running batch one by one.
+        let (job, linger) = match pending.pop_front() {
+            Some(job) => (job, false),
+            None => match rx.recv() {
+                Ok(job) => (job, true),
+                Err(_) => return,
+            },
+        };
+        match job {
+            Job::Sample {
+                weights,
+                request,
+                reply,
+            } => {
+                let batch = Batch {
+                    weights,
+                    first: (request, reply),
+                    linger,
+                    max_batch_rows,
+                    seed: seeds.random(),
+                };
+                batch.run(&mut models, &mut pending, &rx);
+            }
+            Job::Logprobs {
+                weights,
+                tokens,
+                reply,
+            } => {
+                if reply.is_closed() {
+                    continue;
+                }
+                let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    models
+                        .select(&weights)
+                        .and_then(|m| temper_tinker::prompt_logprobs(&m.model, &tokens))
+                        .map_err(|e| format!("{e:#}"))
+                }))
+                .unwrap_or_else(|panic| {
+                    Err(format!(
+                        "the request failed inside the server: {}",
+                        panic_message(&panic)
+                    ))
+                });
+                let _ = reply.send(result);
+            }
+            Job::Reload { dir, reply } => {
+                let result = reload(models.served_model_mut(), &dir);
+                let _ = reply.send(result.map_err(|e| format!("{e:#}")));
+            }
+            Job::Prune { keep } => {
+                if models.prune(&keep) {
+                    temper_kernels::memory::release_free_memory();
+                }
+            }
         }
-        let mut engine = Engine::new(&model, eos.to_vec()).with_config(EngineConfig {
+    }
+}
+
+/// One engine call over one set of weights: the request that started it, the requests for the
+/// same weights queued before the next reload, and those that arrive while it runs, until a job
+/// for anything else is queued.
+struct Batch {
+    weights: Weights,
+    first: (Request, SampleReply),
+    linger: bool,
+    max_batch_rows: usize,
+    seed: u64,
+}
+
+impl Batch {
+    fn run(self, models: &mut Models, pending: &mut VecDeque<Job>, rx: &mpsc::Receiver<Job>) {
+        let Batch {
+            weights,
+            first,
+            linger,
             max_batch_rows,
-            seed: seeds.random(),
+            seed,
+        } = self;
+        // The queued requests for these weights join now, up to the first reload (those after
+        // it must see the reloaded weights).
+        let mut initial = vec![first];
+        let mut rest = VecDeque::new();
+        let mut barrier = false;
+        for job in pending.drain(..) {
+            match job {
+                Job::Sample {
+                    weights: w,
+                    request,
+                    reply,
+                } if !barrier && w == weights => initial.push((request, reply)),
+                job => {
+                    barrier |= matches!(job, Job::Reload { .. });
+                    rest.push_back(job);
+                }
+            }
+        }
+        *pending = rest;
+        let loaded: &Loaded = match models.select(&weights) {
+            Ok(l) => l,
+            Err(e) => {
+                let msg = format!("{e:#}");
+                for (_, reply) in initial {
+                    let _ = reply.send(Err(msg.clone()));
+                }
+                return;
+            }
+        };
+        let mut engine = Engine::new(&loaded.model, loaded.eos.clone()).with_config(EngineConfig {
+            max_batch_rows,
+            seed,
             ..EngineConfig::default()
         });
-        if let Some(t) = tok {
+        if let Some(t) = &loaded.tokenizer {
             engine = engine.with_decoder(t);
         }
         // Replies by engine request index (the engine numbers requests in admission order from
         // 0), each removed once sent or its client is gone.
-        let replies: RefCell<HashMap<usize, Reply>> = RefCell::new(HashMap::new());
+        let replies: RefCell<HashMap<usize, SampleReply>> = RefCell::new(HashMap::new());
         let mut admitted = 0;
-        let mut stopped = false;
+        let mut initial = Some(initial);
+        let mut linger_until = linger.then(|| std::time::Instant::now() + LINGER);
         let mut inbox = |idle: bool| -> Incoming {
-            if reload_next.is_some() || stopped {
-                return Incoming::Close;
-            }
             let mut requests = vec![];
-            let mut linger_until: Option<std::time::Instant> = None;
-            loop {
+            let mut admit = |request: Request, reply: SampleReply, requests: &mut Vec<Request>| {
+                // A client that went away no longer needs its samples.
+                if !reply.is_closed() {
+                    replies.borrow_mut().insert(admitted, reply);
+                    admitted += 1;
+                    requests.push(request);
+                }
+            };
+            for (request, reply) in initial.take().into_iter().flatten() {
+                admit(request, reply, &mut requests);
+            }
+            // Something else waits: admit nothing more, finish what runs.
+            while pending.is_empty() {
                 // Block only when nothing is in flight and nothing was taken yet; then, starting
-                // from idle, wait a moment for the requests sent with it (clients of one batch
-                // arrive within a few milliseconds), so they are prefilled together rather than
-                // joining the running batch one by one.
+                // from idle, linger for the requests sent with the first.
                 let job = if idle && requests.is_empty() {
                     let j = rx.recv().map_err(|_| mpsc::TryRecvError::Disconnected);
                     linger_until = Some(std::time::Instant::now() + LINGER);
@@ -271,26 +456,24 @@ fn run(
                     rx.try_recv()
                 };
                 match job {
-                    Ok(Job::Sample { request, reply }) => {
-                        // A client that went away no longer needs its samples.
-                        if !reply.is_closed() {
-                            replies.borrow_mut().insert(admitted, reply);
-                            admitted += 1;
-                            requests.push(request);
-                        }
-                    }
-                    Ok(reload @ Job::Reload { .. }) => {
-                        reload_next = Some(reload);
-                        break;
-                    }
+                    Ok(Job::Sample {
+                        weights: w,
+                        request,
+                        reply,
+                    }) if w == weights => admit(request, reply, &mut requests),
+                    Ok(other) => pending.push_back(other),
                     Err(mpsc::TryRecvError::Empty) => break,
+                    // The server is stopping: finish what runs (the loop then ends).
                     Err(mpsc::TryRecvError::Disconnected) => {
-                        stopped = true;
+                        if requests.is_empty() {
+                            return Incoming::Close;
+                        }
                         break;
                     }
                 }
             }
-            if requests.is_empty() && (reload_next.is_some() || stopped) {
+            linger_until = None;
+            if requests.is_empty() && !pending.is_empty() {
                 Incoming::Close
             } else {
                 Incoming::Requests(requests)
@@ -315,8 +498,8 @@ fn run(
                 None => true,
             }
         };
-        // A panic inside the engine fails the requests in flight, not the server: the loop
-        // builds a fresh engine and goes on.
+        // A panic inside the engine fails the requests in flight, not the server: the worker's
+        // loop goes on with the next job.
         let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             engine.generate_continuous(&mut inbox, &mut done, &mut gone)
         }));
@@ -334,9 +517,6 @@ fn run(
             for reply in replies.into_inner().into_values() {
                 let _ = reply.send(Err(msg.clone()));
             }
-        }
-        if stopped && reload_next.is_none() {
-            return;
         }
     }
 }

@@ -21,6 +21,7 @@ mod training;
 
 pub use datum::{Datum, TensorData};
 pub use sampling::{
-    engine_request, sampled_sequence, SampledSequence, SamplingModel, TinkerSamplingParams,
+    engine_request, prompt_logprobs, sampled_sequence, SampledSequence, SamplingModel,
+    TinkerSamplingParams,
 };
 pub use training::{AdamParams, ForwardOutput, TrainingModel};

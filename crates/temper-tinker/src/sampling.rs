@@ -192,35 +192,41 @@ impl SamplingModel {
         engine_request(prompt, num_samples, p, self.model.config().vocab_size)
     }
 
-    /// Tinker's `compute_logprobs`: per position, log p(token | the tokens before it); `None` for
-    /// the first.
+    /// Tinker's `compute_logprobs` ([`prompt_logprobs`] of this snapshot).
     pub fn compute_logprobs(&self, tokens: &[i64]) -> Result<Vec<Option<f32>>> {
-        let vocab = self.model.config().vocab_size;
-        if let Some((i, t)) = tokens
-            .iter()
-            .enumerate()
-            .find(|(_, t)| **t < 0 || **t >= vocab)
-        {
-            bail!("prompt[{i}] = {t} is outside the vocabulary (0..{vocab})");
-        }
-        if tokens.len() < 2 {
-            return Ok(tokens.iter().map(|_| None).collect());
-        }
-        let device = self.model.device();
-        let x = Tensor::from_slice(tokens).unsqueeze(0).to(device);
-        let mask = x.ones_like();
-        let pos = position_ids_from_mask(&mask);
-        let (lp, _) = tch::no_grad(|| {
-            self.model
-                .token_logprobs(&x, &mask, &pos, &x.roll([-1], [1]), 1.0)
-                .into_parts()
-        });
-        let n = tokens.len() as i64 - 1;
-        let v = Vec::<f32>::try_from(lp.get(0).narrow(0, 0, n).to(Device::Cpu))?;
-        Ok(std::iter::once(None)
-            .chain(v.into_iter().map(Some))
-            .collect())
+        prompt_logprobs(&self.model, tokens)
     }
+}
+
+/// Tinker's `compute_logprobs` (and a sample's `prompt_logprobs`): per position of `tokens`,
+/// log p(token | the tokens before it) under `model`, on its training forward; `None` for the
+/// first.
+pub fn prompt_logprobs(model: &CausalLm, tokens: &[i64]) -> Result<Vec<Option<f32>>> {
+    let vocab = model.config().vocab_size;
+    if let Some((i, t)) = tokens
+        .iter()
+        .enumerate()
+        .find(|(_, t)| **t < 0 || **t >= vocab)
+    {
+        bail!("prompt[{i}] = {t} is outside the vocabulary (0..{vocab})");
+    }
+    if tokens.len() < 2 {
+        return Ok(tokens.iter().map(|_| None).collect());
+    }
+    let device = model.device();
+    let x = Tensor::from_slice(tokens).unsqueeze(0).to(device);
+    let mask = x.ones_like();
+    let pos = position_ids_from_mask(&mask);
+    let (lp, _) = tch::no_grad(|| {
+        model
+            .token_logprobs(&x, &mask, &pos, &x.roll([-1], [1]), 1.0)
+            .into_parts()
+    });
+    let n = tokens.len() as i64 - 1;
+    let v = Vec::<f32>::try_from(lp.get(0).narrow(0, 0, n).to(Device::Cpu))?;
+    Ok(std::iter::once(None)
+        .chain(v.into_iter().map(Some))
+        .collect())
 }
 
 /// The rollout engine's request for a Tinker sample request (`num_samples` of `prompt` with `p`),

@@ -107,12 +107,19 @@ pub fn run(args: Args) -> Result<()> {
         max_queued: args.max_queued_requests,
     };
     let worker = Worker::start(&dir, device, compute, args.max_num_seqs, limits)?;
+    let pruner = worker.pruner();
     let state = AppState {
         worker,
         model_name: args.served_model_name.unwrap_or(args.model),
         api_key: args.api_key,
         tokenizer: Tokenizer::from_dir(&dir).ok(),
-        tinker: temper_serve::tinker::Tinker::new(args.root, device, compute, session_timeout),
+        tinker: temper_serve::tinker::Tinker::new(
+            args.root,
+            device,
+            compute,
+            session_timeout,
+            pruner,
+        ),
     };
     serve_blocking(SocketAddr::new(args.host, args.port), state)
 }

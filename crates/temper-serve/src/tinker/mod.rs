@@ -4,7 +4,7 @@
 //! forward_backward and sample results, which are protobuf ([`proto`]). Training, creation and
 //! sampling calls answer a `request_id` at once; the result comes from `retrieve_future`
 //! ([`futures`]). Each training model runs on its own thread in `seq_id` order ([`training`]);
-//! sampling sessions share one sampling thread ([`samplers`]). Checkpoints live under `--root`:
+//! sampling sessions ([`samplers`]) sample on the serving worker, with the other APIs. Checkpoints live under `--root`:
 //! `tinker://{model_id}/weights/{name}` is `<root>/{model_id}/weights/{name}`.
 
 mod convert;
@@ -39,7 +39,7 @@ pub struct Tinker {
     samples: AtomicU64,
     models: Mutex<HashMap<String, ModelHandle>>,
     samplers: samplers::Samplers,
-    /// Where and in what the training models and samplers compute.
+    /// Where and in what the training models compute.
     device: tch::Device,
     compute: temper_model::ComputeKind,
 }
@@ -48,12 +48,14 @@ impl Tinker {
     /// Checkpoints go under `root` (created when needed); models compute in `compute` (f32 for
     /// numbers that match PyTorch's f32 closely; bf16 where it is native and speed matters); a
     /// session without a heartbeat for `session_timeout` ends (a thread checks every few
-    /// seconds, for as long as the returned value lives).
+    /// seconds, for as long as the returned value lives). Sampling runs on the serving worker,
+    /// which `pruner` tells when an ended session's sampler weights can be unloaded.
     pub fn new(
         root: PathBuf,
         device: tch::Device,
         compute: temper_model::ComputeKind,
         session_timeout: Duration,
+        pruner: crate::worker::Pruner,
     ) -> Arc<Tinker> {
         let t = Arc::new(Tinker {
             root,
@@ -61,7 +63,7 @@ impl Tinker {
             sessions: sessions::Sessions::new(session_timeout),
             samples: AtomicU64::new(0),
             models: Mutex::new(HashMap::new()),
-            samplers: samplers::Samplers::start(device, compute),
+            samplers: samplers::Samplers::new(pruner),
             device,
             compute,
         });

@@ -21,11 +21,11 @@ use temper_model::{CausalLm, LoraConfig};
 use temper_tinker::{AdamParams, TrainingModel};
 
 use super::futures::{Outcome, POLL_HOLD};
-use super::samplers::SampleJob;
 use super::training::{self, Job, ModelInfo, Queued};
 use super::{convert, proto, ModelHandle, Tinker};
 use crate::limits::TINKER_FIELDS;
 use crate::reply::authorized;
+use crate::worker::Weights;
 use crate::AppState;
 
 type S = State<Arc<AppState>>;
@@ -583,61 +583,82 @@ async fn asample(State(state): S, body: Bytes) -> Response {
             .check_sampling(&[prompt.len()], n, params.max_tokens, &TINKER_FIELDS)
             .map_err(|e| anyhow!(e))?;
         let prompt_logprobs = v["prompt_logprobs"].as_bool().unwrap_or(false);
-        if !prompt_logprobs && state.serves(&session.dir) {
-            return on_the_serving_worker(&state, &prompt, n, &params);
+        let (weights, vocab, tokenizer) = if state.serves(&session.dir) {
+            let w = &state.worker;
+            (Weights::Served, w.vocab_size, state.tokenizer.is_some())
+        } else {
+            let (vocab, tokenizer) = crate::models::folder_vocab(&session.dir)
+                .with_context(|| format!("sampling_session_id {id:?}"))?;
+            (Weights::Folder(session.dir.clone()), vocab, tokenizer)
+        };
+        if !params.stop_strings.is_empty() && !tokenizer {
+            bail!("sampling_params.stop: stop strings need a tokenizer, and the model has none");
         }
-        let samplers = t.samplers.clone();
-        Ok(Box::new(move |promise| {
-            samplers.submit(SampleJob {
-                dir: session.dir,
-                prompt,
-                num_samples: n,
-                params,
-                prompt_logprobs,
-                promise,
-            })
-        }))
+        let request = temper_tinker::engine_request(&prompt, n, &params, vocab)?;
+        Ok(on_the_serving_worker(
+            state.clone(),
+            weights,
+            request,
+            prompt_logprobs,
+        ))
     })
 }
 
-/// A sample of the model `temper serve --model` serves: on the serving worker's engine, batched
-/// with the OpenAI and SGLang requests, from the one copy of the model (the sampling thread keeps
-/// other weights: LoRA snapshots, other base models, and prompt logprobs).
+/// A sample on the serving worker's engine, batched with every other request for the same
+/// weights (the OpenAI and SGLang requests too, for the served model), and the prompt's
+/// logprobs when asked.
 fn on_the_serving_worker(
-    state: &Arc<AppState>,
-    prompt: &[i64],
-    n: usize,
-    params: &temper_tinker::TinkerSamplingParams,
-) -> Result<Dispatch> {
-    if !params.stop_strings.is_empty() && state.tokenizer.is_none() {
-        bail!("sampling_params.stop: stop strings need a tokenizer, and the model has none");
-    }
-    let request = temper_tinker::engine_request(prompt, n, params, state.worker.vocab_size)?;
-    let state = state.clone();
-    Ok(Box::new(move |promise| {
+    state: Arc<AppState>,
+    weights: Weights,
+    request: temper_rollout::Request,
+    prompt_logprobs: bool,
+) -> Dispatch {
+    Box::new(move |promise| {
         tokio::spawn(async move {
-            let prompts = [request.prompt_ids];
-            let answer = state
-                .worker
-                .generate_all(&prompts, &request.params, &TINKER_FIELDS)
+            let worker = &state.worker;
+            let prompt = request.prompt_ids;
+            let sampled = worker
+                .generate_on(
+                    &weights,
+                    std::slice::from_ref(&prompt),
+                    &request.params,
+                    &TINKER_FIELDS,
+                )
                 .await;
-            promise.complete(match answer {
+            let samples = match sampled {
                 Ok(mut per_prompt) => match per_prompt.pop() {
-                    Some(Ok(samples)) => super::samplers::sample_response(
-                        samples
-                            .into_iter()
-                            .map(temper_tinker::sampled_sequence)
-                            .collect(),
-                        None,
-                    ),
-                    Some(Err(e)) => Outcome::server_error(e),
-                    None => Outcome::server_error("no answer for the prompt"),
+                    Some(Ok(samples)) => samples,
+                    Some(Err(e)) => return promise.complete(Outcome::server_error(e)),
+                    None => {
+                        return promise.complete(Outcome::server_error("no answer for the prompt"))
+                    }
                 },
-                Err((status, e)) if status.is_client_error() => Outcome::user_error(e),
-                Err((_, e)) => Outcome::server_error(e),
-            });
+                Err((status, e)) if status.is_client_error() => {
+                    return promise.complete(Outcome::user_error(e))
+                }
+                Err((_, e)) => return promise.complete(Outcome::server_error(e)),
+            };
+            let logprobs = if prompt_logprobs {
+                match worker.prompt_logprobs(weights, prompt).await {
+                    Ok(Ok(lps)) => Some(proto::f32_bytes(
+                        lps.into_iter().map(|l| l.unwrap_or(f32::NAN)),
+                    )),
+                    Ok(Err(e)) => return promise.complete(Outcome::server_error(e)),
+                    Err((status, e)) if status.is_client_error() => {
+                        return promise.complete(Outcome::user_error(e))
+                    }
+                    Err((_, e)) => return promise.complete(Outcome::server_error(e)),
+                }
+            } else {
+                None
+            };
+            let seqs = samples
+                .into_iter()
+                .map(temper_tinker::sampled_sequence)
+                .collect();
+            promise.complete(super::samplers::sample_response(seqs, logprobs));
         });
-    }))
+    })
 }
 
 async fn retrieve_future(State(state): S, body: Bytes) -> Response {

@@ -207,8 +207,8 @@ fn execute(
 }
 
 /// Sampler weights, written to a temporary folder renamed into place. With LoRA: the adapters
-/// (PEFT's format) and `tinker_sampler.json` naming the base model, which the sampling thread
-/// swaps into a loaded copy of the base in milliseconds; a named save also holds the merged HF
+/// (PEFT's format) and `tinker_sampler.json` naming the base model, which the serving worker
+/// attaches to its loaded copy of the base in milliseconds; a named save also holds the merged HF
 /// folder (what vLLM or transformers load). Without LoRA: the HF folder.
 fn save_for_sampler(
     model: &TrainingModel,
@@ -225,7 +225,7 @@ fn save_for_sampler(
                     "target_modules": cfg.target_modules,
                 });
                 std::fs::write(
-                    tmp.join(super::samplers::LORA_SNAPSHOT),
+                    tmp.join(crate::models::LORA_SNAPSHOT),
                     serde_json::to_vec_pretty(&meta)?,
                 )?;
                 if named {
