@@ -46,11 +46,12 @@ def main():
         ("dro", {"beta": 0.05}),
         ("dro", {"beta": 1.3}),
     ]
-    for seed in range(3):
+    for seed in range(4):
         n = 5 + 3 * seed
         q = -torch.rand(n, generator=g, dtype=torch.float64) * 3
-        # Ratios spread across and beyond the clip range.
-        lp0 = q + torch.randn(n, generator=g, dtype=torch.float64) * 0.4
+        # Ratios spread across and beyond the clip range; the last round has log-ratios beyond
+        # +-20, where verl's losses clamp and Tinker's formulas do not.
+        lp0 = q + torch.randn(n, generator=g, dtype=torch.float64) * (0.4 if seed < 3 else 15.0)
         a = torch.randn(n, generator=g, dtype=torch.float64)
         w = torch.randn(n, generator=g, dtype=torch.float64)  # negative weights too
         for name, cfg in configs:

@@ -10,6 +10,7 @@
 //! - [`entropy`]: entropy from logits.
 //! - [`rollout_correction`]: training-vs-rollout mismatch metrics, truncated / masked importance sampling.
 //! - [`actor`]: the whole actor loss of one micro-batch (policy loss + KL loss - entropy bonus).
+//! - [`optim`]: AdamW and gradient-norm clipping (PyTorch's).
 //! - [`cs336`]: CS336 assignment 5's `grpo_microbatch_train_step` and group-normalised rewards.
 //! - [`vectors`]: the test-vector runner of `VECTORS.md` (used by `temper check-vectors`).
 //!
@@ -24,6 +25,7 @@ pub mod entropy;
 pub mod kl;
 pub mod masked;
 pub mod names;
+pub mod optim;
 pub mod policy_loss;
 pub mod rollout_correction;
 pub mod tinker_loss;

@@ -13,9 +13,12 @@
 //!   loss `mean_i(-mean_t(A) rho_i)` whatever the aggregation mode.
 //! - `sapo`: `L = -A (4/tau) sigmoid(tau (r - 1))`, tau = `tau_pos` if A > 0 else `tau_neg`;
 //!   aggregated `seq-mean-token-mean`.
-//! - Tinker (`tinker_importance_sampling`, `tinker_ppo`, `tinker_cispo`): `-r A`,
-//!   `-min(r A, clip(r, 1-lo, 1+hi) A)`, `-sg(clip(r, 1-lo, 1+hi)) A logp`, SUMMED (Tinker's
-//!   `clip_low_threshold` / `clip_high_threshold` are `1 - lo` / `1 + hi`, default 0.8 / 1.2).
+//! - Tinker (`tinker_importance_sampling`, `tinker_ppo`, `tinker_cispo`, `tinker_dro`): `-r A`,
+//!   `-min(r A, clip(r, 1-lo, 1+hi) A)`, `-sg(clip(r, 1-lo, 1+hi)) A logp`,
+//!   `-(A logp - beta/2 D^2)` (`dro_beta`, default 0.05), SUMMED (Tinker's `clip_low_threshold` /
+//!   `clip_high_threshold` are `1 - lo` / `1 + hi`, default 0.8 / 1.2), with `D` not clamped
+//!   (Tinker's own formulas). These rows are the Tinker API's losses too
+//!   ([`crate::tinker_loss`]); its `cross_entropy` is `no_baseline` with the weights as `A`.
 //!
 //! Metrics (full verl names): `actor/pg_clipfrac`, `actor/pg_clipfrac_lower`, `actor/ppo_kl`
 //! (verl's masked means `sum / (count + 1e-8)` over the micro-batch's valid tokens: 0 when it has
@@ -49,6 +52,7 @@ named_enum! {
         TinkerImportanceSampling => "tinker_importance_sampling" | "importance_sampling",
         TinkerPpo => "tinker_ppo",
         TinkerCispo => "tinker_cispo",
+        TinkerDro => "tinker_dro",
     }
 }
 
@@ -57,11 +61,20 @@ impl PolicyLossMode {
     pub fn forced_agg(self) -> Option<AggMode> {
         match self {
             PolicyLossMode::Gspo | PolicyLossMode::Sapo => Some(AggMode::SeqMeanTokenMean),
-            PolicyLossMode::TinkerImportanceSampling
-            | PolicyLossMode::TinkerPpo
-            | PolicyLossMode::TinkerCispo => Some(AggMode::TokenSum),
+            m if m.is_tinker() => Some(AggMode::TokenSum),
             _ => None,
         }
+    }
+
+    /// Tinker's losses: summed, their ratio not clamped before `exp`.
+    pub fn is_tinker(self) -> bool {
+        matches!(
+            self,
+            PolicyLossMode::TinkerImportanceSampling
+                | PolicyLossMode::TinkerPpo
+                | PolicyLossMode::TinkerCispo
+                | PolicyLossMode::TinkerDro
+        )
     }
 
     /// Whether the loss needs `old_log_prob`.
@@ -87,6 +100,8 @@ fn default_tau_pos() -> f64 {
 fn default_tau_neg() -> f64 {
     1.05
 }
+/// `tinker_dro`'s `beta` (the Tinker docs' example value; they document no default).
+pub const DRO_DEFAULT_BETA: f64 = 0.05;
 
 /// Parameters of the policy losses (verl's `actor.*` names; slime's and CS336's as aliases).
 #[derive(Debug, Clone, Copy, PartialEq, serde::Deserialize)]
@@ -114,6 +129,9 @@ pub struct PolicyLossParams {
     /// Absolute ratio cap of `trl_cispo` (default 5).
     #[serde(default)]
     pub cispo_max_ratio: Option<f64>,
+    /// `beta` of `tinker_dro` (default [`DRO_DEFAULT_BETA`]).
+    #[serde(default)]
+    pub dro_beta: Option<f64>,
 }
 
 impl Default for PolicyLossParams {
@@ -126,6 +144,7 @@ impl Default for PolicyLossParams {
             tau_pos: default_tau_pos(),
             tau_neg: default_tau_neg(),
             cispo_max_ratio: None,
+            dro_beta: None,
         }
     }
 }
@@ -234,8 +253,13 @@ pub fn policy_loss(
     let (lo, hi) = (params.lo(), params.hi());
     let ctx = ctx.with_mode(mode.forced_agg().unwrap_or(ctx.mode));
     let mut metrics = Metrics::new();
+    // verl clamps D to [-20, 20] before exp; Tinker's formulas do not.
     let ratio_clamped = |old: &Tensor| -> (Tensor, Tensor) {
-        let d = (logp - old).clamp(-20.0, 20.0);
+        let d = if mode.is_tinker() {
+            logp - old
+        } else {
+            (logp - old).clamp(-20.0, 20.0)
+        };
         let r = d.exp();
         (d, r)
     };
@@ -293,6 +317,13 @@ pub fn policy_loss(
             metrics.insert("actor/ppo_kl", scalar(&masked_mean(&-&d, mask, None)));
             metrics.insert("actor/pg_clipfrac", 0.0);
             -&adv * r
+        }
+        PolicyLossMode::TinkerDro => {
+            let d = logp - old.as_ref().expect("checked");
+            let beta = params.dro_beta.unwrap_or(DRO_DEFAULT_BETA);
+            metrics.insert("actor/ppo_kl", scalar(&masked_mean(&-&d, mask, None)));
+            metrics.insert("actor/pg_clipfrac", 0.0);
+            -(&adv * logp - d.square() * (0.5 * beta))
         }
         PolicyLossMode::Gspo => {
             let d = logp - old.as_ref().expect("checked");

@@ -15,14 +15,20 @@
 //! bounds (default 0.8 / 1.2). Every loss is a plain SUM over tokens (and, by the caller, over
 //! datums): no mean, no normalisation. No ratio is clamped before `exp` (Tinker's snippets do not).
 //! `dro`'s `beta` has no documented default: temper uses 0.05, the docs' example value.
+//!
+//! This module only reads the request: each loss is a row of the one loss table,
+//! [`crate::policy_loss`] (`tinker_importance_sampling`, `tinker_ppo`, `tinker_cispo`,
+//! `tinker_dro`; `cross_entropy` is `no_baseline` with the weights as advantages), aggregated
+//! with `token-sum`.
 
 use std::collections::BTreeMap;
 
 use anyhow::{bail, Result};
-use tch::Tensor;
+use tch::{Kind, Tensor};
 
-/// `dro`'s `beta` when `loss_fn_config` does not give one (the Tinker docs' example value).
-pub const DRO_DEFAULT_BETA: f64 = 0.05;
+use crate::agg::{AggContext, AggMode};
+pub use crate::policy_loss::DRO_DEFAULT_BETA;
+use crate::policy_loss::{policy_loss, PolicyLossInput, PolicyLossMode, PolicyLossParams};
 
 /// A Tinker loss with its `loss_fn_config` resolved.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -91,32 +97,63 @@ impl TinkerLoss {
         }
     }
 
+    /// This loss as a row of the loss table: its mode and parameters (Tinker's absolute
+    /// thresholds become the table's `1 - lo` / `1 + hi` offsets; no dual clip).
+    pub fn row(self) -> (PolicyLossMode, PolicyLossParams) {
+        let clip = |lo: f64, hi: f64| PolicyLossParams {
+            clip_ratio_low: Some(1.0 - lo),
+            clip_ratio_high: Some(hi - 1.0),
+            clip_ratio_c: None,
+            ..Default::default()
+        };
+        let plain = PolicyLossParams {
+            clip_ratio_c: None,
+            ..Default::default()
+        };
+        match self {
+            TinkerLoss::CrossEntropy => (PolicyLossMode::NoBaseline, plain),
+            TinkerLoss::ImportanceSampling => (PolicyLossMode::TinkerImportanceSampling, plain),
+            TinkerLoss::Ppo { lo, hi } => (PolicyLossMode::TinkerPpo, clip(lo, hi)),
+            TinkerLoss::Cispo { lo, hi } => (PolicyLossMode::TinkerCispo, clip(lo, hi)),
+            TinkerLoss::Dro { beta } => (
+                PolicyLossMode::TinkerDro,
+                PolicyLossParams {
+                    dro_beta: Some(beta),
+                    ..plain
+                },
+            ),
+        }
+    }
+
     /// The loss of one datum: a scalar, the sum over its positions. `lp` (N,) has gradient;
     /// `input(name)` gives the (N,) `loss_fn_inputs` tensors named by [`TinkerLoss::inputs`].
-    pub fn datum_loss(self, lp: &Tensor, input: &dyn Fn(&str) -> Tensor) -> Tensor {
-        let sum = |t: Tensor| t.sum(t.kind());
-        match self {
-            TinkerLoss::CrossEntropy => sum(-(lp * input("weights"))),
-            TinkerLoss::ImportanceSampling => {
-                let (q, a) = (input("logprobs"), input("advantages"));
-                sum(-((lp - q).exp() * a))
-            }
-            TinkerLoss::Ppo { lo, hi } => {
-                let (q, a) = (input("logprobs"), input("advantages"));
-                let r = (lp - q).exp();
-                let clipped = r.clamp(lo, hi);
-                sum(-(&r * &a).minimum(&(clipped * &a)))
-            }
-            TinkerLoss::Cispo { lo, hi } => {
-                let (q, a) = (input("logprobs"), input("advantages"));
-                let clipped = (lp - q).exp().clamp(lo, hi).detach();
-                sum(-(clipped * lp * a))
-            }
-            TinkerLoss::Dro { beta } => {
-                let (q, a) = (input("logprobs"), input("advantages"));
-                let d = lp - q;
-                sum(-(lp * a - d.square() * (0.5 * beta)))
-            }
-        }
+    pub fn datum_loss(self, lp: &Tensor, input: &dyn Fn(&str) -> Tensor) -> Result<Tensor> {
+        let (mode, params) = self.row();
+        let lp = lp.unsqueeze(0);
+        let n = lp.size()[1] as f64;
+        let (advantages, old) = match self {
+            TinkerLoss::CrossEntropy => (input("weights"), None),
+            _ => (input("advantages"), Some(input("logprobs").unsqueeze(0))),
+        };
+        let mask = lp.ones_like().to_kind(Kind::Bool);
+        let out = policy_loss(
+            mode,
+            &params,
+            &PolicyLossInput {
+                log_prob: &lp,
+                old_log_prob: old.as_ref(),
+                advantages: &advantages.unsqueeze(0),
+                response_mask: &mask,
+                rollout_is_weights: None,
+            },
+            &AggContext {
+                mode: AggMode::TokenSum,
+                global_tokens: n,
+                global_seqs: 1.0,
+                global_rows: 1.0,
+                loss_scale_factor: n,
+            },
+        )?;
+        Ok(out.pg_loss)
     }
 }

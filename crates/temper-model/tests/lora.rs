@@ -144,7 +144,10 @@ fn check_against_peft(tag: &str, tied: bool, targets: &[&str], adapted: usize) {
     assert!(model.lora_config().is_none());
     assert_eq!(logprobs(&model, false), before);
     assert_eq!(logprobs(&model, true), logprobs(&base, true));
-    assert_eq!(model.trainable_parameters().len(), base.named_parameters().len());
+    assert_eq!(
+        model.trainable_parameters().len(),
+        base.named_parameters().len()
+    );
     model.add_lora_seeded(&lora, 0).unwrap();
     model.load_lora_adapter(&adapter_dir).unwrap();
     assert_eq!(logprobs(&model, false), ours);

@@ -201,7 +201,10 @@ pub fn folder_vocab(dir: &Path) -> Result<(i64, bool)> {
     };
     let config = model_dir.join("config.json");
     if !config.exists() {
-        bail!("{}: not a model folder (no config.json)", model_dir.display());
+        bail!(
+            "{}: not a model folder (no config.json)",
+            model_dir.display()
+        );
     }
     let vocab = ModelConfig::from_file(&config)?.vocab_size;
     Ok((vocab, model_dir.join("tokenizer.json").exists()))

@@ -4,9 +4,9 @@ use std::collections::BTreeMap;
 
 use anyhow::Result;
 use tch::{Kind, Tensor};
+use temper_algo::optim::{clip_grad_norm, zero_grad, AdamW};
 use temper_algo::TinkerLoss;
 use temper_model::{position_ids_from_mask, CausalLm, DEFAULT_UNEMBED_CHUNK};
-use temper_train::optim::{clip_grad_norm, zero_grad, AdamW};
 
 /// Tinker's `AdamParams` (the SDK's defaults, which differ from torch's: beta2 0.95, eps 1e-12).
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -219,7 +219,7 @@ impl TrainingModel {
                 let v = d.loss_fn_inputs[name].to_f64();
                 Tensor::from_slice(&v).to_kind(Kind::Float).to(device)
             };
-            let l = loss.datum_loss(&row, &input);
+            let l = loss.datum_loss(&row, &input)?;
             total = Some(match total {
                 Some(t) => t + l,
                 None => l,

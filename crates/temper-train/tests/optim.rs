@@ -1,8 +1,9 @@
 //! AdamW, clip_grad_norm_ and the LR schedules against PyTorch / verl's formulas.
 mod common;
 use tch::{Kind, Tensor};
+use temper_algo::optim::{clip_grad_norm, AdamW};
 use temper_train::config::OptimConfig;
-use temper_train::optim::{clip_grad_norm, AdamW, LrSchedule};
+use temper_train::optim::LrSchedule;
 
 #[test]
 fn adamw_and_clipping_are_bitwise_torch() {

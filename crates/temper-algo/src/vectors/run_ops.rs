@@ -119,6 +119,7 @@ fn loss_params(a: &Args) -> Result<PolicyLossParams> {
         tau_pos: a.f64_or("tau_pos", d.tau_pos)?,
         tau_neg: a.f64_or("tau_neg", d.tau_neg)?,
         cispo_max_ratio: a.opt_f64("cispo_max_ratio", None)?,
+        dro_beta: a.opt_f64("dro_beta", None)?,
     })
 }
 

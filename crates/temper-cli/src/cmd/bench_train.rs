@@ -9,8 +9,8 @@ use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
 use tch::{Device, Kind, Tensor};
+use temper_algo::optim::AdamW;
 use temper_model::{logprobs_of, CausalLm, ComputeKind, ModelConfig};
-use temper_train::optim::AdamW;
 
 use temper_train::pyworker::{PyWorker, BENCH_REPLY_TIMEOUT};
 

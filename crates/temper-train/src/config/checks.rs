@@ -114,6 +114,10 @@ impl Config {
                 bail!("actor.{name} = {tau}: must be a finite number > 0");
             }
         }
+        let beta = self.actor.dro_beta;
+        if !(beta.is_finite() && beta >= 0.0) {
+            bail!("actor.dro_beta = {beta}: must be a finite number >= 0");
+        }
         one_of(
             "algorithm.filter_groups.metric",
             &self.algorithm.filter_groups.metric,

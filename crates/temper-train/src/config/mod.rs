@@ -167,6 +167,8 @@ pub struct ActorConfig {
     /// SAPO's gate temperatures for positive and negative advantages (verl's names, defaults).
     pub tau_pos: f64,
     pub tau_neg: f64,
+    /// `beta` of `loss_mode = "tinker_dro"`.
+    pub dro_beta: f64,
     pub loss_agg_mode: String,
     /// `S` of `seq-mean-token-sum-norm`; `None` = `data.max_response_length`.
     pub loss_scale_factor: Option<f64>,
@@ -194,6 +196,7 @@ impl Default for ActorConfig {
             clip_ratio_c: Some(3.0),
             tau_pos: 1.0,
             tau_neg: 1.05,
+            dro_beta: temper_algo::policy_loss::DRO_DEFAULT_BETA,
             loss_agg_mode: "token-mean".into(),
             loss_scale_factor: None,
             entropy_coeff: 0.0,

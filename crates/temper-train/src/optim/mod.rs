@@ -1,8 +1,5 @@
-//! AdamW, gradient-norm clipping and the learning-rate schedule, each equal to PyTorch's / verl's.
-mod adamw;
-mod clip;
+//! The learning-rate schedules (verl's), from the trainer's `optim` config. The optimizer itself
+//! (AdamW, gradient clipping) is [`temper_algo::optim`].
 mod schedule;
 
-pub use adamw::AdamW;
-pub use clip::{clip_grad_norm, zero_grad};
 pub use schedule::{LrSchedule, ScheduleKind};

@@ -60,6 +60,7 @@ pub(super) fn algo_configs(
         clip_ratio_c: a.clip_ratio_c,
         tau_pos: a.tau_pos,
         tau_neg: a.tau_neg,
+        dro_beta: Some(a.dro_beta),
         ..Default::default()
     };
     let loss_cfg = ActorLossConfig {

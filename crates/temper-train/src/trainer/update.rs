@@ -142,7 +142,8 @@ impl Trainer {
                 }
                 self.dist
                     .all_reduce_grads(&self.params, GRAD_BUCKET_BYTES)?;
-                let norm = crate::optim::clip_grad_norm(&self.params, self.cfg.actor.grad_clip);
+                let norm =
+                    temper_algo::optim::clip_grad_norm(&self.params, self.cfg.actor.grad_clip);
                 grad_norms.push(norm);
                 if norm.is_finite() {
                     self.optimizer.lr = lr;
@@ -153,7 +154,7 @@ impl Trainer {
                     );
                     skipped += 1;
                 }
-                crate::optim::zero_grad(&self.params);
+                temper_algo::optim::zero_grad(&self.params);
             }
         }
         acc.all_reduce(&self.dist, &ADDITIVE)?;
