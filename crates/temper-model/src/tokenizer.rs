@@ -190,6 +190,24 @@ impl Tokenizer {
         self.chat_template.is_some()
     }
 
+    /// The ids of a conversation to answer: rendered with the chat template and its generation
+    /// prompt, then encoded without adding special tokens (the template writes them), as
+    /// transformers' `apply_chat_template(messages, add_generation_prompt=True)` tokenizes.
+    pub fn encode_chat(&self, messages: &[ChatMessage]) -> Result<Vec<i64>> {
+        self.encode(&self.apply_chat_template(messages, true)?, false)
+    }
+
+    /// The ids of a prompt given as text: with `chat`, the text as one user message
+    /// ([`Tokenizer::encode_chat`]); else the text with the tokenizer's own special tokens (a
+    /// BOS where it adds one), as `tokenizer(text)` does.
+    pub fn encode_prompt(&self, text: &str, chat: bool) -> Result<Vec<i64>> {
+        if chat {
+            self.encode_chat(&[ChatMessage::user(text)])
+        } else {
+            self.encode(text, true)
+        }
+    }
+
     /// Render a conversation like transformers' `apply_chat_template(messages, tokenize=False,
     /// add_generation_prompt=...)`.
     pub fn apply_chat_template(

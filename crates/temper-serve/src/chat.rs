@@ -85,11 +85,8 @@ async fn run(state: &AppState, req: ChatRequest) -> Result<Value, Failure> {
         .enumerate()
         .map(|(i, m)| message(i, m))
         .collect::<Result<Vec<_>, _>>()?;
-    let text = tok
-        .apply_chat_template(&messages, true)
-        .map_err(|e| bad(format!("messages: {e:#}")))?;
     let prompt = tok
-        .encode(&text, false)
+        .encode_chat(&messages)
         .map_err(|e| bad(format!("messages: {e:#}")))?;
     let prompts = vec![prompt];
     check_prompts(&prompts, state.worker.vocab_size, "messages")?;

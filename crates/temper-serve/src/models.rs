@@ -8,7 +8,7 @@ use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
-use temper_model::{CausalLm, ComputeKind, GenerationConfig, LoraConfig, ModelConfig, Tokenizer};
+use temper_model::{CausalLm, ComputeKind, LoraConfig, ModelConfig, Policy};
 
 /// The file that makes a sampler folder a LoRA snapshot: `{"base_dir", "lora_rank",
 /// "lora_alpha", "target_modules"}`, with the adapters (PEFT's format) in `adapter/`.
@@ -27,33 +27,24 @@ pub enum Weights {
     Folder(PathBuf),
 }
 
-/// A model loaded for sampling, with what the engine needs beside it.
+/// A policy loaded for sampling, and the LoRA snapshot attached to it now.
 pub struct Loaded {
-    pub model: CausalLm,
-    pub tokenizer: Option<Tokenizer>,
-    pub eos: Vec<i64>,
-    /// The LoRA snapshot whose adapters are attached now.
+    pub policy: Policy,
     adapter: Option<PathBuf>,
 }
 
 impl Loaded {
     pub fn load(dir: &Path, device: tch::Device, compute: ComputeKind) -> Result<Loaded> {
-        let model = CausalLm::load(dir, device, compute)
-            .with_context(|| format!("loading {}", dir.display()))?;
-        let tokenizer = Tokenizer::from_dir(dir).ok();
-        let gen = GenerationConfig::from_dir(dir, Some(model.config()), tokenizer.as_ref())?;
         Ok(Loaded {
-            model,
-            tokenizer,
-            eos: gen.eos_token_ids,
+            policy: Policy::load(dir, device, compute)?,
             adapter: None,
         })
     }
 
     /// The model as loaded, no adapters.
     fn plain(&mut self) -> &Loaded {
-        if self.adapter.take().is_some() || self.model.lora_config().is_some() {
-            self.model.remove_lora();
+        if self.adapter.take().is_some() || self.policy.model.lora_config().is_some() {
+            self.policy.model.remove_lora();
         }
         self
     }
@@ -64,15 +55,19 @@ impl Loaded {
             return Ok(self);
         }
         self.adapter = None;
-        if self.model.lora_config() != Some(cfg) {
-            self.model.remove_lora();
+        if self.policy.model.lora_config() != Some(cfg) {
+            self.policy.model.remove_lora();
             // Seeded: the draws (overwritten at once) must not disturb a training model's seeded
             // initialisation on another thread.
-            self.model.add_lora_seeded(cfg, 0)?;
+            self.policy.model.add_lora_seeded(cfg, 0)?;
         }
-        if let Err(e) = self.model.load_lora_adapter(&snapshot.join("adapter")) {
+        if let Err(e) = self
+            .policy
+            .model
+            .load_lora_adapter(&snapshot.join("adapter"))
+        {
             // Half-loaded adapters are no one's.
-            self.model.remove_lora();
+            self.policy.model.remove_lora();
             return Err(e);
         }
         self.adapter = Some(snapshot.to_path_buf());
@@ -106,7 +101,7 @@ impl Models {
 
     /// The served model, to reload its weights in place.
     pub fn served_model_mut(&mut self) -> &mut CausalLm {
-        &mut self.served.model
+        &mut self.served.policy.model
     }
 
     /// The model for `weights`, ready to sample: adapters attached or removed, a folder loaded

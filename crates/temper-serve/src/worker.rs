@@ -26,12 +26,12 @@ use std::collections::HashMap;
 use anyhow::{Context, Result};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha20Rng;
-use temper_model::{CausalLm, ComputeKind};
+use temper_model::{CausalLm, ComputeKind, Policy};
 use temper_rollout::{Engine, EngineConfig, Incoming, Request, Sample, SamplingParams};
 
 use crate::limits::{FieldNames, Limits};
+use crate::models::Models;
 pub use crate::models::Weights;
-use crate::models::{Loaded, Models};
 use crate::reply::{bad, Failure};
 
 type SampleReply = tokio::sync::oneshot::Sender<Result<Vec<Sample>, String>>;
@@ -121,9 +121,13 @@ impl Worker {
                         return;
                     }
                 };
-                let served = models.served();
+                let served = &models.served().policy;
                 let c = served.model.config();
-                let ready = (c.vocab_size, c.max_position_embeddings, served.eos.clone());
+                let ready = (
+                    c.vocab_size,
+                    c.max_position_embeddings,
+                    served.eos_ids.clone(),
+                );
                 let _ = ready_tx.send(Ok(ready));
                 run(models, max_batch_rows, rx);
             })?;
@@ -334,7 +338,7 @@ fn run(mut models: Models, max_batch_rows: usize, rx: mpsc::Receiver<Job>) {
                 let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
                     models
                         .select(&weights)
-                        .and_then(|m| temper_tinker::prompt_logprobs(&m.model, &tokens))
+                        .and_then(|m| temper_tinker::prompt_logprobs(&m.policy.model, &tokens))
                         .map_err(|e| format!("{e:#}"))
                 }))
                 .unwrap_or_else(|panic| {
@@ -397,8 +401,8 @@ impl Batch {
             }
         }
         *pending = rest;
-        let loaded: &Loaded = match models.select(&weights) {
-            Ok(l) => l,
+        let loaded: &Policy = match models.select(&weights) {
+            Ok(l) => &l.policy,
             Err(e) => {
                 let msg = format!("{e:#}");
                 for (_, reply) in initial {
@@ -407,11 +411,12 @@ impl Batch {
                 return;
             }
         };
-        let mut engine = Engine::new(&loaded.model, loaded.eos.clone()).with_config(EngineConfig {
-            max_batch_rows,
-            seed,
-            ..EngineConfig::default()
-        });
+        let mut engine =
+            Engine::new(&loaded.model, loaded.eos_ids.clone()).with_config(EngineConfig {
+                max_batch_rows,
+                seed,
+                ..EngineConfig::default()
+            });
         if let Some(t) = &loaded.tokenizer {
             engine = engine.with_decoder(t);
         }

@@ -6,9 +6,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
 use tch::{Device, Tensor};
-use temper_model::{
-    position_ids_from_mask, CausalLm, ComputeKind, GenerationConfig, LoraConfig, Tokenizer,
-};
+use temper_model::{position_ids_from_mask, CausalLm, ComputeKind, LoraConfig, Policy};
 use temper_rollout::{Engine, EngineConfig, Request, Sample, SamplingParams};
 
 /// Tinker's `SamplingParams`.
@@ -55,9 +53,7 @@ pub struct SampledSequence {
 
 /// A frozen copy of a model's weights on disk and in memory, for sampling.
 pub struct SamplingModel {
-    model: CausalLm,
-    tokenizer: Option<Tokenizer>,
-    eos: Vec<i64>,
+    policy: Policy,
     pub path: PathBuf,
 }
 
@@ -69,9 +65,12 @@ impl SamplingModel {
 
     /// [`SamplingModel::load`] computing in `compute`.
     pub fn load_with(dir: &Path, device: Device, compute: ComputeKind) -> Result<SamplingModel> {
-        let model = CausalLm::load(dir, device, compute)
+        let policy = Policy::load(dir, device, compute)
             .with_context(|| format!("loading sampler weights {}", dir.display()))?;
-        Self::wrap(model, dir)
+        Ok(SamplingModel {
+            path: dir.to_path_buf(),
+            policy,
+        })
     }
 
     /// The base model in `base_dir` with LoRA adapters `lora` loaded from `adapter_dir` (PEFT's
@@ -83,32 +82,22 @@ impl SamplingModel {
         device: Device,
         compute: ComputeKind,
     ) -> Result<SamplingModel> {
-        let mut model = CausalLm::load(base_dir, device, compute)
+        let mut policy = Policy::load(base_dir, device, compute)
             .with_context(|| format!("loading base model {}", base_dir.display()))?;
-        model.add_lora(lora)?;
-        model.load_lora_adapter(adapter_dir)?;
-        let mut m = Self::wrap(model, base_dir)?;
-        m.path = adapter_dir.to_path_buf();
-        Ok(m)
+        policy.model.add_lora(lora)?;
+        policy.model.load_lora_adapter(adapter_dir)?;
+        Ok(SamplingModel {
+            policy,
+            path: adapter_dir.to_path_buf(),
+        })
     }
 
     /// Replace the adapters by those in `adapter_dir` (same rank and targets): switching between
     /// snapshots of one LoRA model costs a few megabytes, not a model load.
     pub fn swap_adapter(&mut self, adapter_dir: &Path) -> Result<()> {
-        self.model.load_lora_adapter(adapter_dir)?;
+        self.policy.model.load_lora_adapter(adapter_dir)?;
         self.path = adapter_dir.to_path_buf();
         Ok(())
-    }
-
-    fn wrap(model: CausalLm, dir: &Path) -> Result<SamplingModel> {
-        let tokenizer = Tokenizer::from_dir(dir).ok();
-        let gen = GenerationConfig::from_dir(dir, Some(model.config()), tokenizer.as_ref())?;
-        Ok(SamplingModel {
-            model,
-            tokenizer,
-            eos: gen.eos_token_ids,
-            path: dir.to_path_buf(),
-        })
     }
 
     /// `num_samples` completions of `prompt`. With a seed, the same request gives the same tokens.
@@ -146,11 +135,12 @@ impl SamplingModel {
                 Err(e) => results.push(Some(Err(e))),
             }
         }
-        let mut engine = Engine::new(&self.model, self.eos.clone()).with_config(EngineConfig {
+        let p = &self.policy;
+        let mut engine = Engine::new(&p.model, p.eos_ids.clone()).with_config(EngineConfig {
             seed: engine_seed,
             ..EngineConfig::default()
         });
-        if let Some(t) = &self.tokenizer {
+        if let Some(t) = &p.tokenizer {
             engine = engine.with_decoder(t);
         }
         match engine.generate(&engine_requests, &mut |_| {}) {
@@ -183,18 +173,23 @@ impl SamplingModel {
         num_samples: usize,
         p: &TinkerSamplingParams,
     ) -> Result<Request> {
-        if !p.stop_strings.is_empty() && self.tokenizer.is_none() {
+        if !p.stop_strings.is_empty() && self.policy.tokenizer.is_none() {
             bail!(
                 "stop strings need a tokenizer, and {} has none",
                 self.path.display()
             );
         }
-        engine_request(prompt, num_samples, p, self.model.config().vocab_size)
+        engine_request(
+            prompt,
+            num_samples,
+            p,
+            self.policy.model.config().vocab_size,
+        )
     }
 
     /// Tinker's `compute_logprobs` ([`prompt_logprobs`] of this snapshot).
     pub fn compute_logprobs(&self, tokens: &[i64]) -> Result<Vec<Option<f32>>> {
-        prompt_logprobs(&self.model, tokens)
+        prompt_logprobs(&self.policy.model, tokens)
     }
 }
 

@@ -105,7 +105,7 @@ pub fn run(args: Args) -> Result<()> {
         })
         .collect();
     let samples = {
-        let engine = loaded.engine(s);
+        let engine = super::sample::engine(&loaded, s);
         generate_with_progress(&engine, &requests).map_err(|e| name_request(e, &prompts))?
     };
     // Greedy rows report logprobs at temperature 1 (see docs/rollout.md).

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 
 use anyhow::{bail, Context, Result};
 use tch::Device;
-use temper_model::{CausalLm, ChatMessage, ComputeKind, GenerationConfig, Tokenizer};
+use temper_model::{ComputeKind, Policy, Tokenizer};
 use temper_rollout::draw::request_seed;
 use temper_rollout::{
     Engine, EngineConfig, LogprobKind, Progress, Request, Sample, SamplingParams,
@@ -130,49 +130,28 @@ impl SamplingArgs {
     }
 }
 
-/// A loaded model with what sampling needs around it.
-pub struct Loaded {
-    pub model: CausalLm,
-    /// None when the folder has no tokenizer.json (prompts must then be given as ids).
-    pub tokenizer: Option<Tokenizer>,
-    pub eos_ids: Vec<i64>,
-}
-
-pub fn load(spec: &str, dtype: ComputeKind) -> Result<Loaded> {
+pub fn load(spec: &str, dtype: ComputeKind) -> Result<Policy> {
     load_on(spec, dtype, Device::Cpu)
 }
 
 /// [`load`] onto `device`.
-pub fn load_on(spec: &str, dtype: ComputeKind, device: Device) -> Result<Loaded> {
+pub fn load_on(spec: &str, dtype: ComputeKind, device: Device) -> Result<Policy> {
     let dir = temper_model::resolve::resolve_model(spec)?;
-    let model = CausalLm::load(&dir, device, dtype)?;
-    let tokenizer = if dir.join("tokenizer.json").is_file() {
-        Some(Tokenizer::from_dir(&dir)?)
-    } else {
-        None
-    };
-    let gen = GenerationConfig::from_dir(&dir, Some(model.config()), tokenizer.as_ref())?;
-    Ok(Loaded {
-        model,
-        tokenizer,
-        eos_ids: gen.eos_token_ids,
-    })
+    Policy::load(&dir, device, dtype)
 }
 
-impl Loaded {
-    /// An engine over this model, decoding stop strings with its tokenizer when it has one.
-    pub fn engine(&self, s: &SamplingArgs) -> Engine<'_> {
-        let config = EngineConfig {
-            max_batch_rows: s.batch_rows,
-            refill_min_free: s.refill_min_free,
-            seed: s.seed,
-            ..Default::default()
-        };
-        let engine = Engine::new(&self.model, self.eos_ids.clone()).with_config(config);
-        match &self.tokenizer {
-            Some(t) => engine.with_decoder(t),
-            None => engine,
-        }
+/// An engine over `policy`'s model, decoding stop strings with its tokenizer when it has one.
+pub fn engine<'a>(policy: &'a Policy, s: &SamplingArgs) -> Engine<'a> {
+    let config = EngineConfig {
+        max_batch_rows: s.batch_rows,
+        refill_min_free: s.refill_min_free,
+        seed: s.seed,
+        ..Default::default()
+    };
+    let engine = Engine::new(&policy.model, policy.eos_ids.clone()).with_config(config);
+    match &policy.tokenizer {
+        Some(t) => engine.with_decoder(t),
+        None => engine,
     }
 }
 
@@ -269,13 +248,7 @@ pub fn tokenize_prompts(
                             p.origin
                         )
                     })?;
-                    if chat {
-                        let rendered =
-                            tok.apply_chat_template(&[ChatMessage::user(text.as_str())], true)?;
-                        tok.encode(&rendered, false)?
-                    } else {
-                        tok.encode(text, true)?
-                    }
+                    tok.encode_prompt(text, chat)?
                 }
                 (None, None) => unreachable!("a prompt has text or ids"),
             };
@@ -321,7 +294,7 @@ pub fn run(args: Args) -> Result<()> {
             params: args.sampling.params(i),
         })
         .collect();
-    let engine = loaded.engine(&args.sampling);
+    let engine = engine(&loaded, &args.sampling);
     let samples =
         generate_with_progress(&engine, &requests).map_err(|e| name_request(e, &prompts))?;
     print_samples(&samples, loaded.tokenizer.as_ref(), &prompts, args.json)

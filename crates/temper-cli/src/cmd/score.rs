@@ -2,7 +2,7 @@
 //! logprob given its prefix and the top-5 next tokens after the last one.
 use anyhow::{bail, Context, Result};
 use tch::{Device, Kind, Tensor};
-use temper_model::{CausalLm, ChatMessage, ComputeKind, Tokenizer};
+use temper_model::{CausalLm, ComputeKind};
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -81,25 +81,16 @@ pub fn score_ids(model: &CausalLm, ids: &[i64]) -> Result<Scores> {
 
 pub fn run(args: Args) -> Result<()> {
     let dir = temper_model::resolve::resolve_model(&args.model)?;
-    let model = CausalLm::load(&dir, Device::Cpu, args.dtype)?;
-    let tokenizer = if dir.join("tokenizer.json").is_file() {
-        Some(Tokenizer::from_dir(&dir)?)
-    } else {
-        None
-    };
+    let temper_model::Policy {
+        model, tokenizer, ..
+    } = temper_model::Policy::load(&dir, Device::Cpu, args.dtype)?;
     let ids = match (&args.ids, &args.text) {
         (Some(ids), _) => ids.clone(),
         (None, Some(text)) => {
             let tok = tokenizer.as_ref().with_context(|| {
                 format!("--text needs {}", dir.join("tokenizer.json").display())
             })?;
-            if args.chat {
-                let rendered =
-                    tok.apply_chat_template(&[ChatMessage::user(text.as_str())], true)?;
-                tok.encode(&rendered, false)?
-            } else {
-                tok.encode(text, true)?
-            }
+            tok.encode_prompt(text, args.chat)?
         }
         (None, None) => bail!("give --text or --ids"),
     };

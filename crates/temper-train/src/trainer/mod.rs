@@ -33,7 +33,7 @@ use std::path::{Path, PathBuf};
 use tch::Device;
 use temper_algo::optim::AdamW;
 use temper_algo::{ActorLossConfig, AdvConfig, KlController};
-use temper_model::{CausalLm, ComputeKind, GenerationConfig, Tokenizer};
+use temper_model::{CausalLm, ComputeKind, Policy, Tokenizer};
 use temper_reward::Reward;
 
 /// Everything a run holds between steps.
@@ -238,8 +238,21 @@ impl Trainer {
         let device = device_of(&cfg)?;
         let compute =
             compute_dtype::run_compute(&cfg.model.dtype, device, &dist, recorded_compute)?;
-        let mut model = CausalLm::load(weights_dir, device, compute)
-            .with_context(|| format!("loading model {}", weights_dir.display()))?;
+        let tok_dir = cfg
+            .model
+            .tokenizer_path
+            .as_ref()
+            .map(PathBuf::from)
+            .unwrap_or_else(|| weights_dir.to_path_buf());
+        let policy = Policy::load_with_tokenizer(weights_dir, &tok_dir, true, device, compute)?;
+        let eos_ids = policy.require_eos()?.to_vec();
+        let pad_id = policy.pad_id.unwrap_or(eos_ids[0]);
+        let Policy {
+            mut model,
+            tokenizer,
+            ..
+        } = policy;
+        let tokenizer = tokenizer.expect("load_with_tokenizer(.., true, ..) loads one");
         if cfg.model.lora_rank > 0 {
             let lora = temper_model::LoraConfig {
                 rank: cfg.model.lora_rank as i64,
@@ -270,25 +283,6 @@ impl Trainer {
             copy_weights(&model, &copy);
             Some(copy)
         };
-        let tok_dir = cfg
-            .model
-            .tokenizer_path
-            .as_ref()
-            .map(PathBuf::from)
-            .unwrap_or_else(|| weights_dir.to_path_buf());
-        let tokenizer = Tokenizer::from_dir(&tok_dir)
-            .with_context(|| format!("tokenizer of {}", tok_dir.display()))?;
-        let gen = GenerationConfig::from_dir(weights_dir, Some(model.config()), Some(&tokenizer))?;
-        if gen.eos_token_ids.is_empty() {
-            bail!(
-                "{}: the model has no EOS token id (generation_config.json / tokenizer)",
-                weights_dir.display()
-            );
-        }
-        let pad_id = gen
-            .pad_token_id
-            .or(tokenizer.pad_id())
-            .unwrap_or(gen.eos_token_ids[0]);
 
         let algo = algo_configs(&cfg)?;
         let (loss_cfg, adv_cfg, rollout_corr) = algo;
@@ -318,13 +312,8 @@ impl Trainer {
 
         let seed = cfg.data.seed.unwrap_or(cfg.trainer.seed);
         let (env, train, val) = if cfg.env.enabled() {
-            let (env, questions) = env_runtime::EnvRuntime::build(
-                &cfg,
-                &tokenizer,
-                &gen.eos_token_ids,
-                device,
-                compute,
-            )?;
+            let (env, questions) =
+                env_runtime::EnvRuntime::build(&cfg, &tokenizer, &eos_ids, device, compute)?;
             (Some(env), questions, None)
         } else {
             let train = load_dataset(&cfg.data, seed, true)?.context("no training data")?;
@@ -374,7 +363,7 @@ impl Trainer {
             model,
             reference,
             tokenizer,
-            eos_ids: gen.eos_token_ids,
+            eos_ids,
             pad_id,
             params,
             optimizer,
