@@ -147,16 +147,23 @@ fn default_target_kl() -> f64 {
 fn default_horizon() -> f64 {
     10000.0
 }
-fn default_ctrl_type() -> String {
-    "fixed".into()
+named_enum! {
+    /// `algorithm.kl_ctrl.type`.
+    #[derive(Default)]
+    pub enum KlCtrlKind ("kl_ctrl type") {
+        #[default]
+        Fixed => "fixed",
+        Adaptive => "adaptive",
+    }
 }
 
-/// `algorithm.kl_ctrl`: `type` (`fixed` | `adaptive`), `kl_coef`, `target_kl`, `horizon`.
-#[derive(Debug, Clone, PartialEq, serde::Deserialize)]
+/// `algorithm.kl_ctrl`: `type` (`fixed` | `adaptive`), `kl_coef`, `target_kl`, `horizon` (the
+/// trainer's config section itself).
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct KlCtrlConfig {
-    #[serde(rename = "type", default = "default_ctrl_type")]
-    pub kind: String,
+    #[serde(rename = "type", default)]
+    pub kind: KlCtrlKind,
     #[serde(default = "default_kl_coef")]
     pub kl_coef: f64,
     #[serde(default = "default_target_kl")]
@@ -168,7 +175,7 @@ pub struct KlCtrlConfig {
 impl Default for KlCtrlConfig {
     fn default() -> Self {
         KlCtrlConfig {
-            kind: default_ctrl_type(),
+            kind: KlCtrlKind::Fixed,
             kl_coef: default_kl_coef(),
             target_kl: default_target_kl(),
             horizon: default_horizon(),
@@ -192,9 +199,9 @@ pub enum KlController {
 
 impl KlController {
     pub fn new(cfg: &KlCtrlConfig) -> Result<Self> {
-        match cfg.kind.as_str() {
-            "fixed" => Ok(KlController::Fixed { value: cfg.kl_coef }),
-            "adaptive" => {
+        match cfg.kind {
+            KlCtrlKind::Fixed => Ok(KlController::Fixed { value: cfg.kl_coef }),
+            KlCtrlKind::Adaptive => {
                 if cfg.horizon.is_nan() || cfg.horizon <= 0.0 {
                     bail!("kl_ctrl.horizon must be > 0, got {}", cfg.horizon);
                 }
@@ -204,7 +211,6 @@ impl KlController {
                     horizon: cfg.horizon,
                 })
             }
-            other => bail!("unknown kl_ctrl.type {other:?}; known: fixed, adaptive"),
         }
     }
 

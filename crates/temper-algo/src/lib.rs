@@ -38,7 +38,7 @@ pub use advantage::{
 };
 pub use agg::{agg_loss, AggContext, AggMode};
 pub use entropy::entropy_from_logits;
-pub use kl::{apply_kl_in_reward, kl_penalty, KlController, KlCtrlConfig, KlType};
+pub use kl::{apply_kl_in_reward, kl_penalty, KlController, KlCtrlConfig, KlCtrlKind, KlType};
 pub use masked::{masked_mean, masked_mean_eps, masked_sum, masked_whiten};
 pub use names::UnknownName;
 pub use policy_loss::{

@@ -15,22 +15,35 @@ pub struct UnknownName {
     pub known: Vec<&'static str>,
 }
 
+impl UnknownName {
+    /// The known name closest to what was given, when it is close enough to be a typo (at most
+    /// a third of its letters, and at least one, differ).
+    pub fn closest(&self) -> Option<&'static str> {
+        let (best, distance) = self
+            .known
+            .iter()
+            .map(|k| (*k, strsim::levenshtein(k, &self.got)))
+            .min_by_key(|(_, d)| *d)?;
+        (distance <= (self.got.chars().count() / 3).max(1)).then_some(best)
+    }
+}
+
 impl fmt::Display for UnknownName {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "unknown {} {:?}; known: {}",
-            self.what,
-            self.got,
-            self.known.join(", ")
-        )
+        write!(f, "unknown {} {:?}", self.what, self.got)?;
+        if let Some(c) = self.closest() {
+            write!(f, " (did you mean `{c}`?)")?;
+        }
+        write!(f, "; known: {}", self.known.join(", "))
     }
 }
 
 impl std::error::Error for UnknownName {}
 
 /// Defines a fieldless enum with a canonical name and aliases per variant, plus `FromStr`,
-/// `Display`, `Serialize` and `Deserialize` through those names.
+/// `Display`, `Serialize` and `Deserialize` through those names (the crate using it needs
+/// `serde`). Every config choice of temper is one of these, parsed when the config loads.
+#[macro_export]
 macro_rules! named_enum {
     (
         $(#[$meta:meta])*
@@ -96,4 +109,4 @@ macro_rules! named_enum {
     };
 }
 
-pub(crate) use named_enum;
+pub use crate::named_enum;

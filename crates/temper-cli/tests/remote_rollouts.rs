@@ -96,7 +96,7 @@ fn every_protocol_gives_the_local_rollouts() {
     let url = format!("generation.base_url={:?}", server.url);
     let cfg = tiny_config(&root, &["generation.backend=\"sglang_server\"", &url]);
     assert_eq!(
-        (cfg.rollout.backend.as_str(), cfg.rollout.base_urls.clone()),
+        (cfg.rollout.backend.name(), cfg.rollout.base_urls.clone()),
         ("sglang", vec![server.url.clone()])
     );
 }

@@ -28,8 +28,8 @@ fn defaults_are_verls() {
     assert_eq!(c.actor.clip_ratio, 0.2);
     assert_eq!(c.actor.clip_low(), 0.2);
     assert_eq!(c.actor.clip_ratio_c, Some(3.0));
-    assert_eq!(c.actor.loss_agg_mode, "token-mean");
-    assert_eq!(c.actor.kl_loss_type, "low_var_kl");
+    assert_eq!(c.actor.loss_agg_mode, "token-mean".parse().unwrap());
+    assert_eq!(c.actor.kl_loss_type, "low_var_kl".parse().unwrap());
     assert_eq!(c.actor.kl_loss_coef, 0.001);
     assert_eq!(c.actor.ppo_mini_batch_size, 256);
     assert_eq!(c.actor.grad_clip, 1.0);
@@ -55,7 +55,7 @@ fn overrides_parse_values_as_toml() {
         ],
     )
     .unwrap();
-    assert_eq!(c.actor.policy_loss.loss_mode, "cispo");
+    assert_eq!(c.actor.policy_loss.loss_mode, "cispo".parse().unwrap());
     assert_eq!(c.actor.optim.lr, 1e-5);
     assert_eq!(c.actor.optim.betas, [0.9, 0.95]);
     assert!(c.trainer.check_on_policy);
@@ -83,7 +83,7 @@ fn verl_paths_are_aliases() {
     assert_eq!(c.actor.clip_ratio_low, Some(10.0));
     assert_eq!(c.actor.clip_high(), 0.2);
     assert_eq!(c.rollout.n, 8);
-    assert_eq!(c.actor.optim.lr_scheduler_type, "cosine");
+    assert_eq!(c.actor.optim.lr_scheduler_type.name(), "cosine");
     assert_eq!(c.eval.temperature, 0.6);
     assert_eq!(c.data.train_batch_size, 512);
     assert_eq!(c.actor.optim.lr, 3e-6);
@@ -97,7 +97,7 @@ fn verl_nested_tables_in_file() {
         "{MIN}[actor_rollout_ref.actor.policy_loss]\nloss_mode = \"gspo\"\n[actor_rollout_ref.actor.optim]\nlr = 2e-6\n"
     );
     let c = load(&text, &[]).unwrap();
-    assert_eq!(c.actor.policy_loss.loss_mode, "gspo");
+    assert_eq!(c.actor.policy_loss.loss_mode, "gspo".parse().unwrap());
     assert_eq!(c.actor.optim.lr, 2e-6);
 }
 
@@ -231,10 +231,44 @@ fn bad_algorithm_names_name_the_key() {
             "algorithm.rollout_correction.rollout_is=batch",
             "algorithm.rollout_correction.rollout_is",
         ),
+        // The config's other fixed choices, parsed when the config loads.
+        ("rollout.backend=vlm", "rollout.backend"),
+        ("rollout.weight_sync=nfs", "rollout.weight_sync"),
+        ("data.truncation=middle", "data.truncation"),
+        ("data.answer_extract=math", "data.answer_extract"),
+        ("model.dtype=f32", "model.dtype"),
+        ("trainer.device=tpu", "trainer.device"),
+        ("reward.on_error=skip", "reward.on_error"),
+        (
+            "algorithm.filter_groups.metric=accuracy",
+            "algorithm.filter_groups.metric",
+        ),
+        (
+            "actor.optim.lr_scheduler_type=linear",
+            "actor.optim.lr_scheduler_type",
+        ),
+        ("algorithm.kl_ctrl.type=pid", "algorithm.kl_ctrl.type"),
     ] {
         let e = format!("{:#}", load(MIN, &[ov]).unwrap_err());
-        assert!(e.contains(key), "{ov}: {e}");
+        assert!(e.contains(key) && e.contains("known: "), "{ov}: {e}");
     }
+    // A near miss gets a did-you-mean; an alias loads as its canonical name.
+    let e = format!("{:#}", load(MIN, &["rollout.backend=vlm"]).unwrap_err());
+    assert!(e.contains("(did you mean `vllm`?)"), "{e}");
+    let e = format!(
+        "{:#}",
+        load(MIN, &["actor.policy_loss.loss_mode=cispoo"]).unwrap_err()
+    );
+    assert!(e.contains("(did you mean `cispo`?)"), "{e}");
+    let c = load(
+        MIN,
+        &[
+            "rollout.backend=sglang_server",
+            "rollout.base_urls=[\"http://x\"]",
+        ],
+    )
+    .unwrap();
+    assert_eq!(c.rollout.backend.name(), "sglang");
 }
 
 /// Every shipped example loads and validates, and the convention-specific ones mean what they say.
@@ -305,7 +339,7 @@ fn remote_rollout_settings_are_checked_together() {
         ],
     )
     .unwrap();
-    assert_eq!(c.rollout.backend, "vllm");
+    assert_eq!(c.rollout.backend.name(), "vllm");
     assert_eq!(c.rollout.base_urls, vec!["http://h:8000".to_string()]);
 }
 
@@ -335,7 +369,7 @@ fn hydra_overrides_as_verl_scripts_write_them() {
     assert!(!c.trainer.val_before_train);
     assert!(c.actor.shuffle);
     assert_eq!(c.actor.clip_ratio_low, Some(10.0));
-    assert_eq!(c.actor.policy_loss.loss_mode, "cispo");
+    assert_eq!(c.actor.policy_loss.loss_mode, "cispo".parse().unwrap());
     assert_eq!(c.rollout.stop, ["</answer>", "a,b"]);
     // null: temper's default.
     assert_eq!(c.actor.clip_ratio_c, Some(3.0));

@@ -7,7 +7,7 @@ fn cfg(prompt_key: &str, answer_key: &str, extract: &str) -> DataConfig {
     DataConfig {
         prompt_key: prompt_key.into(),
         answer_key: answer_key.into(),
-        answer_extract: extract.into(),
+        answer_extract: extract.parse().unwrap(),
         ..DataConfig::default()
     }
 }

@@ -84,7 +84,7 @@ fn adamw_and_clipping_are_bitwise_torch() {
 fn optim(kind: &str, warmup: i64, ratio: f64, min_lr_ratio: f64) -> OptimConfig {
     OptimConfig {
         lr: 2.0,
-        lr_scheduler_type: kind.into(),
+        lr_scheduler_type: kind.parse().unwrap(),
         lr_warmup_steps: warmup,
         lr_warmup_steps_ratio: ratio,
         min_lr_ratio,

@@ -370,7 +370,7 @@ pub(super) fn run_rollout_correction(a: &Args, inp: &Inputs, wants: &Want) -> Re
 fn kl_ctrl(a: &Args) -> Result<KlController> {
     let d = KlCtrlConfig::default();
     KlController::new(&KlCtrlConfig {
-        kind: a.str("kl_ctrl")?.unwrap_or("fixed").to_string(),
+        kind: a.str("kl_ctrl")?.unwrap_or("fixed").parse()?,
         kl_coef: a.f64_or("kl_coef", d.kl_coef)?,
         target_kl: a.f64_or("target_kl", d.target_kl)?,
         horizon: a.f64_or("horizon", d.horizon)?,

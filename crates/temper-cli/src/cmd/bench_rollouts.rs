@@ -44,7 +44,8 @@ pub fn run(args: Args) -> Result<()> {
     ];
     let cfg = load_config(Some(&args.config), &base)?.config;
     let model_dir = temper_model::resolve::resolve_model(&cfg.model.path)?;
-    let compute = temper_model::resolve_compute_kind(&cfg.model.dtype, tch::Device::Cpu)?.compute;
+    let compute =
+        temper_model::resolve_compute_kind(cfg.model.dtype.name(), tch::Device::Cpu)?.compute;
     let model = model_dir.display().to_string();
     let serve = |threads: Option<usize>| {
         let mut a = vec![

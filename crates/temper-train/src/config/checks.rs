@@ -39,11 +39,6 @@ impl Config {
         if self.model.path.is_empty() {
             bail!("model.path is required (a model folder, `smollm2`, or `random:<config.json>`)");
         }
-        one_of(
-            "model.dtype",
-            &self.model.dtype,
-            &["float32", "bfloat16", "auto"],
-        )?;
         self.rollout.validate()?;
         if self.rollout.async_steps > 0 && self.trainer.check_on_policy {
             bail!(
@@ -58,12 +53,6 @@ impl Config {
         if d.task.is_none() && d.train_files.is_empty() && !self.env.enabled() {
             bail!("data.train_files is empty and data.task is not set: nothing to train on");
         }
-        one_of(
-            "data.truncation",
-            &d.truncation,
-            &["error", "left", "right"],
-        )?;
-        one_of("data.answer_extract", &d.answer_extract, &["none", "gsm8k"])?;
         if !["chat", "r1_zero", "raw"].contains(&d.prompt_template.as_str())
             && !d.prompt_template.contains("{prompt}")
         {
@@ -118,11 +107,6 @@ impl Config {
         if !(beta.is_finite() && beta >= 0.0) {
             bail!("actor.dro_beta = {beta}: must be a finite number >= 0");
         }
-        one_of(
-            "algorithm.filter_groups.metric",
-            &self.algorithm.filter_groups.metric,
-            &["acc", "score", "seq_reward", "seq_final_reward"],
-        )?;
         let ob = &self.reward.overlong_buffer;
         if ob.enable {
             let max = ob.max_resp_len.unwrap_or(self.data.max_response_length);
@@ -153,11 +137,6 @@ impl Config {
         if o.eps.is_nan() || o.eps <= 0.0 {
             bail!("actor.optim.eps = {}: must be > 0", o.eps);
         }
-        one_of(
-            "actor.optim.lr_scheduler_type",
-            &o.lr_scheduler_type,
-            &["constant", "cosine"],
-        )?;
         if !(0.0..=1.0).contains(&o.lr_warmup_steps_ratio) {
             bail!(
                 "actor.optim.lr_warmup_steps_ratio = {}: must be in [0, 1]",
@@ -190,17 +169,6 @@ impl Config {
         if self.rollout.top_p.is_nan() || self.rollout.top_p <= 0.0 || self.rollout.top_p > 1.0 {
             bail!("rollout.top_p = {}: must be in (0, 1]", self.rollout.top_p);
         }
-        one_of("reward.on_error", &self.reward.on_error, &["fail", "zero"])?;
-        one_of(
-            "trainer.device",
-            &self.trainer.device,
-            &["cpu", "cuda", "auto"],
-        )?;
-        one_of(
-            "algorithm.kl_ctrl.type",
-            &self.algorithm.kl_ctrl.kind,
-            &["fixed", "adaptive"],
-        )?;
         self.check_algorithm_names()?;
         if self.rollout.min_tokens > d.max_response_length {
             bail!(
@@ -221,37 +189,9 @@ impl Config {
         Ok(())
     }
 
-    /// Every algorithm name parses with temper-algo's parser (the error lists the known names).
+    /// The rollout-correction thresholds (the algorithm names are parsed when the config loads).
     fn check_algorithm_names(&self) -> anyhow::Result<()> {
-        use anyhow::Context;
-        let a = &self.actor;
-        a.policy_loss
-            .loss_mode
-            .parse::<temper_algo::PolicyLossMode>()
-            .context("actor.policy_loss.loss_mode")?;
-        a.loss_agg_mode
-            .parse::<temper_algo::AggMode>()
-            .context("actor.loss_agg_mode")?;
-        a.kl_loss_type
-            .parse::<temper_algo::KlType>()
-            .context("actor.kl_loss_type")?;
-        let al = &self.algorithm;
-        al.adv_estimator
-            .parse::<temper_algo::AdvEstimator>()
-            .context("algorithm.adv_estimator")?;
-        al.kl_penalty
-            .parse::<temper_algo::KlType>()
-            .context("algorithm.kl_penalty")?;
-        let rc = &al.rollout_correction;
-        for (k, v) in [
-            ("rollout_is", &rc.rollout_is),
-            ("rollout_rs", &rc.rollout_rs),
-        ] {
-            if let Some(v) = v {
-                v.parse::<temper_algo::CorrectionLevel>()
-                    .with_context(|| format!("algorithm.rollout_correction.{k}"))?;
-            }
-        }
+        let rc = &self.algorithm.rollout_correction;
         if rc.rollout_is.is_some() && rc.rollout_is_threshold <= 1.0 {
             anyhow::bail!("algorithm.rollout_correction.rollout_is_threshold must be > 1");
         }

@@ -76,18 +76,10 @@ const KEY_ALIASES: &[(&str, &str)] = &[
     ("generation.base_url", "rollout.base_urls"),
 ];
 
-/// Values spelled differently elsewhere: grail's backend names, and one URL for the list.
+/// Values given as one where a list is meant (one URL, one target module, one logger).
 fn normalize_value(key: &str, v: toml::Value) -> toml::Value {
     use toml::Value::{Array, String};
     match (key, v) {
-        ("rollout.backend", String(s)) => String(
-            match s.as_str() {
-                "vllm_server" => "vllm",
-                "sglang_server" => "sglang",
-                other => other,
-            }
-            .to_string(),
-        ),
         ("rollout.base_urls" | "model.target_modules" | "trainer.logger", one @ String(_)) => {
             Array(vec![one])
         }
@@ -178,7 +170,10 @@ pub fn load_config_str(text: &str, name: &str, overrides: &[String]) -> Result<L
                 .find(|(k, _)| key.starts_with(k.as_str()) || k.starts_with(&key))
                 .map(|(_, (_, s))| s.to_string())
                 .unwrap_or_else(|| format!("config {name}"));
-            anyhow!("{src}: `{key}`: {}", one_line(&e.inner().to_string()))
+            // toml ends its message with "in `key`", already said in front.
+            let msg = one_line(&e.inner().to_string());
+            let msg = msg.trim_end().trim_end_matches(&format!(" in `{key}`"));
+            anyhow!("{src}: `{key}`: {msg}")
         })?;
     config
         .validate()

@@ -4,12 +4,17 @@
 //! against the schema below (the serialized [`Config::default`]), so a typo is an error with a
 //! did-you-mean, never a silently ignored setting.
 mod checks;
+pub mod choices;
 mod env;
 mod load;
 mod rollout;
 mod sweep;
 pub mod verl_keys;
 
+pub use choices::{
+    AnswerExtract, GroupMetric, ModelDtype, OnError, RolloutBackend, TrainerDevice, Truncation,
+    WeightSync,
+};
 pub use env::EnvConfig;
 pub use load::{
     classify_key, load_config, load_config_str, parse_hydra_override, parse_override, ConfigSource,
@@ -19,6 +24,7 @@ pub use rollout::{parse_device, parse_device_for, RolloutConfig};
 pub use sweep::{expand_sweeps, SweepRun};
 
 use serde::{Deserialize, Serialize};
+use temper_algo::{AdvEstimator, AggMode, CorrectionLevel, KlType, PolicyLossMode};
 
 /// The whole run: one struct per verl section.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
@@ -46,7 +52,7 @@ pub struct ModelConfig {
     pub tokenizer_path: Option<String>,
     /// Compute dtype of the forward passes: `float32`, `bfloat16` (master weights stay f32), or
     /// `auto` (bf16 where its matmuls are native: CUDA, CPUs with AVX-512; else f32).
-    pub dtype: String,
+    pub dtype: ModelDtype,
     /// Seed of the random initialisation for `random:` models.
     pub init_seed: u64,
     /// LoRA rank (verl's `actor_rollout_ref.model.lora_rank`); 0 trains every weight.
@@ -62,7 +68,7 @@ impl Default for ModelConfig {
         Self {
             path: String::new(),
             tokenizer_path: None,
-            dtype: "float32".into(),
+            dtype: ModelDtype::Float32,
             init_seed: 0,
             lora_rank: 0,
             lora_alpha: 16.0,
@@ -86,7 +92,7 @@ pub struct DataConfig {
     /// Field holding the ground truth (dots address nested fields, e.g. `reward_model.ground_truth`).
     pub answer_key: String,
     /// How the ground truth is read from the answer field: `none` or `gsm8k` (text after `####`).
-    pub answer_extract: String,
+    pub answer_extract: AnswerExtract,
     /// How prompt text becomes model input: `chat` (the tokenizer's chat template), `r1_zero`
     /// (the R1-Zero text template), `raw`, or a custom template containing `{prompt}`.
     pub prompt_template: String,
@@ -109,7 +115,7 @@ pub struct DataConfig {
     /// Drop prompts longer than `max_prompt_length` instead of applying `truncation`.
     pub filter_overlong_prompts: bool,
     /// `error`, `left` or `right`: what to do with a prompt longer than `max_prompt_length`.
-    pub truncation: String,
+    pub truncation: Truncation,
 }
 
 impl Default for DataConfig {
@@ -119,7 +125,7 @@ impl Default for DataConfig {
             val_files: vec![],
             prompt_key: "prompt".into(),
             answer_key: "answer".into(),
-            answer_extract: "none".into(),
+            answer_extract: AnswerExtract::None,
             prompt_template: "chat".into(),
             system_prompt: None,
             task: None,
@@ -132,7 +138,7 @@ impl Default for DataConfig {
             shuffle: true,
             seed: None,
             filter_overlong_prompts: false,
-            truncation: "error".into(),
+            truncation: Truncation::Error,
         }
     }
 }
@@ -169,13 +175,13 @@ pub struct ActorConfig {
     pub tau_neg: f64,
     /// `beta` of `loss_mode = "tinker_dro"`.
     pub dro_beta: f64,
-    pub loss_agg_mode: String,
+    pub loss_agg_mode: AggMode,
     /// `S` of `seq-mean-token-sum-norm`; `None` = `data.max_response_length`.
     pub loss_scale_factor: Option<f64>,
     pub entropy_coeff: f64,
     pub use_kl_loss: bool,
     pub kl_loss_coef: f64,
-    pub kl_loss_type: String,
+    pub kl_loss_type: KlType,
     pub policy_loss: PolicyLossConfig,
     pub optim: OptimConfig,
 }
@@ -197,12 +203,12 @@ impl Default for ActorConfig {
             tau_pos: 1.0,
             tau_neg: 1.05,
             dro_beta: temper_algo::policy_loss::DRO_DEFAULT_BETA,
-            loss_agg_mode: "token-mean".into(),
+            loss_agg_mode: AggMode::TokenMean,
             loss_scale_factor: None,
             entropy_coeff: 0.0,
             use_kl_loss: false,
             kl_loss_coef: 0.001,
-            kl_loss_type: "low_var_kl".into(),
+            kl_loss_type: "low_var_kl".parse().expect("a known KL name"),
             policy_loss: PolicyLossConfig::default(),
             optim: OptimConfig::default(),
         }
@@ -223,13 +229,13 @@ impl ActorConfig {
 #[serde(default, deny_unknown_fields)]
 pub struct PolicyLossConfig {
     /// verl name: `vanilla`, `cispo`, `gspo`, `geo_mean`, `sapo`, `gpg`, `no_baseline`, ...
-    pub loss_mode: String,
+    pub loss_mode: PolicyLossMode,
 }
 
 impl Default for PolicyLossConfig {
     fn default() -> Self {
         Self {
-            loss_mode: "vanilla".into(),
+            loss_mode: PolicyLossMode::Vanilla,
         }
     }
 }
@@ -246,7 +252,7 @@ pub struct OptimConfig {
     pub lr_warmup_steps: i64,
     pub lr_warmup_steps_ratio: f64,
     /// `constant` or `cosine` (verl's `warmup_style` is an alias).
-    pub lr_scheduler_type: String,
+    pub lr_scheduler_type: crate::optim::ScheduleKind,
     pub min_lr_ratio: f64,
     pub num_cycles: f64,
 }
@@ -260,7 +266,7 @@ impl Default for OptimConfig {
             weight_decay: 0.01,
             lr_warmup_steps: -1,
             lr_warmup_steps_ratio: 0.0,
-            lr_scheduler_type: "constant".into(),
+            lr_scheduler_type: crate::optim::ScheduleKind::Constant,
             min_lr_ratio: 0.0,
             num_cycles: 0.5,
         }
@@ -271,15 +277,15 @@ impl Default for OptimConfig {
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(default, deny_unknown_fields)]
 pub struct AlgorithmConfig {
-    pub adv_estimator: String,
+    pub adv_estimator: AdvEstimator,
     pub norm_adv_by_std_in_grpo: bool,
     /// eps of the grpo std normalisation (CS336 `advantage_eps`).
     pub advantage_eps: f64,
     pub gamma: f64,
     pub lam: f64,
     pub use_kl_in_reward: bool,
-    pub kl_penalty: String,
-    pub kl_ctrl: KlCtrlConfig,
+    pub kl_penalty: KlType,
+    pub kl_ctrl: temper_algo::KlCtrlConfig,
     pub filter_groups: FilterGroupsConfig,
     pub rollout_correction: RolloutCorrectionConfig,
 }
@@ -287,38 +293,16 @@ pub struct AlgorithmConfig {
 impl Default for AlgorithmConfig {
     fn default() -> Self {
         Self {
-            adv_estimator: "grpo".into(),
+            adv_estimator: AdvEstimator::Grpo,
             norm_adv_by_std_in_grpo: true,
             advantage_eps: 1e-6,
             gamma: 1.0,
             lam: 1.0,
             use_kl_in_reward: false,
-            kl_penalty: "kl".into(),
-            kl_ctrl: KlCtrlConfig::default(),
+            kl_penalty: "kl".parse().expect("a known KL name"),
+            kl_ctrl: temper_algo::KlCtrlConfig::default(),
             filter_groups: FilterGroupsConfig::default(),
             rollout_correction: RolloutCorrectionConfig::default(),
-        }
-    }
-}
-
-/// `algorithm.kl_ctrl`.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-#[serde(default, deny_unknown_fields)]
-pub struct KlCtrlConfig {
-    #[serde(rename = "type")]
-    pub kind: String,
-    pub kl_coef: f64,
-    pub horizon: f64,
-    pub target_kl: f64,
-}
-
-impl Default for KlCtrlConfig {
-    fn default() -> Self {
-        Self {
-            kind: "fixed".into(),
-            kl_coef: 0.001,
-            horizon: 10000.0,
-            target_kl: 0.1,
         }
     }
 }
@@ -331,7 +315,7 @@ pub struct FilterGroupsConfig {
     /// What must vary within a group for it to be kept (verl's names): `acc` is the reward
     /// before the overlong penalty; `score`, `seq_reward` and `seq_final_reward` the reward
     /// with it.
-    pub metric: String,
+    pub metric: GroupMetric,
     /// Most generation rounds per step to fill the batch with useful groups; 0 = up to 100.
     pub max_num_gen_batches: usize,
 }
@@ -340,7 +324,7 @@ impl Default for FilterGroupsConfig {
     fn default() -> Self {
         Self {
             enable: false,
-            metric: "acc".into(),
+            metric: GroupMetric::Acc,
             max_num_gen_batches: 0,
         }
     }
@@ -351,10 +335,10 @@ impl Default for FilterGroupsConfig {
 #[serde(default, deny_unknown_fields)]
 pub struct RolloutCorrectionConfig {
     /// `token` or `sequence`; `None` = off.
-    pub rollout_is: Option<String>,
+    pub rollout_is: Option<CorrectionLevel>,
     pub rollout_is_threshold: f64,
     /// `token` or `sequence` rejection sampling; `None` = off.
-    pub rollout_rs: Option<String>,
+    pub rollout_rs: Option<CorrectionLevel>,
     pub rollout_rs_threshold: f64,
     /// Use the rollout engine's logprobs as `old` (no recompute).
     pub bypass_mode: bool,
@@ -382,7 +366,7 @@ pub struct RewardConfig {
     pub kwargs: toml::Table,
     /// What a crashing reward does: `fail` (stop the run) or `zero` (score 0, counted in
     /// `reward/errors`).
-    pub on_error: String,
+    pub on_error: OnError,
     /// DAPO's soft overlong punishment (verl's `reward_model.overlong_buffer`).
     pub overlong_buffer: OverlongBufferConfig,
 }
@@ -421,7 +405,7 @@ impl Default for RewardConfig {
         Self {
             name: "r1_zero".into(),
             kwargs: toml::Table::new(),
-            on_error: "fail".into(),
+            on_error: OnError::Fail,
             overlong_buffer: OverlongBufferConfig::default(),
         }
     }
@@ -452,7 +436,7 @@ pub struct TrainerConfig {
     /// Torch intra-op threads; `None` = libtorch's default.
     pub threads: Option<usize>,
     /// `cpu`, `cuda` or `auto`.
-    pub device: String,
+    pub device: TrainerDevice,
     /// Rollouts written to `rollouts/step_<k>.jsonl` every this many steps; <= 0 = never.
     pub rollout_log_freq: i64,
     /// Show the progress bar (off when stderr is not a terminal).
@@ -478,7 +462,7 @@ impl Default for TrainerConfig {
             max_ckpt_to_keep: None,
             seed: 42,
             threads: None,
-            device: "cpu".into(),
+            device: TrainerDevice::Cpu,
             rollout_log_freq: 1,
             progress: true,
             logger: vec!["console".into()],

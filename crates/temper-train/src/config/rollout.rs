@@ -2,6 +2,8 @@
 //! on inference servers.
 use serde::{Deserialize, Serialize};
 
+use super::choices::{RolloutBackend, WeightSync};
+
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(default, deny_unknown_fields)]
 pub struct RolloutConfig {
@@ -21,14 +23,14 @@ pub struct RolloutConfig {
     /// `/v1/completions`), `sglang` (SGLang's `/generate`) or `openai` (any OpenAI-compatible
     /// server returning token ids). `temper serve` speaks all three. grail's `vllm_server` and
     /// `sglang_server` are accepted as names for `vllm` and `sglang`.
-    pub backend: String,
+    pub backend: RolloutBackend,
     /// The servers of a remote backend, e.g. `["http://127.0.0.1:30000"]` (grail's
     /// `generation.base_url` is one of them).
     pub base_urls: Vec<String>,
     /// `disk`: after an optimizer step the weights are written atomically to
     /// `<run>/rollout_weights` and every server reloads them; `none`: the servers keep their own
     /// weights (off-policy, corrected by `algorithm.rollout_correction`).
-    pub weight_sync: String,
+    pub weight_sync: WeightSync,
     /// With `weight_sync = "disk"`: sync after every this many optimizer steps.
     pub sync_every: usize,
     /// The `collective_rpc` method vLLM reloads with: `reload_weights`, or the name a worker
@@ -56,9 +58,9 @@ impl Default for RolloutConfig {
             stop: vec![],
             min_tokens: 0,
             max_num_seqs: 256,
-            backend: "local".into(),
+            backend: RolloutBackend::Local,
             base_urls: vec![],
-            weight_sync: "disk".into(),
+            weight_sync: WeightSync::Disk,
             sync_every: 1,
             vllm_reload_method: "reload_weights".into(),
             async_steps: 0,
@@ -70,25 +72,11 @@ impl Default for RolloutConfig {
 
 impl RolloutConfig {
     pub fn is_remote(&self) -> bool {
-        self.backend != "local"
+        self.backend != RolloutBackend::Local
     }
 
     pub fn validate(&self) -> anyhow::Result<()> {
         use anyhow::bail;
-        let backends = ["local", "vllm", "sglang", "openai"];
-        if !backends.contains(&self.backend.as_str()) {
-            bail!(
-                "rollout.backend = {:?}: expected one of {}",
-                self.backend,
-                backends.join(", ")
-            );
-        }
-        if !["disk", "none"].contains(&self.weight_sync.as_str()) {
-            bail!(
-                "rollout.weight_sync = {:?}: expected one of disk, none",
-                self.weight_sync
-            );
-        }
         if self.is_remote() && self.base_urls.is_empty() {
             bail!(
                 "rollout.backend = {:?} needs rollout.base_urls (e.g. [\"http://127.0.0.1:30000\"])",

@@ -1,6 +1,6 @@
 //! Reading records from JSONL and Parquet, and mapping fields to [`Example`]s.
 use super::{Example, Prompt};
-use crate::config::DataConfig;
+use crate::config::{AnswerExtract, DataConfig};
 use anyhow::{anyhow, bail, Context, Result};
 use serde_json::Value;
 use std::path::Path;
@@ -100,11 +100,11 @@ pub fn load_file(path: &Path, cfg: &DataConfig) -> Result<Vec<Example>> {
                     cfg.answer_key
                 ),
             };
-            let answer = match cfg.answer_extract.as_str() {
-                "gsm8k" => gsm8k_answer(&raw).ok_or_else(|| {
+            let answer = match cfg.answer_extract {
+                AnswerExtract::Gsm8k => gsm8k_answer(&raw).ok_or_else(|| {
                     anyhow!("{}: field `{}` has no `####` answer", at(), cfg.answer_key)
                 })?,
-                _ => raw,
+                AnswerExtract::None => raw,
             };
             Ok(Example {
                 prompt,

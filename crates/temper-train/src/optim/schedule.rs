@@ -1,11 +1,13 @@
 //! verl's learning-rate schedules (`verl/utils/torch_functional.py`), indexed by optimizer step
 //! from 0: linear warmup, then constant or cosine decay to `min_lr_ratio`.
-use anyhow::{bail, Result};
+use anyhow::Result;
 
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub enum ScheduleKind {
-    Constant,
-    Cosine,
+temper_algo::named_enum! {
+    /// `actor.optim.lr_scheduler_type` (verl's `warmup_style` is another name for the key).
+    pub enum ScheduleKind ("lr_scheduler_type") {
+        Constant => "constant",
+        Cosine => "cosine",
+    }
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -22,13 +24,7 @@ impl LrSchedule {
     /// verl's resolution of the warmup length: `lr_warmup_steps` when >= 0, else
     /// `int(lr_warmup_steps_ratio * total_steps)`.
     pub fn from_optim(o: &crate::config::OptimConfig, total_steps: usize) -> Result<Self> {
-        let kind = match o.lr_scheduler_type.as_str() {
-            "constant" => ScheduleKind::Constant,
-            "cosine" => ScheduleKind::Cosine,
-            other => {
-                bail!("actor.optim.lr_scheduler_type = {other:?}: expected constant or cosine")
-            }
-        };
+        let kind = o.lr_scheduler_type;
         let warmup_steps = if o.lr_warmup_steps >= 0 {
             o.lr_warmup_steps as usize
         } else {

@@ -7,7 +7,7 @@ use super::partition::MiniBatch;
 use super::stats::{put_mmm, StepMetrics};
 use super::step_batch::StepBatch;
 use super::Trainer;
-use anyhow::{Context, Result};
+use anyhow::Result;
 use std::time::Instant;
 use tch::{Kind, Tensor};
 
@@ -119,13 +119,7 @@ impl Trainer {
         let mut token_rewards =
             temper_algo::advantage::outcome_to_token_rewards(&score_t, &batch.response_mask)?;
         if let (Some(ctrl), Some(r)) = (&mut self.kl_ctrl, &before.reference) {
-            let kl: temper_algo::KlType = self
-                .cfg
-                .algorithm
-                .kl_penalty
-                .parse()
-                .map_err(anyhow::Error::msg)
-                .context("algorithm.kl_penalty")?;
+            let kl = self.cfg.algorithm.kl_penalty;
             let (tr, km) = temper_algo::apply_kl_in_reward(
                 &token_rewards,
                 before

@@ -19,33 +19,15 @@ pub(super) fn build_reward(cfg: &Config) -> Result<Box<dyn Reward>> {
     temper_reward::reward_by_name(&cfg.reward.name, &opts).context("reward.name / reward.kwargs")
 }
 
-/// Parses the algorithm names of the config with temper-algo's parsers (errors name the key).
+/// temper-algo's configs from the config's algorithm choices (parsed when the config loaded).
 pub(super) fn algo_configs(
     cfg: &Config,
 ) -> Result<(ActorLossConfig, AdvConfig, temper_algo::RolloutCorrection)> {
     let a = &cfg.actor;
-    let loss_mode: temper_algo::PolicyLossMode = a
-        .policy_loss
-        .loss_mode
-        .parse()
-        .map_err(anyhow::Error::msg)
-        .context("actor.policy_loss.loss_mode")?;
-    let mut agg: temper_algo::AggMode = a
-        .loss_agg_mode
-        .parse()
-        .map_err(anyhow::Error::msg)
-        .context("actor.loss_agg_mode")?;
-    let kl_loss_type: temper_algo::KlType = a
-        .kl_loss_type
-        .parse()
-        .map_err(anyhow::Error::msg)
-        .context("actor.kl_loss_type")?;
-    let adv_estimator: temper_algo::AdvEstimator = cfg
-        .algorithm
-        .adv_estimator
-        .parse()
-        .map_err(anyhow::Error::msg)
-        .context("algorithm.adv_estimator")?;
+    let loss_mode = a.policy_loss.loss_mode;
+    let mut agg = a.loss_agg_mode;
+    let kl_loss_type = a.kl_loss_type;
+    let adv_estimator = cfg.algorithm.adv_estimator;
     let mut use_kl_loss = a.use_kl_loss;
     let mut norm_by_std = cfg.algorithm.norm_adv_by_std_in_grpo;
     if let Some(p) = adv_estimator.preset() {
@@ -83,19 +65,10 @@ pub(super) fn algo_configs(
         gamma: cfg.algorithm.gamma,
     };
     let rc = &cfg.algorithm.rollout_correction;
-    let level = |k: &str, v: &Option<String>| -> Result<Option<temper_algo::CorrectionLevel>> {
-        v.as_deref()
-            .map(|s| {
-                s.parse()
-                    .map_err(anyhow::Error::msg)
-                    .with_context(|| k.to_string())
-            })
-            .transpose()
-    };
     let corr = temper_algo::RolloutCorrection {
-        rollout_is: level("algorithm.rollout_correction.rollout_is", &rc.rollout_is)?,
+        rollout_is: rc.rollout_is,
         rollout_is_threshold: rc.rollout_is_threshold,
-        rollout_rs: level("algorithm.rollout_correction.rollout_rs", &rc.rollout_rs)?,
+        rollout_rs: rc.rollout_rs,
         rollout_rs_threshold: Some(rc.rollout_rs_threshold),
         bypass_mode: rc.bypass_mode,
     };

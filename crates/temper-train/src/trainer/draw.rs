@@ -85,7 +85,7 @@ impl Trainer {
                 if g.zero_variance() {
                     d.zero_groups += 1;
                 }
-                if filter && g.no_spread_in(&self.cfg.algorithm.filter_groups.metric) {
+                if filter && g.no_spread_in(self.cfg.algorithm.filter_groups.metric) {
                     continue;
                 }
                 d.groups.push(g);

@@ -22,7 +22,7 @@ pub use batch::Batch;
 pub use stats::StepMetrics;
 
 use crate::checkpoint::{self, TrainerState};
-use crate::config::Config;
+use crate::config::{Config, TrainerDevice};
 use crate::data::{load_dataset, DataOrder, Dataset, PromptTemplate};
 use crate::dist::Dist;
 use crate::optim::LrSchedule;
@@ -89,10 +89,12 @@ fn device_of(cfg: &Config) -> Result<Device> {
         .ok()
         .and_then(|v| v.trim().parse::<usize>().ok())
         .unwrap_or(0);
-    Ok(match cfg.trainer.device.as_str() {
-        "cuda" => crate::config::parse_device_for("trainer.device", &format!("cuda:{local}"))?,
-        "auto" if tch::Cuda::is_available() => Device::Cuda(local),
-        _ => Device::Cpu,
+    Ok(match cfg.trainer.device {
+        TrainerDevice::Cuda => {
+            crate::config::parse_device_for("trainer.device", &format!("cuda:{local}"))?
+        }
+        TrainerDevice::Auto if tch::Cuda::is_available() => Device::Cuda(local),
+        TrainerDevice::Auto | TrainerDevice::Cpu => Device::Cpu,
     })
 }
 
@@ -237,7 +239,7 @@ impl Trainer {
         }
         let device = device_of(&cfg)?;
         let compute =
-            compute_dtype::run_compute(&cfg.model.dtype, device, &dist, recorded_compute)?;
+            compute_dtype::run_compute(cfg.model.dtype.name(), device, &dist, recorded_compute)?;
         let tok_dir = cfg
             .model
             .tokenizer_path
@@ -299,13 +301,7 @@ impl Trainer {
             None
         };
         let kl_ctrl = if cfg.algorithm.use_kl_in_reward {
-            let k = &cfg.algorithm.kl_ctrl;
-            Some(KlController::new(&temper_algo::KlCtrlConfig {
-                kind: k.kind.clone(),
-                kl_coef: k.kl_coef,
-                target_kl: k.target_kl,
-                horizon: k.horizon,
-            })?)
+            Some(KlController::new(&cfg.algorithm.kl_ctrl)?)
         } else {
             None
         };

@@ -1,6 +1,7 @@
 //! Rollouts: prompts through the template, requests seeded by global position, sampled in
 //! process or on the servers as one-turn episode groups (`episodes.rs`), scored into groups.
 use super::Trainer;
+use crate::config::{GroupMetric, OnError, Truncation, WeightSync};
 use crate::data::Example;
 use anyhow::{bail, Context, Result};
 use std::collections::BTreeMap;
@@ -33,10 +34,12 @@ impl Group {
     }
 
     /// What DAPO's dynamic sampling drops: `metric` (verl's names) equal across the group.
-    pub(crate) fn no_spread_in(&self, metric: &str) -> bool {
+    pub(crate) fn no_spread_in(&self, metric: GroupMetric) -> bool {
         match metric {
-            "acc" => all_equal(&self.raw_scores),
-            _ => all_equal(&self.scores),
+            GroupMetric::Acc => all_equal(&self.raw_scores),
+            GroupMetric::Score | GroupMetric::SeqReward | GroupMetric::SeqFinalReward => {
+                all_equal(&self.scores)
+            }
         }
     }
 }
@@ -70,10 +73,10 @@ impl Trainer {
             if self.cfg.data.filter_overlong_prompts {
                 return Ok(None);
             }
-            match self.cfg.data.truncation.as_str() {
-                "left" => ids.drain(..ids.len() - max).for_each(drop),
-                "right" => ids.truncate(max),
-                _ => bail!(
+            match self.cfg.data.truncation {
+                Truncation::Left => ids.drain(..ids.len() - max).for_each(drop),
+                Truncation::Right => ids.truncate(max),
+                Truncation::Error => bail!(
                     "{where_}: prompt has {} tokens > data.max_prompt_length = {max} (set data.truncation = left|right \
                      or data.filter_overlong_prompts = true)",
                     ids.len()
@@ -101,7 +104,8 @@ impl Trainer {
         // The servers only when they hold the trainer's weights (evaluation must score this
         // policy, not one a few versions back or a server's own with `weight_sync = "none"`).
         let on_servers = self.remote.as_ref().is_some_and(|r| {
-            self.cfg.rollout.weight_sync == "disk" && r.served_version == self.state.policy_version
+            self.cfg.rollout.weight_sync == WeightSync::Disk
+                && r.served_version == self.state.policy_version
         });
         let (samples, texts) = self.one_turn_rollouts(requests, seed, on_servers)?;
         self.groups_from(
@@ -285,7 +289,7 @@ impl Trainer {
                 }
                 Err(e) => {
                     let ex = groups[g].example;
-                    if self.cfg.reward.on_error == "fail" {
+                    if self.cfg.reward.on_error == OnError::Fail {
                         bail!(
                             "reward `{}` failed on {} example {ex} sample {k}: {e} (set reward.on_error = \"zero\" to \
                              score such responses 0 and continue)",

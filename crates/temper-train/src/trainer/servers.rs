@@ -21,7 +21,7 @@ use temper_rollout::{Request, Sample, SamplingParams};
 use super::rollout::{mix, Group};
 use super::step::TRAIN_SEED_SALT;
 use super::Trainer;
-use crate::config::Config;
+use crate::config::{Config, RolloutBackend, WeightSync};
 
 /// The servers, the policy version they hold, and the batches being generated ahead.
 pub(crate) struct RolloutServers {
@@ -61,7 +61,10 @@ impl RolloutServers {
     pub fn connect(cfg: &Config, vocab_size: i64) -> Result<Self> {
         let r = &cfg.rollout;
         let sampler = RemoteSampler::connect(RemoteConfig {
-            protocol: r.backend.parse().context("rollout.backend")?,
+            protocol: r
+                .backend
+                .protocol()
+                .context("rollout.backend = \"local\" has no servers")?,
             base_urls: r.base_urls.clone(),
             timeout: std::time::Duration::from_secs(r.request_timeout_s.max(1)),
             vllm_reload_method: r.vllm_reload_method.clone(),
@@ -179,7 +182,7 @@ impl Trainer {
         self.sync_sampler_model();
         let every = self.cfg.rollout.sync_every as u64;
         if self.remote.is_none()
-            || self.cfg.rollout.weight_sync != "disk"
+            || self.cfg.rollout.weight_sync != WeightSync::Disk
             || !self.state.policy_version.is_multiple_of(every)
         {
             return Ok(false);
@@ -191,7 +194,7 @@ impl Trainer {
     /// With a remote backend and `rollout.weight_sync = "disk"`: the servers load the trainer's
     /// current weights (after the batches in flight are done).
     pub fn sync_rollout_weights(&mut self) -> Result<()> {
-        if self.cfg.rollout.weight_sync != "disk" {
+        if self.cfg.rollout.weight_sync != WeightSync::Disk {
             return Ok(());
         }
         let version = self.state.policy_version;
@@ -219,12 +222,12 @@ impl Trainer {
 /// `run_metadata.json`'s `rollout_backend`: where rollouts come from and which distribution
 /// their logprobs are from.
 pub(crate) fn metadata(cfg: &Config, r: &RolloutServers) -> serde_json::Value {
-    let logprobs = match cfg.rollout.backend.as_str() {
-        "vllm" => {
+    let logprobs = match cfg.rollout.backend {
+        RolloutBackend::Vllm => {
             "vLLM: after temperature only when the server runs with --logprobs-mode processed_logprobs \
              (its default raw_logprobs is before temperature)"
         }
-        "sglang" => "SGLang: after temperature, before top-k/top-p (its default)",
+        RolloutBackend::Sglang => "SGLang: after temperature, before top-k/top-p (its default)",
         _ => "as the server returns them (temper serve: after temperature, as the in-process engine)",
     };
     serde_json::json!({

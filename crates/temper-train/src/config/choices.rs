@@ -1,0 +1,112 @@
+//! The config's choices of a fixed list, as enums parsed when the config loads (an unknown name
+//! is an error naming the key and every known name; aliases are accepted and written back under
+//! their canonical name). The algorithm's own choices (`loss_mode`, `loss_agg_mode`,
+//! `adv_estimator`, the KL types and controller, the rollout-correction levels) are temper-algo's
+//! enums, used as they are.
+
+use temper_algo::named_enum;
+use temper_rollout::remote::Protocol;
+
+named_enum! {
+    /// `model.dtype`: what the model computes in (`auto` decides when the run starts).
+    #[derive(Default)]
+    pub enum ModelDtype ("model dtype") {
+        #[default]
+        Float32 => "float32",
+        Bfloat16 => "bfloat16",
+        Auto => "auto",
+    }
+}
+
+named_enum! {
+    /// `data.truncation`: what a prompt longer than `data.max_prompt_length` gets.
+    #[derive(Default)]
+    pub enum Truncation ("truncation") {
+        #[default]
+        Error => "error",
+        Left => "left",
+        Right => "right",
+    }
+}
+
+named_enum! {
+    /// `data.answer_extract`: how a file's answer column becomes the gold answer.
+    #[derive(Default)]
+    pub enum AnswerExtract ("answer_extract") {
+        #[default]
+        None => "none",
+        /// The text after GSM8K's `#### `.
+        Gsm8k => "gsm8k",
+    }
+}
+
+named_enum! {
+    /// `algorithm.filter_groups.metric`: the score whose spread keeps a group (DAPO).
+    #[derive(Default)]
+    pub enum GroupMetric ("filter_groups metric") {
+        #[default]
+        Acc => "acc",
+        Score => "score",
+        SeqReward => "seq_reward",
+        SeqFinalReward => "seq_final_reward",
+    }
+}
+
+named_enum! {
+    /// `reward.on_error`: what a crashing reward does.
+    #[derive(Default)]
+    pub enum OnError ("on_error") {
+        #[default]
+        Fail => "fail",
+        Zero => "zero",
+    }
+}
+
+named_enum! {
+    /// `trainer.device`.
+    #[derive(Default)]
+    pub enum TrainerDevice ("trainer device") {
+        #[default]
+        Cpu => "cpu",
+        Cuda => "cuda",
+        /// CUDA when libtorch sees a GPU, else the CPU.
+        Auto => "auto",
+    }
+}
+
+named_enum! {
+    /// `rollout.backend`: where rollouts are sampled (grail's `vllm_server` and `sglang_server`
+    /// name vLLM and SGLang).
+    #[derive(Default)]
+    pub enum RolloutBackend ("rollout backend") {
+        #[default]
+        Local => "local",
+        Vllm => "vllm" | "vllm_server",
+        Sglang => "sglang" | "sglang_server",
+        OpenAi => "openai",
+    }
+}
+
+impl RolloutBackend {
+    /// The servers' protocol; `None` for the in-process engine.
+    pub fn protocol(self) -> Option<Protocol> {
+        match self {
+            RolloutBackend::Local => None,
+            RolloutBackend::Vllm => Some(Protocol::Vllm),
+            RolloutBackend::Sglang => Some(Protocol::Sglang),
+            RolloutBackend::OpenAi => Some(Protocol::OpenAi),
+        }
+    }
+}
+
+named_enum! {
+    /// `rollout.weight_sync`: how remote servers get the trained weights.
+    #[derive(Default)]
+    pub enum WeightSync ("weight_sync") {
+        /// Written atomically to `<run>/rollout_weights` and reloaded by every server.
+        #[default]
+        Disk => "disk",
+        /// The servers keep their own weights (off-policy).
+        None => "none",
+    }
+}
