@@ -323,7 +323,7 @@ impl Grader {
             return Some(Unscored::TooLong);
         }
         let too_deep =
-            |s: &str| parse(s).is_err_and(|e| e.to_string().contains("nested too deeply"));
+            |s: &str| parse(s).is_err_and(|e| e.is::<crate::expr::NestedTooDeeply>());
         (too_deep(&g) || too_deep(&p)).then_some(Unscored::TooDeep)
     }
 

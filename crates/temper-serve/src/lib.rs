@@ -101,7 +101,7 @@ async fn explain_body_limit(
             }
         }
         // Not over the limit: the client went away or sent a broken body.
-        Err(e) if !format!("{e:?}").contains("LengthLimitError") => {
+        Err(e) if !over_the_limit(&e) => {
             return fail(
                 StatusCode::BAD_REQUEST,
                 format!("request body: could not be read: {e}"),
@@ -140,4 +140,17 @@ pub fn serve_blocking(addr: SocketAddr, state: AppState) -> Result<()> {
             .await
             .context("serving")
     })
+}
+
+/// Whether reading a body failed because it is larger than the limit (not because the client
+/// went away or sent a broken body).
+fn over_the_limit(e: &axum::Error) -> bool {
+    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(err) = source {
+        if err.is::<http_body_util::LengthLimitError>() {
+            return true;
+        }
+        source = err.source();
+    }
+    false
 }

@@ -9,7 +9,7 @@ mod relations;
 
 pub use equiv::{equivalent, EquivOptions};
 pub use eval::{eval_complex, exact_value};
-pub use parser::parse;
+pub use parser::{parse, NestedTooDeeply};
 
 use num_rational::BigRational;
 

@@ -8,6 +8,19 @@ use anyhow::{bail, Result};
 const MAX_DEPTH: usize = 120;
 
 /// Parse one answer (no surrounding prose) into an expression tree.
+/// The parse error of an expression nested deeper than the parser goes (the grader leaves such
+/// an answer unscored rather than calling it wrong).
+#[derive(Debug)]
+pub struct NestedTooDeeply;
+
+impl std::fmt::Display for NestedTooDeeply {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("expression nested too deeply")
+    }
+}
+
+impl std::error::Error for NestedTooDeeply {}
+
 pub fn parse(s: &str) -> Result<Expr> {
     let toks = lex(s)?;
     if toks.is_empty() {
@@ -73,7 +86,7 @@ impl Parser {
     pub(super) fn enter(&mut self) -> Result<()> {
         self.depth += 1;
         if self.depth > MAX_DEPTH {
-            bail!("expression nested too deeply");
+            return Err(NestedTooDeeply.into());
         }
         Ok(())
     }
