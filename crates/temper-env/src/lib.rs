@@ -16,6 +16,6 @@ pub mod transcript;
 
 pub use chat::{ChatTurns, Codec};
 pub use driver::{run_groups, Answer, Ask, EnvGroup, Responder, Sampler};
-pub use tasks::{task_by_name, Question, Scored, Task, TASK_NAMES};
+pub use tasks::{task_by_name, task_names, Question, Scored, Task, TASKS};
 pub use train_data::{advantage_stats, Datum, DebateTrain};
 pub use transcript::Transcript;

@@ -62,6 +62,9 @@ pub enum DebateTrain {
     R1R23 { constant: f64 },
 }
 
+/// The names [`DebateTrain::parse`] accepts.
+pub const DEBATE_TRAIN_MODES: &[&str] = &["rejection", "rs_grpo", "r1_r23"];
+
 impl DebateTrain {
     pub fn parse(mode: &str, grpo_std: bool, r23_constant: f64) -> Result<Self> {
         Ok(match mode {
@@ -70,7 +73,10 @@ impl DebateTrain {
             "r1_r23" => DebateTrain::R1R23 {
                 constant: r23_constant,
             },
-            other => bail!("env.debate_train must be rejection, rs_grpo or r1_r23, got {other:?}"),
+            other => bail!(
+                "env.debate_train = {other:?}: expected one of {}",
+                DEBATE_TRAIN_MODES.join(", ")
+            ),
         })
     }
 }

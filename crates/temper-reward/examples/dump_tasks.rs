@@ -1,7 +1,7 @@
 //! Print generated task examples as JSON lines (input to tools/reward_task_fixtures.py, which
 //! checks them independently in Python and writes the committed fixture).
 use serde_json::{json, Value};
-use temper_reward::task_by_name;
+use temper_reward::procedural_task;
 
 /// (task, options) pairs covered by the fixture.
 pub fn configs() -> Vec<(&'static str, Value)> {
@@ -25,7 +25,7 @@ pub fn configs() -> Vec<(&'static str, Value)> {
 
 fn main() -> anyhow::Result<()> {
     for (name, opts) in configs() {
-        let task = task_by_name(name, &opts)?;
+        let task = procedural_task(name, &opts)?;
         for seed in [0u64, 1, 12345] {
             for index in 0..8u64 {
                 let ex = task.generate(seed, index);

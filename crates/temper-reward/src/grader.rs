@@ -322,8 +322,7 @@ impl Grader {
         if g.len() > MAX_PARSE_LEN || p.len() > MAX_PARSE_LEN {
             return Some(Unscored::TooLong);
         }
-        let too_deep =
-            |s: &str| parse(s).is_err_and(|e| e.is::<crate::expr::NestedTooDeeply>());
+        let too_deep = |s: &str| parse(s).is_err_and(|e| e.is::<crate::expr::NestedTooDeeply>());
         (too_deep(&g) || too_deep(&p)).then_some(Unscored::TooDeep)
     }
 

@@ -19,5 +19,5 @@ pub mod tasks;
 
 pub use command::CommandReward;
 pub use math_reward::{r1_zero, R1ZeroScore};
-pub use reward::{reward_by_name, Reward, RewardOutput, REWARD_NAMES};
-pub use tasks::{task_by_name, Task, TaskExample, TASK_NAMES};
+pub use reward::{reward_by_name, reward_names, Reward, RewardOutput, REWARDS};
+pub use tasks::{procedural_task, ProceduralTask, TaskExample, PROCEDURAL_TASKS};

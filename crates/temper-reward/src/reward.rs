@@ -50,16 +50,33 @@ pub trait Reward: Send + Sync {
     ) -> RewardOutput;
 }
 
-/// Names accepted by [`reward_by_name`].
-pub const REWARD_NAMES: &[&str] = &[
-    "r1_zero",
-    "math",
-    "gsm8k",
-    "arith",
-    "countdown",
-    "chain_sum",
-    "command",
+/// Builds a reward from its config name and options.
+pub type RewardBuilder = fn(&str, &Value) -> Result<Box<dyn Reward>>;
+
+/// The rewards by name, besides the procedural tasks' verifiers (every task of
+/// [`crate::tasks::PROCEDURAL_TASKS`] is also a reward of its name).
+pub const REWARDS: &[(&str, RewardBuilder)] = &[
+    ("r1_zero", |_, o| {
+        Ok(Box::new(crate::math_reward::R1Zero::from_opts(o)?))
+    }),
+    ("math", |n, o| {
+        Ok(Box::new(crate::math_reward::AnswerReward::from_opts(n, o)?))
+    }),
+    ("gsm8k", |n, o| {
+        Ok(Box::new(crate::math_reward::AnswerReward::from_opts(n, o)?))
+    }),
+    ("command", |_, o| {
+        Ok(Box::new(
+            crate::command::CommandReward::from_opts(o).context("reward \"command\"")?,
+        ))
+    }),
 ];
+
+/// Every name [`reward_by_name`] accepts.
+pub fn reward_names() -> Vec<&'static str> {
+    let tasks = crate::tasks::PROCEDURAL_TASKS.iter().map(|(n, _)| *n);
+    REWARDS.iter().map(|(n, _)| *n).chain(tasks).collect()
+}
 
 /// Build a reward from its config name and options (a JSON object, or null for defaults).
 ///
@@ -79,21 +96,20 @@ pub fn reward_by_name(name: &str, opts: &Value) -> Result<Box<dyn Reward>> {
     if !opts.is_object() {
         bail!("reward {name:?}: options must be a JSON object, got {opts}");
     }
-    let r: Box<dyn Reward> = match name {
-        "r1_zero" => Box::new(crate::math_reward::R1Zero::from_opts(opts)?),
-        "math" | "gsm8k" => Box::new(crate::math_reward::AnswerReward::from_opts(name, opts)?),
-        "arith" | "countdown" | "chain_sum" => Box::new(crate::tasks::TaskReward::new(
-            crate::tasks::task_by_name(name, opts)?,
-        )),
-        "command" => {
-            Box::new(crate::command::CommandReward::from_opts(opts).context("reward \"command\"")?)
-        }
-        _ => bail!(
-            "unknown reward {name:?}; known rewards: {}",
-            REWARD_NAMES.join(", ")
-        ),
-    };
-    Ok(r)
+    if let Some((_, build)) = REWARDS.iter().find(|(n, _)| *n == name) {
+        return build(name, opts);
+    }
+    if crate::tasks::PROCEDURAL_TASKS
+        .iter()
+        .any(|(n, _)| *n == name)
+    {
+        let task = crate::tasks::procedural_task(name, opts)?;
+        return Ok(Box::new(crate::tasks::TaskReward::new(task)));
+    }
+    bail!(
+        "unknown reward {name:?}; known rewards: {}",
+        reward_names().join(", ")
+    )
 }
 
 /// Read an optional positive number of seconds from the options.

@@ -211,3 +211,28 @@ fn math_verify_options_select_the_grading() {
         assert!(reward_by_name("math", &bad).is_err(), "{bad}");
     }
 }
+
+/// The registries are the one list of names: every reward name builds (`command` with its
+/// required argv), every procedural task is also a reward, and an unknown name lists them all.
+#[test]
+fn every_registered_name_builds_and_an_unknown_one_lists_them() {
+    let names = temper_reward::reward_names();
+    for (task, _) in temper_reward::PROCEDURAL_TASKS {
+        assert!(names.contains(task), "{task} is not a reward");
+    }
+    for name in &names {
+        let opts = match *name {
+            "command" => json!({"cmd": ["true"]}),
+            _ => Value::Null,
+        };
+        let r = reward_by_name(name, &opts).unwrap_or_else(|e| panic!("{name}: {e:#}"));
+        assert!(!r.name().is_empty(), "{name}");
+    }
+    let e = format!(
+        "{:#}",
+        reward_by_name("arithh", &Value::Null).err().unwrap()
+    );
+    for name in &names {
+        assert!(e.contains(name), "{e}");
+    }
+}

@@ -2,7 +2,7 @@
 //! tools/reward_task_fixtures.py, and the verifiers accept right answers in the forms a small
 //! model writes and reject wrong ones.
 use serde_json::{json, Value};
-use temper_reward::task_by_name;
+use temper_reward::procedural_task;
 
 fn fixture() -> Vec<Value> {
     let text = include_str!("fixtures/tasks.jsonl");
@@ -16,7 +16,7 @@ fn generation_matches_python_checked_fixture() {
     let rows = fixture();
     assert_eq!(rows.len(), 192);
     for r in &rows {
-        let task = task_by_name(r["task"].as_str().unwrap(), &r["opts"]).unwrap();
+        let task = procedural_task(r["task"].as_str().unwrap(), &r["opts"]).unwrap();
         let ex = task.generate(r["seed"].as_u64().unwrap(), r["index"].as_u64().unwrap());
         assert_eq!(ex.prompt, r["prompt"].as_str().unwrap());
         assert_eq!(ex.answer, r["answer"].as_str().unwrap());
@@ -27,7 +27,7 @@ fn generation_matches_python_checked_fixture() {
 #[test]
 fn numeric_verifiers_accept_answer_forms() {
     for r in fixture().iter().filter(|r| r["task"] != "countdown") {
-        let task = task_by_name(r["task"].as_str().unwrap(), &r["opts"]).unwrap();
+        let task = procedural_task(r["task"].as_str().unwrap(), &r["opts"]).unwrap();
         let ans = r["answer"].as_str().unwrap();
         let n: i64 = ans.parse().unwrap();
         let meta = &r["metadata"];
@@ -52,12 +52,12 @@ fn numeric_verifiers_accept_answer_forms() {
 
 #[test]
 fn answer_modes() {
-    let boxed = task_by_name("arith", &json!({"answer_mode": "boxed"})).unwrap();
+    let boxed = procedural_task("arith", &json!({"answer_mode": "boxed"})).unwrap();
     assert_eq!(boxed.verify("\\boxed{12}", "12", &Value::Null), 1.0);
     assert_eq!(boxed.verify("The answer is 12.", "12", &Value::Null), 0.0);
-    let last = task_by_name("arith", &json!({"answer_mode": "last_number"})).unwrap();
+    let last = procedural_task("arith", &json!({"answer_mode": "last_number"})).unwrap();
     assert_eq!(last.verify("7 + 5 = 12", "12", &Value::Null), 1.0);
-    let tag = task_by_name("arith", &json!({"answer_mode": "answer_tag"})).unwrap();
+    let tag = procedural_task("arith", &json!({"answer_mode": "answer_tag"})).unwrap();
     assert_eq!(tag.verify("<answer> 12 </answer>", "12", &Value::Null), 1.0);
     assert_eq!(tag.verify("12", "12", &Value::Null), 0.0);
 }
@@ -65,7 +65,7 @@ fn answer_modes() {
 #[test]
 fn countdown_verifier() {
     for r in fixture().iter().filter(|r| r["task"] == "countdown") {
-        let task = task_by_name("countdown", &r["opts"]).unwrap();
+        let task = procedural_task("countdown", &r["opts"]).unwrap();
         let meta = &r["metadata"];
         let ans = r["answer"].as_str().unwrap();
         let sol = meta["solution"].as_str().unwrap();
@@ -104,12 +104,12 @@ fn countdown_verifier() {
         );
     }
     let meta = json!({"numbers": [3, 5, 7], "target": 22});
-    let t = task_by_name("countdown", &json!({"numbers": 3})).unwrap();
+    let t = procedural_task("countdown", &json!({"numbers": 3})).unwrap();
     assert_eq!(t.verify("<answer> 3 * 5 + 7 </answer>", "22", &meta), 1.0);
     assert_eq!(t.verify("<answer> 7 * 3 + 1 </answer>", "22", &meta), 0.0);
     assert_eq!(t.verify("<answer> (3 + 5) / 7 </answer>", "22", &meta), 0.0);
     assert_eq!(t.verify("<answer> import os </answer>", "22", &meta), 0.0);
-    let subset = task_by_name("countdown", &json!({"use_all": false})).unwrap();
+    let subset = procedural_task("countdown", &json!({"use_all": false})).unwrap();
     assert_eq!(
         subset.verify("<answer> 3 * 7 + 1 </answer>", "22", &meta),
         0.0
@@ -127,7 +127,7 @@ fn countdown_verifier() {
 
 #[test]
 fn streams_are_deterministic_and_differ_by_seed_and_index() {
-    let t = task_by_name("arith", &json!({"digits": 4})).unwrap();
+    let t = procedural_task("arith", &json!({"digits": 4})).unwrap();
     assert_eq!(t.generate(9, 3), t.generate(9, 3));
     let a: Vec<String> = (0..20).map(|i| t.generate(1, i).prompt).collect();
     let b: Vec<String> = (0..20).map(|i| t.generate(2, i).prompt).collect();
@@ -135,7 +135,7 @@ fn streams_are_deterministic_and_differ_by_seed_and_index() {
     let distinct: std::collections::BTreeSet<_> = a.iter().collect();
     assert!(distinct.len() >= 19, "{a:?}");
     // Template knob.
-    let q = task_by_name("arith", &json!({"template": "Q: {expr} = ?"}))
+    let q = procedural_task("arith", &json!({"template": "Q: {expr} = ?"}))
         .unwrap()
         .generate(0, 0);
     assert!(
@@ -158,9 +158,9 @@ fn bad_options_are_errors() {
         ("countdown", json!({"numbers": 1})),
         ("countdown", json!({"min_target": 10, "max_target": 5})),
     ] {
-        assert!(task_by_name(name, &opts).is_err(), "{name} {opts}");
+        assert!(procedural_task(name, &opts).is_err(), "{name} {opts}");
     }
-    assert!(task_by_name("sudoku", &Value::Null)
+    assert!(procedural_task("sudoku", &Value::Null)
         .err()
         .unwrap()
         .to_string()

@@ -52,6 +52,9 @@ pub enum JudgeKind {
     Confidence,
 }
 
+/// The names [`JudgeKind::parse`] accepts.
+pub const JUDGES: &[&str] = &["mock", "confidence", "policy", "model"];
+
 impl JudgeKind {
     pub fn parse(s: &str) -> Result<Self> {
         Ok(match s {
@@ -59,7 +62,10 @@ impl JudgeKind {
             "model" => JudgeKind::Model,
             "mock" => JudgeKind::Mock,
             "confidence" => JudgeKind::Confidence,
-            other => bail!("env.judge must be policy, model, mock or confidence, got {other:?}"),
+            other => bail!(
+                "env.judge = {other:?}: expected one of {}",
+                JUDGES.join(", ")
+            ),
         })
     }
     /// Whether the judge is a model that has to be sampled.

@@ -44,18 +44,30 @@ pub trait Task: Send + Sync {
     fn score(&self, q: &Question, response: &str) -> Scored;
 }
 
-/// Names accepted by [`task_by_name`].
-pub const TASK_NAMES: &[&str] = &["qa", "summary", "sat"];
-
-/// Build a task. `rows` are the dataset's records (`None`: the task's built-in set, where it
+/// Builds a task: `rows` are the dataset's records (`None`: the task's built-in set, where it
 /// has one); `opts` the `env.*` settings it reads.
+pub type TaskBuilder = fn(Option<Vec<Value>>, &Value) -> Result<Box<dyn Task>>;
+
+/// Every task, by name (`env.name` for one-turn runs, `env.task` for debates): the one list.
+pub const TASKS: &[(&str, TaskBuilder)] = &[
+    ("qa", |rows, o| Ok(Box::new(qa::Qa::new(rows, o)?))),
+    ("summary", |rows, o| {
+        Ok(Box::new(summary::Summary::new(rows, o)?))
+    }),
+    ("sat", |_, o| Ok(Box::new(sat::Sat::new(o)?))),
+];
+
+/// The names of [`TASKS`].
+pub fn task_names() -> Vec<&'static str> {
+    TASKS.iter().map(|(n, _)| *n).collect()
+}
+
+/// Build the task `name` (see [`TaskBuilder`]).
 pub fn task_by_name(name: &str, rows: Option<Vec<Value>>, opts: &Value) -> Result<Box<dyn Task>> {
-    Ok(match name {
-        "qa" => Box::new(qa::Qa::new(rows, opts)?),
-        "summary" => Box::new(summary::Summary::new(rows, opts)?),
-        "sat" => Box::new(sat::Sat::new(opts)?),
-        other => bail!("unknown task {other:?}; known: {}", TASK_NAMES.join(", ")),
-    })
+    match TASKS.iter().find(|(n, _)| *n == name) {
+        Some((_, build)) => build(rows, opts),
+        None => bail!("unknown task {name:?}; known: {}", task_names().join(", ")),
+    }
 }
 
 /// A string option with a default; a wrong type is an error naming the key.

@@ -1,6 +1,7 @@
 //! n-digit arithmetic: `What is 37 + 58?` with knobs for digits, operand count and operators.
 use super::{
-    example_rng, fill, opt_digits, random_operand, verify_number, AnswerMode, Task, TaskExample,
+    example_rng, fill, opt_digits, random_operand, verify_number, AnswerMode, ProceduralTask,
+    TaskExample,
 };
 use crate::reward::{opt_str, opt_u64};
 use anyhow::{bail, Result};
@@ -83,7 +84,7 @@ pub(crate) fn render(nums: &[i64], ops: &[char]) -> String {
     s
 }
 
-impl Task for Arith {
+impl ProceduralTask for Arith {
     fn name(&self) -> &str {
         "arith"
     }

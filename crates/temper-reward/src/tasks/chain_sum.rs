@@ -1,7 +1,8 @@
 //! Chain sums: start from a number and apply a chain of additions and subtractions given in
 //! words ("Start with 7. Add 5. Subtract 3. What number do you end with?").
 use super::{
-    example_rng, fill, opt_digits, random_operand, verify_number, AnswerMode, Task, TaskExample,
+    example_rng, fill, opt_digits, random_operand, verify_number, AnswerMode, ProceduralTask,
+    TaskExample,
 };
 use crate::reward::{opt_str, opt_u64};
 use anyhow::{bail, Result};
@@ -50,7 +51,7 @@ impl ChainSum {
     }
 }
 
-impl Task for ChainSum {
+impl ProceduralTask for ChainSum {
     fn name(&self) -> &str {
         "chain_sum"
     }

@@ -26,8 +26,9 @@ pub struct TaskExample {
     pub metadata: Value,
 }
 
-/// A procedural task: generator + verifier.
-pub trait Task: Send + Sync {
+/// A procedural task: generator + verifier (`data.task`). Not temper-env's `Task`, a fixed set
+/// of questions an environment asks.
+pub trait ProceduralTask: Send + Sync {
     fn name(&self) -> &str;
     /// The `index`-th example of the stream for `seed` (same inputs, same example).
     fn generate(&self, seed: u64, index: u64) -> TaskExample;
@@ -35,22 +36,31 @@ pub trait Task: Send + Sync {
     fn verify(&self, completion: &str, answer: &str, metadata: &Value) -> f64;
 }
 
-/// Names accepted by [`task_by_name`].
-pub const TASK_NAMES: &[&str] = &["arith", "countdown", "chain_sum"];
+/// Every procedural task, by name (`data.task`): the one list of names.
+pub const PROCEDURAL_TASKS: &[(&str, TaskBuilder)] = &[
+    ("arith", |o| Ok(Box::new(Arith::from_opts(o)?))),
+    ("countdown", |o| Ok(Box::new(Countdown::from_opts(o)?))),
+    ("chain_sum", |o| Ok(Box::new(ChainSum::from_opts(o)?))),
+];
+
+/// Builds a procedural task from its options.
+pub type TaskBuilder = fn(&Value) -> Result<Box<dyn ProceduralTask>>;
 
 /// Build a task from its name and options (see each task's `from_opts` for the knobs).
-pub fn task_by_name(name: &str, opts: &Value) -> Result<Box<dyn Task>> {
+pub fn procedural_task(name: &str, opts: &Value) -> Result<Box<dyn ProceduralTask>> {
     let empty = Value::Object(Default::default());
     let opts = if opts.is_null() { &empty } else { opts };
-    Ok(match name {
-        "arith" => Box::new(Arith::from_opts(opts)?),
-        "countdown" => Box::new(Countdown::from_opts(opts)?),
-        "chain_sum" => Box::new(ChainSum::from_opts(opts)?),
-        _ => bail!(
+    match PROCEDURAL_TASKS.iter().find(|(n, _)| *n == name) {
+        Some((_, build)) => build(opts),
+        None => bail!(
             "unknown task {name:?}; known tasks: {}",
-            TASK_NAMES.join(", ")
+            PROCEDURAL_TASKS
+                .iter()
+                .map(|(n, _)| *n)
+                .collect::<Vec<_>>()
+                .join(", ")
         ),
-    })
+    }
 }
 
 /// The random stream of one example: ChaCha8 seeded by `seed`, stream `index`.
@@ -113,11 +123,11 @@ pub(crate) fn verify_number(mode: AnswerMode, completion: &str, answer: &str) ->
 /// A task's verifier as a [`Reward`]: the ground truth is the example's answer, and the
 /// metadata the example's metadata.
 pub struct TaskReward {
-    task: Box<dyn Task>,
+    task: Box<dyn ProceduralTask>,
 }
 
 impl TaskReward {
-    pub fn new(task: Box<dyn Task>) -> Self {
+    pub fn new(task: Box<dyn ProceduralTask>) -> Self {
         TaskReward { task }
     }
 }

@@ -69,14 +69,21 @@ impl Default for EnvConfig {
     }
 }
 
+/// `env.name` of a debate (any other name is a task's, run one turn).
+pub const DEBATE: &str = "debate";
+
 impl EnvConfig {
+    pub fn is_debate(&self) -> bool {
+        self.name == DEBATE
+    }
+
     pub fn enabled(&self) -> bool {
         !self.name.is_empty()
     }
 
     /// The task the questions come from.
     pub fn task_name(&self) -> &str {
-        if self.name == "debate" {
+        if self.is_debate() {
             &self.task
         } else {
             &self.name
@@ -87,38 +94,32 @@ impl EnvConfig {
         if !self.enabled() {
             return Ok(());
         }
-        let names = ["qa", "summary", "sat", "debate"];
-        if !names.contains(&self.name.as_str()) {
+        let tasks = temper_env::task_names();
+        if self.name != DEBATE && !tasks.contains(&self.name.as_str()) {
             bail!(
-                "env.name = {:?}: expected one of {}",
+                "env.name = {:?}: expected {DEBATE} or a task: {}",
                 self.name,
-                names.join(", ")
+                tasks.join(", ")
             );
         }
-        if !["qa", "summary", "sat"].contains(&self.task_name()) {
-            bail!("env.task = {:?}: expected qa, summary or sat", self.task);
+        if !tasks.contains(&self.task_name()) {
+            bail!(
+                "env.task = {:?}: expected one of {}",
+                self.task,
+                tasks.join(", ")
+            );
         }
-        if self.name == "debate" {
+        if self.is_debate() {
             if !n.is_multiple_of(2) {
                 bail!(
                     "rollout.n = {n}: a debate has two debaters, so the rollouts per question must be even"
                 );
             }
-            if !["mock", "confidence", "policy", "model"].contains(&self.judge.as_str()) {
-                bail!(
-                    "env.judge = {:?}: expected mock, confidence, policy or model",
-                    self.judge
-                );
-            }
+            temper_env::debate::judge::JudgeKind::parse(&self.judge)?;
             if self.judge == "model" && self.judge_model.as_deref().unwrap_or("").is_empty() {
                 bail!("env.judge = \"model\" needs env.judge_model (a model folder or name)");
             }
-            if !["rejection", "rs_grpo", "r1_r23"].contains(&self.debate_train.as_str()) {
-                bail!(
-                    "env.debate_train = {:?}: expected rejection, rs_grpo or r1_r23",
-                    self.debate_train
-                );
-            }
+            temper_env::DebateTrain::parse(&self.debate_train, self.grpo_std, self.r23_constant)?;
             if !(self.judge_temperature >= 0.0 && self.judge_temperature.is_finite()) {
                 bail!("env.judge_temperature must be >= 0");
             }

@@ -66,7 +66,7 @@ const VAL_SEED_SALT: u64 = 0x7661_6c5f_7365_6564;
 pub fn load_dataset(cfg: &DataConfig, seed: u64, train: bool) -> Result<Option<Dataset>> {
     if let Some(task_name) = &cfg.task {
         let opts = serde_json::to_value(&cfg.task_args).context("data.task_args")?;
-        let task = temper_reward::task_by_name(task_name, &opts).context("data.task")?;
+        let task = temper_reward::procedural_task(task_name, &opts).context("data.task")?;
         let (n, s) = if train {
             (cfg.task_train_size, seed)
         } else {

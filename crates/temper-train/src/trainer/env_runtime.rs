@@ -92,7 +92,7 @@ impl EnvRuntime {
             name: format!("env/{}", task.name()),
             examples,
         };
-        let debate = if e.name == "debate" {
+        let debate = if e.is_debate() {
             let turns = ChatTurns::from_template(tokenizer).context("env.name = \"debate\"")?;
             let judge = JudgeKind::parse(&e.judge)?;
             let judge_model = match (&judge, &e.judge_model) {
