@@ -15,9 +15,11 @@ pub use grader_options::{ExtractionTargets, GraderOptions};
 pub mod command;
 pub mod math_reward;
 pub mod reward;
+pub mod scoring;
 pub mod tasks;
 
 pub use command::CommandReward;
 pub use math_reward::{r1_zero, R1ZeroScore};
 pub use reward::{reward_by_name, reward_names, Reward, RewardOutput, REWARDS};
+pub use scoring::{score_all, score_checked, RewardFailure, ScoreInput};
 pub use tasks::{procedural_task, ProceduralTask, TaskExample, PROCEDURAL_TASKS};

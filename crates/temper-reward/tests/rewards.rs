@@ -236,3 +236,44 @@ fn every_registered_name_builds_and_an_unknown_one_lists_them() {
         assert!(e.contains(name), "{e}");
     }
 }
+
+/// A reward that panics or returns NaN fails for that response only, in input order, on the
+/// threads of `score_all`.
+#[test]
+fn scoring_catches_panics_and_non_finite_rewards() {
+    struct Odd;
+    impl temper_reward::Reward for Odd {
+        fn name(&self) -> &str {
+            "odd"
+        }
+        fn score(&self, _: &str, c: &str, _: &str, _: &Value) -> temper_reward::RewardOutput {
+            match c {
+                "panic" => panic!("grader exploded"),
+                "nan" => temper_reward::RewardOutput::new(f64::NAN),
+                _ => temper_reward::RewardOutput::new(c.len() as f64),
+            }
+        }
+    }
+    let meta = Value::Null;
+    let completions = ["a", "panic", "bbb", "nan", "cc"];
+    let inputs: Vec<temper_reward::ScoreInput<'_>> = completions
+        .iter()
+        .map(|c| temper_reward::ScoreInput {
+            prompt: "",
+            completion: c,
+            ground_truth: "",
+            metadata: &meta,
+        })
+        .collect();
+    let out = temper_reward::score_all(&Odd, &inputs);
+    let rewards: Vec<Option<f64>> = out
+        .iter()
+        .map(|o| o.as_ref().ok().map(|o| o.reward))
+        .collect();
+    assert_eq!(rewards, [Some(1.0), None, Some(3.0), None, Some(2.0)]);
+    assert_eq!(
+        out[1].as_ref().unwrap_err(),
+        &temper_reward::RewardFailure::Panicked("grader exploded".into())
+    );
+    assert!(matches!(out[3], Err(temper_reward::RewardFailure::NotFinite(v)) if v.is_nan()));
+}

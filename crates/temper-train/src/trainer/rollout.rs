@@ -221,54 +221,24 @@ impl Trainer {
             .enumerate()
             .flat_map(|(g, gr)| (0..gr.samples.len()).map(move |k| (g, k)))
             .collect();
-        let threads = std::thread::available_parallelism()
-            .map_or(1, |n| n.get())
-            .clamp(1, 8);
-        let chunk = jobs.len().div_ceil(threads).max(1);
-        let reward = &*self.reward;
-        let groups_ref = &*groups;
-        let results: Vec<(usize, usize, Result<temper_reward::RewardOutput, String>)> =
-            std::thread::scope(|s| {
-                let handles: Vec<_> = jobs
-                    .chunks(chunk)
-                    .map(|part| {
-                        s.spawn(move || {
-                            part.iter()
-                                .map(|&(g, k)| {
-                                    let gr = &groups_ref[g];
-                                    let ex = &dataset.examples[gr.example];
-                                    let out = std::panic::catch_unwind(
-                                        std::panic::AssertUnwindSafe(|| {
-                                            reward.score(
-                                                ex.prompt.text(),
-                                                &gr.texts[k],
-                                                &ex.answer,
-                                                &ex.metadata,
-                                            )
-                                        }),
-                                    );
-                                    let out = match out {
-                                        Ok(o) if o.reward.is_finite() => Ok(o),
-                                        Ok(o) => Err(format!("reward is {}", o.reward)),
-                                        Err(p) => Err(p
-                                            .downcast_ref::<String>()
-                                            .cloned()
-                                            .or_else(|| {
-                                                p.downcast_ref::<&str>().map(|s| s.to_string())
-                                            })
-                                            .unwrap_or_else(|| "panic".into())),
-                                    };
-                                    (g, k, out)
-                                })
-                                .collect::<Vec<_>>()
-                        })
-                    })
-                    .collect();
-                handles
-                    .into_iter()
-                    .flat_map(|h| h.join().expect("reward thread"))
-                    .collect()
-            });
+        let inputs: Vec<temper_reward::ScoreInput<'_>> = jobs
+            .iter()
+            .map(|&(g, k)| {
+                let ex = &dataset.examples[groups[g].example];
+                temper_reward::ScoreInput {
+                    prompt: ex.prompt.text(),
+                    completion: &groups[g].texts[k],
+                    ground_truth: &ex.answer,
+                    metadata: &ex.metadata,
+                }
+            })
+            .collect();
+        let outputs = temper_reward::score_all(&*self.reward, &inputs);
+        drop(inputs);
+        let results = jobs
+            .into_iter()
+            .zip(outputs)
+            .map(|((g, k), out)| (g, k, out));
         for g in groups.iter_mut() {
             g.scores = vec![0.0; g.samples.len()];
             g.reward_metrics = vec![BTreeMap::new(); g.samples.len()];
