@@ -73,6 +73,15 @@ pub fn release_free_memory() {
     }
 }
 
+/// The memory the machine can still give without swapping, in bytes (Linux `MemAvailable`: free
+/// memory plus reclaimable caches), `None` where the kernel does not report it.
+pub fn available_bytes() -> Option<u64> {
+    field_bytes(
+        &std::fs::read_to_string("/proc/meminfo").ok()?,
+        "MemAvailable:",
+    )
+}
+
 /// The process's current resident set size in bytes (Linux `VmRSS`).
 pub fn rss_bytes() -> Option<u64> {
     status_bytes("VmRSS:")

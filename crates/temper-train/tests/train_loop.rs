@@ -678,3 +678,20 @@ fn the_overlong_buffer_penalises_long_responses_as_dapo_defines() {
     let m = &metrics(&t)[0];
     assert!(m["reward/overlong"].as_f64().unwrap() > 0.0, "{m:?}");
 }
+
+/// A config whose first step cannot fit this machine is refused before anything runs, naming
+/// the estimate's parts and the way out, and leaves no run folder behind.
+#[test]
+fn a_config_that_cannot_fit_is_refused_before_it_starts() {
+    let root = common::temp_dir("too-big");
+    // A million-token prompt: attention alone would need terabytes.
+    let cfg = tiny_config(&root, &["data.max_prompt_length=1000000"]);
+    let e = format!("{:#}", Trainer::create(cfg, "big", &[]).err().unwrap());
+    assert!(
+        e.contains("this config needs about")
+            && e.contains("attention")
+            && e.contains("trainer.check_memory = false"),
+        "{e}"
+    );
+    assert!(!root.join("run").exists(), "a refused run left its folder");
+}

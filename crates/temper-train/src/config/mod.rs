@@ -430,6 +430,9 @@ pub struct TrainerConfig {
     /// Assert `actor/ppo_kl == 0` and `actor/pg_clipfrac == 0` exactly at the first update of
     /// every rollout batch (old logprobs are recomputed with the weights that sampled).
     pub check_on_policy: bool,
+    /// Refuse to start (on CPU) when the first step's estimated peak memory exceeds what the
+    /// machine has available (the estimate is printed either way).
+    pub check_memory: bool,
     /// Keep only this many checkpoints (oldest deleted); `None` keeps all.
     pub max_ckpt_to_keep: Option<usize>,
     pub seed: u64,
@@ -459,6 +462,7 @@ impl Default for TrainerConfig {
             experiment_name: String::new(),
             default_local_dir: "runs".into(),
             check_on_policy: false,
+            check_memory: true,
             max_ckpt_to_keep: None,
             seed: 42,
             threads: None,

@@ -10,6 +10,7 @@ mod env_runtime;
 mod env_step;
 mod episodes;
 mod eval;
+mod memory_plan;
 mod partition;
 mod rollout;
 mod servers;
@@ -135,9 +136,11 @@ impl Trainer {
             );
         }
         std::fs::create_dir_all(&root).with_context(|| format!("creating {}", root.display()))?;
-        let run = RunDir::new(root);
+        let run = RunDir::new(root.clone());
         let model_dir = resolve_model_dir(&cfg)?;
-        let t = Self::build(cfg, run, &model_dir, None, dist, None, None)?;
+        // A run that cannot start leaves no empty folder behind (a folder holding anything stays).
+        let t = Self::build(cfg, run, &model_dir, None, dist, None, None)
+            .inspect_err(|_| drop(std::fs::remove_dir(&root)))?;
         write_atomic(&t.run.config(), toml::to_string_pretty(&t.cfg)?.as_bytes())?;
         let mut metadata = run_metadata(t.cfg.trainer.seed, command_line);
         // What `model.dtype = "auto"` became on this machine; a resumed run keeps it.
@@ -238,6 +241,19 @@ impl Trainer {
             tch::set_num_threads(n as i32);
         }
         let device = device_of(&cfg)?;
+        let model_config = temper_model::ModelConfig::from_file(&weights_dir.join("config.json"))?;
+        let local_ranks = std::env::var("LOCAL_WORLD_SIZE")
+            .ok()
+            .and_then(|v| v.trim().parse::<usize>().ok())
+            .unwrap_or(1);
+        memory_plan::check(
+            &cfg,
+            &model_config,
+            dist.world,
+            local_ranks,
+            device == Device::Cpu,
+            dist.is_root(),
+        )?;
         let compute =
             compute_dtype::run_compute(cfg.model.dtype.name(), device, &dist, recorded_compute)?;
         let tok_dir = cfg

@@ -1,0 +1,292 @@
+//! Before a run starts: the peak memory of its first step, estimated from the config and the
+//! model's shape (no weights loaded yet), printed, and a config that cannot fit this machine
+//! refused with the numbers, rather than killed by the kernel at its first update.
+//!
+//! The peak is what stays (f32 master weights, gradients and AdamW's two moments of what
+//! trains, the reference policy, a sampling copy on `rollout.device`) plus the larger of the two
+//! phases: the rollout (the in-process engine's frozen compute copy of the weights, its KV cache
+//! for the rows in flight) and the update (one micro-batch's activations, about
+//! [`ModelConfig::activation_bytes_per_token`] per token, and one chunk of the unembedding's
+//! logits, and attention's length-squared matrices). The per-token figure is measured on SmolLM2
+//! in f32 and taken for bf16 too, so the estimate leans high there; BENCHMARKS.md compares it
+//! with measured peaks.
+
+use anyhow::{bail, Result};
+use temper_model::ModelConfig;
+
+use crate::config::Config;
+
+/// What the process holds besides tensors (libtorch, the tokenizer, the data, allocator slack).
+const PROCESS_BYTES: u64 = 512 << 20;
+
+/// The estimate, part by part.
+pub(crate) struct MemoryEstimate {
+    /// Held for the whole run.
+    pub resident: Vec<(&'static str, u64)>,
+    /// Held while sampling.
+    pub rollout: Vec<(&'static str, u64)>,
+    /// Held while one micro-batch trains.
+    pub update: Vec<(&'static str, u64)>,
+}
+
+fn sum(parts: &[(&'static str, u64)]) -> u64 {
+    parts.iter().map(|(_, b)| b).sum()
+}
+
+fn gib(b: u64) -> String {
+    format!("{:.2} GiB", b as f64 / (1u64 << 30) as f64)
+}
+
+impl MemoryEstimate {
+    pub fn peak(&self) -> u64 {
+        PROCESS_BYTES + sum(&self.resident) + sum(&self.rollout).max(sum(&self.update))
+    }
+
+    /// One line: the peak and its parts.
+    pub fn describe(&self) -> String {
+        let list = |parts: &[(&'static str, u64)]| {
+            parts
+                .iter()
+                .filter(|(_, b)| *b > 0)
+                .map(|(n, b)| format!("{n} {}", gib(*b)))
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        format!(
+            "{} = {} process + held ({}) + the larger of rollout ({}) and update ({})",
+            gib(self.peak()),
+            gib(PROCESS_BYTES),
+            list(&self.resident),
+            list(&self.rollout),
+            list(&self.update),
+        )
+    }
+}
+
+/// The trainable parameters: LoRA's adapters (rank x (in + out) per adapted linear), or all.
+fn trainable_params(cfg: &Config, m: &ModelConfig) -> i64 {
+    let r = cfg.model.lora_rank as i64;
+    if r == 0 {
+        return m.num_params();
+    }
+    let (h, i) = (m.hidden_size, m.intermediate_size);
+    let (q, kv) = (
+        m.num_attention_heads * m.head_dim,
+        m.num_key_value_heads * m.head_dim,
+    );
+    let shapes = [
+        ("q_proj", h, q),
+        ("k_proj", h, kv),
+        ("v_proj", h, kv),
+        ("o_proj", q, h),
+        ("gate_proj", h, i),
+        ("up_proj", h, i),
+        ("down_proj", i, h),
+    ];
+    let targets = &cfg.model.target_modules;
+    let all = targets.iter().any(|t| t == "all-linear");
+    let per_layer: i64 = shapes
+        .iter()
+        .filter(|(n, _, _)| all || targets.iter().any(|t| t == n))
+        .map(|(_, i, o)| r * (i + o))
+        .sum();
+    let head = if targets.iter().any(|t| t == "lm_head") {
+        r * (h + m.vocab_size)
+    } else {
+        0
+    };
+    per_layer * m.num_hidden_layers + head
+}
+
+/// The first step's peak on one rank of `world`.
+pub(crate) fn estimate(cfg: &Config, m: &ModelConfig, world: usize) -> MemoryEstimate {
+    let f32 = 4u64;
+    let params = m.num_params().max(0) as u64;
+    let trainable = trainable_params(cfg, m).max(0) as u64;
+    let needs_reference = cfg.actor.use_kl_loss || cfg.algorithm.use_kl_in_reward;
+    let (prompt, response) = (
+        cfg.data.max_prompt_length as u64,
+        cfg.data.max_response_length as u64,
+    );
+    let n = cfg.rollout.n.max(1) as u64;
+    let resident = vec![
+        ("weights", params * f32),
+        ("gradients", trainable * f32),
+        ("AdamW moments", 2 * trainable * f32),
+        ("reference", if needs_reference { params * f32 } else { 0 }),
+        (
+            "rollout.device copy",
+            if cfg.rollout.device.is_empty() {
+                0
+            } else {
+                params * f32
+            },
+        ),
+    ];
+    // The in-process engine: its compute copy of the weights and a KV cache (f32 on CPU) for
+    // the rows in flight.
+    let rollout = if cfg.rollout.is_remote() {
+        vec![]
+    } else {
+        let rows = (cfg.rollout.max_num_seqs as u64).min(cfg.data.train_batch_size as u64 * n);
+        let kv_per_token =
+            2 * (m.num_hidden_layers * m.num_key_value_heads * m.head_dim).max(0) as u64 * f32;
+        vec![
+            ("sampling copy", params * f32),
+            ("KV cache", rows * (prompt + response) * kv_per_token),
+            ("logits", rows * m.vocab_size.max(0) as u64 * f32),
+        ]
+    };
+    // One micro-batch with autograd: with shared prefixes each group's prompt runs once.
+    let mini_rows = (cfg.actor.ppo_mini_batch_size * cfg.rollout.n).div_ceil(world.max(1));
+    let micro = cfg
+        .actor
+        .ppo_micro_batch_size_per_gpu
+        .unwrap_or(mini_rows)
+        .min(mini_rows)
+        .max(1) as u64;
+    let prompt_rows = if cfg.actor.shared_prefix {
+        micro.div_ceil(n)
+    } else {
+        micro
+    };
+    let tokens = micro * response + prompt_rows * prompt;
+    let chunk = (cfg.actor.unembed_chunk as u64)
+        .min(micro * response)
+        .max(1);
+    // Attention keeps (query x key) matrices per layer and head for the backward, which grow
+    // with the square of the length: the prompts against themselves, the responses against
+    // prompt and response. 8 bytes per entry (two f32 matrices) matches the measured peaks
+    // (BENCHMARKS.md, "Memory estimate").
+    let per_entry = 8 * (m.num_hidden_layers * m.num_attention_heads).max(0) as u64;
+    let attention =
+        per_entry * (prompt_rows * prompt * prompt + micro * response * (prompt + response));
+    let update = vec![
+        ("activations", tokens * m.activation_bytes_per_token()),
+        ("attention", attention),
+        // A chunk's logits, their softmax and their gradient.
+        ("logits chunk", 3 * chunk * m.vocab_size.max(0) as u64 * f32),
+    ];
+    MemoryEstimate {
+        resident,
+        rollout,
+        update,
+    }
+}
+
+/// Prints the estimate (rank 0) and refuses a config whose estimate exceeds the memory this
+/// machine has available for each of its `local_ranks` processes. On CUDA the estimate is
+/// printed only (the device's memory is not read here).
+pub(crate) fn check(
+    cfg: &Config,
+    m: &ModelConfig,
+    world: usize,
+    local_ranks: usize,
+    on_cpu: bool,
+    root: bool,
+) -> Result<MemoryEstimate> {
+    let est = estimate(cfg, m, world);
+    if root {
+        eprintln!("temper: estimated peak memory per rank: {}", est.describe());
+    }
+    if on_cpu && cfg.trainer.check_memory {
+        if let Some(available) = temper_kernels::memory::available_bytes() {
+            fits(&est, available, local_ranks)?;
+        }
+    }
+    Ok(est)
+}
+
+/// Whether `est` fits each of `local_ranks` equal shares of `available` bytes; else the error.
+fn fits(est: &MemoryEstimate, available: u64, local_ranks: usize) -> Result<()> {
+    let share = available / local_ranks.max(1) as u64;
+    if est.peak() > share {
+        bail!(
+            "this config needs about {} per rank, and this machine has {} available{}: {}. Lower \
+             actor.ppo_micro_batch_size_per_gpu, rollout.max_num_seqs or the lengths, or set \
+             trainer.check_memory = false to run anyway",
+            gib(est.peak()),
+            gib(available),
+            if local_ranks > 1 {
+                format!(" for {local_ranks} ranks ({} each)", gib(share))
+            } else {
+                String::new()
+            },
+            est.describe()
+        );
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// SmolLM2-135M's shape.
+    fn smollm2() -> ModelConfig {
+        ModelConfig::from_json_str(
+            r#"{"architectures": ["LlamaForCausalLM"], "model_type": "llama", "vocab_size": 49152,
+                "hidden_size": 576, "intermediate_size": 1536, "num_hidden_layers": 30,
+                "num_attention_heads": 9, "num_key_value_heads": 3, "rms_norm_eps": 1e-5,
+                "rope_theta": 100000, "tie_word_embeddings": true}"#,
+        )
+        .unwrap()
+    }
+
+    fn config(overrides: &[&str]) -> Config {
+        let ov: Vec<String> = ["model.path=\"smollm2\"", "data.task=arith"]
+            .iter()
+            .chain(overrides)
+            .map(|s| s.to_string())
+            .collect();
+        crate::config::load_config(None, &ov).unwrap().config
+    }
+
+    /// The main job's shape (examples/arith-smollm2.toml): 3.66 GiB measured (peak RSS, f32,
+    /// this 2-core AMD EPYC); the estimate is within 10% above it.
+    #[test]
+    fn the_main_job_is_estimated_within_ten_percent_above_its_measured_peak() {
+        let cfg = config(&[
+            "data.max_prompt_length=96",
+            "data.max_response_length=12",
+            "data.train_batch_size=8",
+            "actor.ppo_mini_batch_size=8",
+            "actor.ppo_micro_batch_size_per_gpu=32",
+            "rollout.n=8",
+        ]);
+        let est = estimate(&cfg, &smollm2(), 1);
+        let measured = 3.66 * (1u64 << 30) as f64;
+        let ratio = est.peak() as f64 / measured;
+        assert!((1.0..1.1).contains(&ratio), "{ratio}: {}", est.describe());
+    }
+
+    /// LoRA trains its adapters only: gradients and moments shrink to them.
+    #[test]
+    fn lora_holds_the_adapters_gradients_only() {
+        let full = estimate(&config(&[]), &smollm2(), 1);
+        let lora = estimate(
+            &config(&["model.lora_rank=32", "model.target_modules=all-linear"]),
+            &smollm2(),
+            1,
+        );
+        let grads = |e: &MemoryEstimate| e.resident.iter().find(|p| p.0 == "gradients").unwrap().1;
+        // all-linear at rank 32 on SmolLM2: 32 x (in + out) per linear, 30 layers.
+        let adapters = 30 * 32 * (2 * (576 + 576) + 2 * (576 + 192) + 3 * (576 + 1536)) as u64;
+        assert_eq!(grads(&lora), 4 * adapters);
+        assert!(grads(&full) > 10 * grads(&lora));
+    }
+
+    #[test]
+    fn a_peak_over_the_share_of_each_local_rank_is_refused_with_the_numbers() {
+        let est = estimate(&config(&[]), &smollm2(), 1);
+        let gib = 1u64 << 30;
+        assert!(fits(&est, est.peak() + gib, 1).is_ok());
+        let e = fits(&est, est.peak() + gib, 2).unwrap_err().to_string();
+        assert!(
+            e.contains("this config needs about")
+                && e.contains("for 2 ranks")
+                && e.contains("weights"),
+            "{e}"
+        );
+    }
+}
