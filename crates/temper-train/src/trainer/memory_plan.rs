@@ -145,10 +145,16 @@ pub(crate) fn estimate(cfg: &Config, m: &ModelConfig, world: usize) -> MemoryEst
         .unwrap_or(mini_rows)
         .min(mini_rows)
         .max(1) as u64;
-    let prompt_rows = if cfg.actor.shared_prefix {
-        micro.div_ceil(n)
+    // A debater's datum is its whole transcript: three answers, the opponent's two earlier
+    // answers and two round instructions (about 64 tokens each) after the question; and each
+    // debater's prompt names its side, so no two rows share a prompt.
+    let debate = cfg.env.enabled() && cfg.env.is_debate();
+    let (response, prompt_rows) = if debate {
+        (5 * response + 2 * 64, micro)
+    } else if cfg.actor.shared_prefix {
+        (response, micro.div_ceil(n))
     } else {
-        micro
+        (response, micro)
     };
     let tokens = micro * response + prompt_rows * prompt;
     let chunk = (cfg.actor.unembed_chunk as u64)
@@ -156,9 +162,9 @@ pub(crate) fn estimate(cfg: &Config, m: &ModelConfig, world: usize) -> MemoryEst
         .max(1);
     // Attention keeps (query x key) matrices per layer and head for the backward, which grow
     // with the square of the length: the prompts against themselves, the responses against
-    // prompt and response. 8 bytes per entry (two f32 matrices) matches the measured peaks
-    // (BENCHMARKS.md, "Memory estimate").
-    let per_entry = 8 * (m.num_hidden_layers * m.num_attention_heads).max(0) as u64;
+    // prompt and response. 6 bytes per entry fits the measured peaks (BENCHMARKS.md, "Memory
+    // estimate").
+    let per_entry = 6 * (m.num_hidden_layers * m.num_attention_heads).max(0) as u64;
     let attention =
         per_entry * (prompt_rows * prompt * prompt + micro * response * (prompt + response));
     let update = vec![
@@ -175,8 +181,9 @@ pub(crate) fn estimate(cfg: &Config, m: &ModelConfig, world: usize) -> MemoryEst
 }
 
 /// Prints the estimate (rank 0) and refuses a config whose estimate exceeds the memory this
-/// machine has available for each of its `local_ranks` processes. On CUDA the estimate is
-/// printed only (the device's memory is not read here).
+/// machine has available for each of its `local_ranks` processes. Printed only: on CUDA (the
+/// device's memory is not read here), and for environment runs, whose transcripts the config
+/// does not bound (a debate's question is as long as its article), so their estimate is a guide.
 pub(crate) fn check(
     cfg: &Config,
     m: &ModelConfig,
@@ -189,7 +196,7 @@ pub(crate) fn check(
     if root {
         eprintln!("temper: estimated peak memory per rank: {}", est.describe());
     }
-    if on_cpu && cfg.trainer.check_memory {
+    if on_cpu && cfg.trainer.check_memory && !cfg.env.enabled() {
         if let Some(available) = temper_kernels::memory::available_bytes() {
             fits(&est, available, local_ranks)?;
         }
