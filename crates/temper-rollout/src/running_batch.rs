@@ -4,7 +4,7 @@
 use anyhow::Result;
 use rand_chacha::ChaCha20Rng;
 use tch::{Device, Kind, Tensor};
-use temper_model::{CausalLm, KvCache};
+use temper_model::{CausalLm, KvCache, PaddedRows};
 
 use crate::draw::sample_rng;
 use crate::engine::Requests;
@@ -102,8 +102,11 @@ impl Batch {
             .iter()
             .map(|u| prepared[&u.request].request.prompt_ids.clone())
             .collect();
-        let longest = seqs.iter().map(Vec::len).max().unwrap_or(0);
-        let (ids, mask, pos) = left_pad(&seqs, longest, self.device);
+        let prompts: Vec<(&[i64], &[i64])> = seqs.iter().map(|s| (s.as_slice(), &[][..])).collect();
+        // Prompts alone: left-padded (pads are id 0, never attended).
+        let padded = PaddedRows::new(&prompts, 0);
+        let longest = padded.prompt_width;
+        let (ids, mask, pos) = padded.tensors(self.device);
         let mut cache = KvCache::with_capacity(model.num_layers(), (longest + room) as i64);
         let hidden = model.forward_hidden(&ids, &pos, &mask, Some(&mut cache));
         let logits = model.logits(&hidden.select(1, -1));
@@ -197,23 +200,4 @@ impl Batch {
             self.mask = self.mask.narrow(1, pad, width - pad);
         }
     }
-}
-
-/// Left-padded `(ids, mask, positions)`, each (rows, width) i64. Pads use id 0 (never attended).
-fn left_pad(seqs: &[Vec<i64>], width: usize, device: Device) -> (Tensor, Tensor, Tensor) {
-    let rows = seqs.len();
-    let mut ids = vec![0i64; rows * width];
-    let mut mask = vec![0i64; rows * width];
-    let mut pos = vec![0i64; rows * width];
-    for (r, s) in seqs.iter().enumerate() {
-        let off = r * width + (width - s.len());
-        ids[off..off + s.len()].copy_from_slice(s);
-        for j in 0..s.len() {
-            mask[off + j] = 1;
-            pos[off + j] = j as i64;
-        }
-    }
-    let shape = [rows as i64, width as i64];
-    let t = |v: Vec<i64>| Tensor::from_slice(&v).view(shape).to_device(device);
-    (t(ids), t(mask), t(pos))
 }

@@ -6,7 +6,7 @@ use anyhow::Result;
 use tch::{Kind, Tensor};
 use temper_algo::optim::{clip_grad_norm, zero_grad, AdamW};
 use temper_algo::TinkerLoss;
-use temper_model::{position_ids_from_mask, CausalLm, DEFAULT_UNEMBED_CHUNK};
+use temper_model::{CausalLm, PaddedRows, DEFAULT_UNEMBED_CHUNK};
 
 /// Tinker's `AdamParams` (the SDK's defaults, which differ from torch's: beta2 0.95, eps 1e-12).
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -176,28 +176,21 @@ impl TrainingModel {
         loss: &TinkerLoss,
         backward: bool,
     ) -> Result<ForwardOutput> {
-        // One right-padded batch: position t of datum i predicts targets[i][t].
+        // One right-padded batch (continuations alone in the one padded layout): position t of
+        // datum i predicts targets[i][t].
         let device = self.model.device();
-        let width = data.iter().map(|d| d.model_input.len()).max().unwrap_or(1);
-        let (mut ids, mut mask, mut tgt, mut real) = (vec![], vec![], vec![], vec![]);
+        let rows: Vec<(&[i64], &[i64])> = data
+            .iter()
+            .map(|d| (&[][..], d.model_input.as_slice()))
+            .collect();
+        let padded = PaddedRows::new(&rows, 0);
+        let width = padded.width();
+        let (mut tgt, mut real) = (vec![], vec![]);
         for (i, (d, t)) in data.iter().zip(targets).enumerate() {
-            let pad = width - d.model_input.len();
-            ids.extend(
-                d.model_input
-                    .iter()
-                    .copied()
-                    .chain(std::iter::repeat_n(0, pad)),
-            );
-            mask.extend(
-                std::iter::repeat_n(1i64, d.model_input.len()).chain(std::iter::repeat_n(0, pad)),
-            );
             tgt.extend(t.iter().copied());
             real.extend((0..d.model_input.len()).map(|k| (i * width + k) as i64));
         }
-        let shape = [data.len() as i64, width as i64];
-        let ids = Tensor::from_slice(&ids).view(shape).to(device);
-        let mask = Tensor::from_slice(&mask).view(shape).to(device);
-        let pos = position_ids_from_mask(&mask);
+        let (ids, mask, pos) = padded.tensors(device);
         // Only the datums' own positions (not the padding) reach the unembedding, in datum order.
         let hidden = self.model.forward_hidden(&ids, &pos, &mask, None);
         let h = *hidden.size().last().expect("hidden is (B, T, H)");

@@ -1,11 +1,12 @@
-//! The padded training batch built from rollout samples: prompts left-padded to the longest
-//! prompt `P`, responses right-padded to the longest response `R` (verl's layout), so that a
-//! response token `j` sits at column `P + j` and is predicted by the hidden state at `P + j - 1`.
+//! The padded training batch built from rollout samples, in the one padded layout
+//! ([`temper_model::PaddedRows`]): prompts left-padded to the longest prompt `P`, responses
+//! right-padded to the longest response `R` (verl's), so that a response token `j` sits at
+//! column `P + j` and is predicted by the hidden state at `P + j - 1`.
 use super::partition::MiniBatch;
 use crate::dist::Dist;
 use anyhow::Result;
 use tch::{Device, Kind, Tensor};
-use temper_model::{CausalLm, TokenScores};
+use temper_model::{CausalLm, PaddedRows, TokenScores};
 
 pub struct Batch {
     /// (N, P + R) i64.
@@ -28,30 +29,25 @@ pub struct Batch {
 
 impl Batch {
     pub fn new(samples: &[(&[i64], &[i64], &[f32])], pad_id: i64, device: Device) -> Self {
-        let p = samples.iter().map(|s| s.0.len()).max().unwrap_or(0).max(1);
-        let r = samples.iter().map(|s| s.1.len()).max().unwrap_or(0).max(1);
-        let n = samples.len();
-        let (mut ids, mut mask) = (vec![pad_id; n * (p + r)], vec![0i64; n * (p + r)]);
+        let rows: Vec<(&[i64], &[i64])> = samples.iter().map(|s| (s.0, s.1)).collect();
+        // At least one column each, so that a batch of empty prompts or responses has a shape.
+        let padded = PaddedRows::with_widths(&rows, 1, 1, pad_id);
+        let (p, r, n) = (
+            padded.prompt_width,
+            padded.continuation_width,
+            samples.len(),
+        );
         let (mut rmask, mut rlogp) = (vec![0f32; n * r], vec![0f32; n * r]);
-        for (i, (prompt, completion, logprobs)) in samples.iter().enumerate() {
-            let row = i * (p + r);
-            let start = p - prompt.len();
-            for (j, &t) in prompt.iter().enumerate() {
-                ids[row + start + j] = t;
-                mask[row + start + j] = 1;
-            }
-            for (j, &t) in completion.iter().enumerate() {
-                ids[row + p + j] = t;
-                mask[row + p + j] = 1;
+        for (i, (_, completion, logprobs)) in samples.iter().enumerate() {
+            for j in 0..completion.len() {
                 rmask[i * r + j] = 1.0;
                 rlogp[i * r + j] = logprobs.get(j).copied().unwrap_or(0.0);
             }
         }
-        let shape = [n as i64, (p + r) as i64];
-        let attention_mask = Tensor::from_slice(&mask).view(shape).to(device);
+        let (input_ids, attention_mask, position_ids) = padded.tensors(device);
         Batch {
-            input_ids: Tensor::from_slice(&ids).view(shape).to(device),
-            position_ids: temper_model::position_ids_from_mask(&attention_mask),
+            input_ids,
+            position_ids,
             attention_mask,
             response_mask: Tensor::from_slice(&rmask)
                 .view([n as i64, r as i64])
@@ -64,6 +60,22 @@ impl Batch {
             rows: n,
             prompt_owner: None,
         }
+    }
+
+    /// Per-row values over the responses (advantages, masks), each row right-padded with 0 to
+    /// the batch's response width: (rows, R) f32 on the batch's device.
+    pub fn response_values(&self, rows: impl IntoIterator<Item = Vec<f32>>) -> Tensor {
+        let r = self.response_len as usize;
+        let flat: Vec<f32> = rows
+            .into_iter()
+            .flat_map(|mut v| {
+                v.resize(r, 0.0);
+                v
+            })
+            .collect();
+        Tensor::from_slice(&flat)
+            .view([self.rows as i64, r as i64])
+            .to(self.input_ids.device())
     }
 
     /// From now on, [`Batch::response_scores`] runs each distinct prompt of a micro-batch once

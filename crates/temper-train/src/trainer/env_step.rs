@@ -278,23 +278,14 @@ impl Trainer {
             })
             .collect();
         let mut batch = Batch::new(&rows, self.pad_id, device);
-        let r = batch.response_len as usize;
-        let pad = |f: &dyn Fn(&Datum) -> Vec<f32>| -> Tensor {
-            let flat: Vec<f32> = datums
-                .iter()
-                .flat_map(|d| {
-                    let mut v = f(d);
-                    v.resize(r, 0.0);
-                    v
-                })
-                .collect();
-            Tensor::from_slice(&flat)
-                .view([datums.len() as i64, r as i64])
-                .to(device)
-        };
         // Injected tokens are context, not actions: out of the loss.
-        batch.response_mask = pad(&|d| d.completion_mask.iter().map(|&x| x as f32).collect());
-        let advantages = pad(&|d| d.completion_advantages.clone());
+        batch.response_mask = batch.response_values(
+            datums
+                .iter()
+                .map(|d| d.completion_mask.iter().map(|&x| x as f32).collect()),
+        );
+        let advantages =
+            batch.response_values(datums.iter().map(|d| d.completion_advantages.clone()));
         let trained = batch.response_mask.sum(Kind::Double).double_value(&[]);
         let nrows = batch.rows;
         // One mini-batch of every datum; data-parallel, each rank takes its share (the datum
