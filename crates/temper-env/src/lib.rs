@@ -9,6 +9,7 @@
 pub mod chat;
 pub mod debate;
 pub mod driver;
+pub mod environment;
 pub mod single_turn;
 pub mod tasks;
 pub mod train_data;
@@ -16,6 +17,10 @@ pub mod transcript;
 
 pub use chat::{ChatTurns, Codec};
 pub use driver::{run_groups, Answer, Ask, EnvGroup, Responder, Sampler};
+pub use environment::{
+    build_environment, environment_names, takes_a_task, EnvRun, EnvSettings, Environment,
+    GroupContext, GroupOutcome, ENVIRONMENTS,
+};
 pub use tasks::{task_by_name, task_names, Question, Scored, Task, TASKS};
 pub use train_data::{advantage_stats, Datum, DebateTrain};
 pub use transcript::Transcript;

@@ -4,9 +4,12 @@
 //! what `temper train` runs for every data set row (rewards from the `reward` section), and
 //! [`SingleTurn`] is the same group scored by an environment task (`env.task`).
 use crate::driver::{Answer, Ask, EnvGroup, Responder};
+use crate::environment::{EnvRun, Environment, GroupContext, GroupOutcome};
 use crate::tasks::{Question, Scored, Task};
+use crate::train_data::episode_datums;
 use crate::transcript::Transcript;
 use anyhow::{bail, Result};
+use serde_json::json;
 use temper_rollout::{Sample, SamplingParams};
 
 /// `params.n` samples of one prompt, seeded by `params.seed`.
@@ -101,5 +104,76 @@ impl EnvGroup for SingleTurn<'_> {
             self.episodes.push(t);
         }
         Ok(())
+    }
+}
+
+/// A task run one turn: each question's `n` answers are one group, scored by the task; the
+/// trainer's advantage estimator sets their advantages.
+pub struct OneTurnEnv {
+    pub task: Box<dyn Task>,
+}
+
+impl Environment for OneTurnEnv {
+    fn task(&self) -> &dyn Task {
+        self.task.as_ref()
+    }
+
+    fn sets_advantages(&self) -> bool {
+        false
+    }
+
+    fn needs_prompt(&self) -> bool {
+        true
+    }
+
+    fn group<'a>(&'a self, q: Question, ctx: GroupContext<'a>) -> Result<Box<dyn EnvRun + 'a>> {
+        let Some(prompt) = ctx.prompt else {
+            bail!("question {}: a one-turn group needs its prompt ids", q.id);
+        };
+        Ok(Box::new(SingleTurn::new(
+            q,
+            self.task.as_ref(),
+            prompt,
+            ctx.params,
+        )))
+    }
+}
+
+impl EnvRun for SingleTurn<'_> {
+    /// Datums with advantage 0 (the trainer's estimator sets them once every rank's are in), and
+    /// per answer a `summary` record (the summary task) or a `baseline` record (the others).
+    fn outcome(&self, step: usize) -> GroupOutcome {
+        let rewards: Vec<f64> = self.scores.iter().map(|s| s.reward).collect();
+        let zero = vec![0.0; rewards.len()];
+        let summary = self.task.name() == "summary";
+        let records = self
+            .episodes
+            .iter()
+            .zip(&self.scores)
+            .map(|(t, s)| {
+                let q = &self.question;
+                if summary {
+                    let record = json!({
+                        "step": step, "group": q.id, "article": q.article,
+                        "summary": s.extracted, "reward": s.reward, "metrics": s.metrics,
+                    });
+                    ("summary".to_string(), record)
+                } else {
+                    let record = json!({
+                        "step": step, "group": q.id, "question": q.prompt, "answer": q.answer,
+                        "response": t.turns[0].text, "extracted": s.extracted,
+                        "parse_failed": s.parse_failed, "reward": s.reward, "metrics": s.metrics,
+                    });
+                    ("baseline".to_string(), record)
+                }
+            })
+            .collect();
+        GroupOutcome {
+            datums: episode_datums(&self.episodes, &self.question.id, &rewards, &zero),
+            parse_failures: self.scores.iter().filter(|s| s.parse_failed).count(),
+            rewards,
+            counts: Default::default(),
+            records,
+        }
     }
 }

@@ -109,6 +109,21 @@ impl Transcript {
     }
 
     /// The prompt tokens of turn `k` (0-based).
+    /// Every turn as its log records it: prompt and completion tokens, logprobs, text.
+    pub fn rounds_json(&self) -> serde_json::Value {
+        (0..self.turns.len())
+            .map(|k| {
+                let (ids, lps) = self.turn_completion(k);
+                serde_json::json!({
+                    "prompt_tokens": self.turn_prompt(k),
+                    "completion_tokens": ids,
+                    "completion_logprobs": lps,
+                    "text": self.turns[k].text,
+                })
+            })
+            .collect()
+    }
+
     pub fn turn_prompt(&self, k: usize) -> &[i64] {
         &self.tokens[..self.turns[k].prompt_len]
     }

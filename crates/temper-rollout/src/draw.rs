@@ -54,6 +54,12 @@ pub fn mix64(mut z: u64) -> u64 {
 /// SplitMix64's increment (2^64 / the golden ratio).
 pub const GOLDEN_GAMMA: u64 = 0x9E37_79B9_7F4A_7C15;
 
+/// A seed derived from `seed` and two indices (a batch and a position, a question and a debate):
+/// the trainer's and the environments' seed mixing.
+pub fn mix(seed: u64, a: u64, b: u64) -> u64 {
+    mix64(seed ^ a.wrapping_mul(GOLDEN_GAMMA) ^ b.wrapping_mul(0xC2B2_AE3D_27D4_EB4F))
+}
+
 /// The uniform number of entry `index` for a token keyed `key`: the `index + 1`-th output of
 /// SplitMix64 started at `key`, as a float in (0, 1] (53 bits, never 0, so `-ln u` is finite).
 #[inline(always)]

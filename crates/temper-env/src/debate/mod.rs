@@ -5,6 +5,7 @@
 //! completion, then the chat template's continuation tokens (close the assistant turn, open a
 //! user turn), the round's instruction around the opponent's R1 (R2) completion token ids,
 //! spliced as sampled (its final EOS left out), and the opening of a new assistant turn.
+pub mod env;
 pub mod judge;
 
 use crate::chat::{first_prompt, ChatTurns, Codec};

@@ -81,9 +81,10 @@ impl EnvConfig {
         !self.name.is_empty()
     }
 
-    /// The task the questions come from.
+    /// The task the questions come from: `env.task` for an environment that asks another
+    /// task's questions (a debate), else the one `env.name` names.
     pub fn task_name(&self) -> &str {
-        if self.is_debate() {
+        if temper_env::takes_a_task(&self.name) {
             &self.task
         } else {
             &self.name

@@ -9,104 +9,13 @@
 //!   `metrics`) and `baseline_<k>.json` per answer of the other one-turn tasks.
 //!
 //! `k` counts from 0 over the run, in step order (`(step - 1) * per_step + j`), so a resumed run
-//! continues the numbering.
+//! continues the numbering. The records themselves are the environments' (`GroupOutcome`).
 use crate::rundir::write_json;
 use anyhow::Result;
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
 use std::path::Path;
-use temper_env::debate::DebateGroup;
-use temper_env::single_turn::SingleTurn;
-use temper_env::{Datum, Task, Transcript};
-
-fn rounds(t: &Transcript) -> Value {
-    (0..t.turns.len())
-        .map(|k| {
-            let (ids, lps) = t.turn_completion(k);
-            json!({
-                "prompt_tokens": t.turn_prompt(k),
-                "completion_tokens": ids,
-                "completion_logprobs": lps,
-                "text": t.turns[k].text,
-            })
-        })
-        .collect()
-}
-
-/// The step's episode records, `(kind, record)` with kind `debate`, `summary` or `baseline`, in
-/// episode order (each rank makes its own; rank 0 writes all of them, [`write_records`]).
-pub(crate) fn episode_records(
-    step: usize,
-    task: &dyn Task,
-    singles: &[SingleTurn],
-    debates: &[DebateGroup],
-) -> Vec<(String, Value)> {
-    let mut out = vec![];
-    for g in debates {
-        for d in &g.debates {
-            let agents: Vec<Value> = (0..2)
-                .map(|a| {
-                    json!({
-                        "side": if a == 0 { "A" } else { "B" },
-                        "rounds": rounds(&d.agents[a]),
-                        "r1_task_reward": d.r1_scores.get(a).map(|s| s.reward),
-                        "r1_task_metrics": d.r1_scores.get(a).map(|s| &s.metrics),
-                    })
-                })
-                .collect();
-            let verdict = d.verdict.map(|v| v.name());
-            out.push((
-                "debate".to_string(),
-                json!({
-                    "step": step,
-                    "group": g.question.id,
-                    "question": g.question.prompt,
-                    "answer": g.question.answer,
-                    "verdict": verdict,
-                    "judge": {
-                        "reasoning": d.judge.text,
-                        "prompt_tokens": d.judge.prompt_tokens,
-                        "completion_tokens": d.judge.completion_tokens,
-                    },
-                    "agents": agents,
-                }),
-            ));
-        }
-    }
-    let kind = if task.name() == "summary" {
-        "summary"
-    } else {
-        "baseline"
-    };
-    for g in singles {
-        for (t, s) in g.episodes.iter().zip(&g.scores) {
-            let record = if kind == "summary" {
-                json!({
-                    "step": step,
-                    "group": g.question.id,
-                    "article": g.question.article,
-                    "summary": s.extracted,
-                    "reward": s.reward,
-                    "metrics": s.metrics,
-                })
-            } else {
-                json!({
-                    "step": step,
-                    "group": g.question.id,
-                    "question": g.question.prompt,
-                    "answer": g.question.answer,
-                    "response": t.turns[0].text,
-                    "extracted": s.extracted,
-                    "parse_failed": s.parse_failed,
-                    "reward": s.reward,
-                    "metrics": s.metrics,
-                })
-            };
-            out.push((kind.to_string(), record));
-        }
-    }
-    out
-}
+use temper_env::Datum;
 
 /// Writes the step's records (all ranks', in order) as `<kind>_<k>.json`, `k` counting per kind
 /// from `(step - 1) * per_step`.

@@ -12,40 +12,19 @@ use super::stats::{put_mmm, StepMetrics};
 use super::update::UpdateInputs;
 use super::Trainer;
 use anyhow::{bail, Result};
+use std::collections::BTreeMap;
 use std::time::Instant;
 use tch::{Kind, Tensor};
-use temper_env::debate::DebateGroup;
-use temper_env::single_turn::SingleTurn;
-use temper_env::train_data::{debate_datums, episode_datums};
-use temper_env::{advantage_stats, run_groups, Datum, EnvGroup};
+use temper_env::{
+    advantage_stats, run_groups, Datum, EnvGroup, EnvRun, GroupContext, GroupOutcome,
+};
 use temper_rollout::SamplingParams;
 
-/// What one rank's episodes give the step: per question group its datums, and the numbers
-/// and records the step logs. Data-parallel, every rank gathers every rank's (in rank order,
-/// which is question order).
+/// What one rank's episodes give the step: per question group its outcome. Data-parallel,
+/// every rank gathers every rank's (in rank order, which is question order).
 #[derive(serde::Serialize, serde::Deserialize, Default)]
 struct Episodes {
-    groups: Vec<Vec<Datum>>,
-    rewards: Vec<f64>,
-    parse_failures: usize,
-    debates: usize,
-    invalid_verdicts: usize,
-    records: Vec<(String, serde_json::Value)>,
-}
-
-impl Episodes {
-    fn merge(all: Vec<Episodes>) -> Episodes {
-        let mut out = Episodes::default();
-        for e in all {
-            out.groups.extend(e.groups);
-            out.rewards.extend(e.rewards);
-            out.parse_failures += e.parse_failures;
-            out.debates += e.debates;
-            out.invalid_verdicts += e.invalid_verdicts;
-            out.records.extend(e.records);
-        }
-        out
-    }
+    groups: Vec<GroupOutcome>,
 }
 
 impl Trainer {
@@ -63,29 +42,49 @@ impl Trainer {
         let mine = self.dist.shard(&questions, "data.train_batch_size")?;
         let first_position = self.dist.rank * mine.len();
         let local = self.run_episodes(step, mine, first_position, seed)?;
-        let mut all = Episodes::merge(self.dist.all_gather_json(&local)?);
+        let all: Vec<GroupOutcome> = self
+            .dist
+            .all_gather_json(&local)?
+            .into_iter()
+            .flat_map(|e: Episodes| e.groups)
+            .collect();
         m.insert("timing_s/gen".into(), t_gen.elapsed().as_secs_f64());
 
-        // 2. Datums. One-turn groups: the configured advantage estimator over each question's
-        // answers, computed on the whole batch (an estimator may normalise over it).
+        // 2. Datums. Groups whose environment leaves the advantages to the trainer: the
+        // configured estimator over each question's answers, computed on the whole batch (an
+        // estimator may normalise over it).
         let t_adv = Instant::now();
-        let is_debate = self.env.as_ref().is_some_and(|e| e.debate.is_some());
-        if !is_debate {
-            self.one_turn_advantages(&mut all.groups)?;
+        let env = &self
+            .env
+            .as_ref()
+            .expect("env_step runs with an environment")
+            .env;
+        let mut groups: Vec<Vec<Datum>> = vec![];
+        let (mut rewards, mut parse_failures) = (vec![], 0);
+        let mut counts: BTreeMap<String, f64> = BTreeMap::new();
+        let mut records = vec![];
+        for g in all {
+            groups.push(g.datums);
+            rewards.extend(g.rewards);
+            parse_failures += g.parse_failures;
+            for (k, v) in g.counts {
+                *counts.entry(k).or_insert(0.0) += v;
+            }
+            records.extend(g.records);
         }
-        let datums: Vec<Datum> = all.groups.into_iter().flatten().collect();
-        put_mmm(&mut m, "critic/score", &all.rewards);
-        m.insert("env/parse_failures".into(), all.parse_failures as f64);
-        if is_debate {
-            m.insert("env/debates".into(), all.debates as f64);
-            m.insert("env/invalid_verdicts".into(), all.invalid_verdicts as f64);
+        if !env.sets_advantages() {
+            self.one_turn_advantages(&mut groups)?;
         }
+        let datums: Vec<Datum> = groups.into_iter().flatten().collect();
+        put_mmm(&mut m, "critic/score", &rewards);
+        m.insert("env/parse_failures".into(), parse_failures as f64);
+        m.extend(counts);
         m.insert("env/datums".into(), datums.len() as f64);
         m.insert("timing_s/adv".into(), t_adv.elapsed().as_secs_f64());
 
         // 3. Logs of the episodes (debate_<k>.json, summary_<k>.json / baseline_<k>.json).
         if self.dist.is_root() {
-            env_logs::write_records(&self.run.root, step, &all.records)?;
+            env_logs::write_records(&self.run.root, step, &records)?;
         }
 
         // 4. The update.
@@ -131,9 +130,9 @@ impl Trainer {
         Ok(m)
     }
 
-    /// Runs the episodes of `questions` (at `first_position` of the step's batch) and turns
-    /// them into datums (one-turn datums with advantage 0, set by [`Self::one_turn_advantages`]
-    /// once every rank's are in) and records.
+    /// Runs the episodes of `questions` (at `first_position` of the step's batch): one group per
+    /// question from the environment, all advanced together, and their outcomes (one-turn
+    /// datums with advantage 0, set by [`Self::one_turn_advantages`] once every rank's are in).
     fn run_episodes(
         &self,
         step: usize,
@@ -141,88 +140,58 @@ impl Trainer {
         first_position: usize,
         seed: u64,
     ) -> Result<Episodes> {
-        let env = self
+        let env = &self
             .env
             .as_ref()
-            .expect("env_step runs with an environment");
-        let task = env.task.as_ref();
+            .expect("env_step runs with an environment")
+            .env;
         let n = self.cfg.rollout.n;
-        let mut singles: Vec<SingleTurn> = vec![];
-        let mut debates: Vec<DebateGroup> = vec![];
+        let mut runs: Vec<Box<dyn EnvRun + '_>> = vec![];
         for (k, &qi) in questions.iter().enumerate() {
             let pos = first_position + k;
-            let q = task.question(qi);
             let qseed = mix(seed, qi as u64, pos as u64);
-            match &env.debate {
-                Some(d) => {
-                    let seeds: Vec<u64> = (0..n / 2).map(|k| mix(qseed, k as u64, 1)).collect();
-                    debates.push(DebateGroup::new(
-                        q,
-                        task,
-                        &self.tokenizer,
-                        &d.turns,
-                        &d.cfg,
-                        &seeds,
-                    )?);
-                }
-                None => {
-                    let where_ = format!("env question {qi}");
-                    let example = &self.train.examples[qi];
-                    let Some(prompt) = self.prompt_ids(example, &where_)? else {
-                        bail!("{where_}: the prompt is longer than data.max_prompt_length");
-                    };
-                    let params = SamplingParams {
-                        seed: Some(qseed),
-                        ..self.train_params()
-                    };
-                    singles.push(SingleTurn::new(q, task, prompt, params));
-                }
-            }
+            let where_ = format!("env question {qi}");
+            let prompt = if env.needs_prompt() {
+                let Some(prompt) = self.prompt_ids(&self.train.examples[qi], &where_)? else {
+                    bail!("{where_}: the prompt is longer than data.max_prompt_length");
+                };
+                Some(prompt)
+            } else {
+                None
+            };
+            let ctx = GroupContext {
+                codec: &self.tokenizer,
+                prompt,
+                params: SamplingParams {
+                    seed: Some(qseed),
+                    ..self.train_params()
+                },
+                seed: qseed,
+                n,
+            };
+            runs.push(env.group(env.task().question(qi), ctx)?);
         }
         {
-            let is_debate = !debates.is_empty();
-            let mut groups: Vec<Box<dyn EnvGroup + '_>> = vec![];
-            groups.extend(singles.iter_mut().map(|g| Box::new(g) as Box<dyn EnvGroup>));
-            groups.extend(debates.iter_mut().map(|g| Box::new(g) as Box<dyn EnvGroup>));
+            let mut groups: Vec<Box<dyn EnvGroup + '_>> = runs
+                .iter_mut()
+                .map(|r| Box::new(&mut **r) as Box<dyn EnvGroup>)
+                .collect();
             let mut sampler = TrainerSampler {
                 t: self,
                 seed,
                 on_servers: true,
             };
             run_groups(&mut sampler, &mut groups, &mut |round, asks| {
-                if is_debate && self.dist.is_root() {
-                    match round {
-                        1..=3 => eprintln!("[debate] Round {round}/3: {asks} turns"),
-                        _ => eprintln!("[debate] Judge: {asks} verdicts"),
+                if let Some(line) = env.round_line(round, asks) {
+                    if self.dist.is_root() {
+                        eprintln!("{line}");
                     }
                 }
             })?;
         }
-        let mut out = Episodes {
-            records: env_logs::episode_records(step, task, &singles, &debates),
-            ..Episodes::default()
-        };
-        if let Some(d) = &env.debate {
-            for g in &debates {
-                out.debates += g.debates.len();
-                out.invalid_verdicts += g.invalid();
-                for deb in &g.debates {
-                    out.rewards.extend(deb.r1_scores.iter().map(|s| s.reward));
-                    out.parse_failures += deb.r1_scores.iter().filter(|s| s.parse_failed).count();
-                }
-                out.groups.push(debate_datums(g, d.train));
-            }
-        } else {
-            for g in &singles {
-                let rs: Vec<f64> = g.scores.iter().map(|s| s.reward).collect();
-                out.parse_failures += g.scores.iter().filter(|s| s.parse_failed).count();
-                let zero = vec![0.0; rs.len()];
-                out.groups
-                    .push(episode_datums(&g.episodes, &g.question.id, &rs, &zero));
-                out.rewards.extend(rs);
-            }
-        }
-        Ok(out)
+        Ok(Episodes {
+            groups: runs.iter().map(|r| r.outcome(step)).collect(),
+        })
     }
 
     /// One-turn groups: every sampled token of an answer gets the answer's advantage under

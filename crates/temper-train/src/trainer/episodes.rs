@@ -24,8 +24,7 @@ impl Sampler for TrainerSampler<'_> {
                     .t
                     .env
                     .as_ref()
-                    .and_then(|e| e.debate.as_ref())
-                    .and_then(|d| d.judge_model.as_ref())
+                    .and_then(|e| e.env.judge_model())
                     .ok_or_else(|| anyhow::anyhow!("a judge request without env.judge_model"))?;
                 Engine::new(judge, self.t.eos_ids.clone())
                     .with_decoder(&self.t.tokenizer)

@@ -51,10 +51,7 @@ fn all_equal(v: &[f64]) -> bool {
 impl Group {}
 
 /// A 64-bit mix of the run seed and counters (splitmix64), for per-request sampling seeds.
-pub(crate) fn mix(seed: u64, a: u64, b: u64) -> u64 {
-    use temper_rollout::draw::{mix64, GOLDEN_GAMMA};
-    mix64(seed ^ a.wrapping_mul(GOLDEN_GAMMA) ^ b.wrapping_mul(0xC2B2_AE3D_27D4_EB4F))
-}
+pub(crate) use temper_rollout::draw::mix;
 
 impl Trainer {
     /// The prompt token ids of an example, after the template and the length policy; `None` when
