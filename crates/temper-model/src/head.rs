@@ -37,6 +37,8 @@ pub struct TokenScores<'m> {
     /// The entropy of that distribution at each position, shaped like the targets, f32.
     pub entropy: Tensor,
     pending: Option<Pending<'m>>,
+    /// Where the backward goes on from the hidden states (activation checkpointing).
+    checkpoints: Option<crate::LayerCheckpoints<'m>>,
 }
 
 /// What [`TokenScores::backward`] needs to recompute the chunks.
@@ -96,6 +98,7 @@ impl CausalLm {
                 logp,
                 entropy,
                 pending: None,
+                checkpoints: None,
             };
         }
         TokenScores {
@@ -108,11 +111,12 @@ impl CausalLm {
                 temperature,
                 chunk,
             }),
+            checkpoints: None,
         }
     }
 }
 
-impl TokenScores<'_> {
+impl<'m> TokenScores<'m> {
     /// `(logp, entropy)`, dropping any pending backward: for callers without autograd (old and
     /// reference log-probs, scoring, checks).
     pub fn into_parts(self) -> (Tensor, Tensor) {
@@ -123,7 +127,22 @@ impl TokenScores<'_> {
     /// loss's gradient to every parameter's `.grad` (the unembedding's, then the decoder's).
     /// Nothing happens when the scores were computed without autograd, or when no gradient
     /// reached them (a loss that uses neither, or whose weights are all zero).
-    pub fn backward(self) {
+    pub fn backward(mut self) {
+        let checkpoints = self.checkpoints.take();
+        self.backward_to_hidden();
+        if let Some(c) = checkpoints {
+            c.backward();
+        }
+    }
+
+    /// The hidden states came from [`CausalLm::forward_hidden_checkpointed`]: [`Self::backward`]
+    /// goes on through `checkpoints` into the layers.
+    pub fn with_checkpoints(mut self, checkpoints: crate::LayerCheckpoints<'m>) -> Self {
+        self.checkpoints = Some(checkpoints);
+        self
+    }
+
+    fn backward_to_hidden(self) {
         let Some(p) = self.pending else { return };
         let n = p.targets.numel() as i64;
         let upstream = |t: &Tensor| {

@@ -80,7 +80,7 @@ pub use head::{TokenScores, DEFAULT_UNEMBED_CHUNK};
 pub use kv_cache::KvCache;
 pub use logprobs::{logprobs_and_entropy, logprobs_of};
 pub use lora::{LoraConfig, LORA_HEAD};
-pub use model::CausalLm;
+pub use model::{CausalLm, LayerCheckpoints};
 pub use padded::PaddedRows;
 pub use policy::Policy;
 pub use shared_prefix::SharedPrefixRows;

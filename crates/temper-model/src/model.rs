@@ -15,7 +15,10 @@ use crate::lora::{LoraAdapter, LoraConfig};
 use crate::rope::{apply_rope, Rope};
 use crate::sampling_weights::SamplingWeights;
 
+mod checkpoint;
 mod sampling;
+
+pub use checkpoint::LayerCheckpoints;
 
 #[derive(Debug)]
 struct Linear {
@@ -422,8 +425,6 @@ impl CausalLm {
     /// `kv`. With `collect`, also returns each layer's keys and values of the new tokens
     /// ((B, Hkv, T, d) after RoPE, in the compute dtype, with autograd) for a later
     /// [`PastKv::Given`] (shared-prefix training, [`crate::shared_prefix`]).
-    // `h = h + x`, not `h += x`: tch's `+=` is in place, which would clobber tensors autograd saved.
-    #[allow(clippy::assign_op_pattern)]
     pub(crate) fn forward_layers(
         &self,
         input_ids: &Tensor,
@@ -462,91 +463,121 @@ impl CausalLm {
                 .masked_fill(&mask.view([b, past + t]).logical_not(), f64::NEG_INFINITY)
         });
         let (cos, sin) = self.rope.cos_sin(position_ids, kind);
-        let (n_q, n_kv, d) = (c.num_attention_heads, c.num_key_value_heads, c.head_dim);
+        let ctx = LayerContext {
+            b,
+            t,
+            cos: &cos,
+            sin: &sin,
+            mask: &mask,
+            decode_bias: decode_bias.as_ref(),
+            cached_attention,
+        };
         let sampling = self.sampling.borrow();
         let mut h = Tensor::embedding(&self.embed_tokens, input_ids, -1, false, false);
-        for (i, layer) in self.layers.iter().enumerate() {
+        for i in 0..self.layers.len() {
             let frozen = sampling.as_ref().map(|s| &s.layers[i]);
-            let x = rms_norm(&h, &layer.input_layernorm, c.rms_norm_eps).to_kind(kind);
-            let (q, k, v) = match frozen {
-                Some(f) => {
-                    let qkv = f.qkv.forward(&x);
-                    (
-                        qkv.narrow(2, 0, n_q * d),
-                        qkv.narrow(2, n_q * d, n_kv * d),
-                        qkv.narrow(2, (n_q + n_kv) * d, n_kv * d),
-                    )
-                }
-                None => (
-                    layer.q_proj.forward(&x, kind),
-                    layer.k_proj.forward(&x, kind),
-                    layer.v_proj.forward(&x, kind),
-                ),
-            };
-            let q = q.reshape([b, t, n_q, d]);
-            let k = k.reshape([b, t, n_kv, d]);
-            let v = v.reshape([b, t, n_kv, d]);
-            let (q, k) = match (&layer.q_norm, &layer.k_norm) {
-                (Some(qn), Some(kn)) => (
-                    rms_norm(&q, qn, c.rms_norm_eps).to_kind(kind),
-                    rms_norm(&k, kn, c.rms_norm_eps).to_kind(kind),
-                ),
-                _ => (q, k),
-            };
-            let q = apply_rope(&q.transpose(1, 2), &cos, &sin);
-            let k = apply_rope(&k.transpose(1, 2), &cos, &sin);
-            let v = v.transpose(1, 2);
-            if collect {
-                collected.push((k.shallow_clone(), v.shallow_clone()));
-            }
-            let attn = match cache.as_deref_mut() {
-                Some(cache) if cached_attention => {
-                    let (k, v) = cache.append(i, &k.to_kind(Kind::Float), &v.to_kind(Kind::Float));
-                    attend_cached(&q, &k, &v, &mask, decode_bias.as_ref()).to_kind(kind)
-                }
-                Some(cache) => {
-                    let (k, v) = cache.append(i, &k, &v);
-                    sdpa(&q, &k, &v, &mask)
-                }
-                None => match given {
-                    Some(g) => {
-                        let (pk, pv) = &g[i];
-                        sdpa(
-                            &q,
-                            &Tensor::cat(&[pk, &k], 2),
-                            &Tensor::cat(&[pv, &v], 2),
-                            &mask,
-                        )
-                    }
-                    None => sdpa(&q, &k, &v, &mask),
-                },
-            };
-            let attn = attn.transpose(1, 2).reshape([b, t, n_q * d]);
-            let o = match frozen {
-                Some(f) => f.o.forward(&attn),
-                None => layer.o_proj.forward(&attn, kind),
-            };
-            h = h + o;
-            let x = rms_norm(&h, &layer.post_attention_layernorm, c.rms_norm_eps).to_kind(kind);
-            let down = match frozen {
-                Some(f) => {
-                    let gu = f.gate_up.forward(&x);
-                    let inter = c.intermediate_size;
-                    f.down
-                        .forward(&(gu.narrow(2, 0, inter).silu() * gu.narrow(2, inter, inter)))
-                }
-                None => {
-                    let gate = layer.gate_proj.forward(&x, kind).silu();
-                    let up = layer.up_proj.forward(&x, kind);
-                    layer.down_proj.forward(&(gate * up), kind)
-                }
-            };
-            h = h + down;
+            let collect_into = collect.then_some(&mut collected);
+            let past = given.map(|g| &g[i]);
+            h = self.layer(i, h, &ctx, frozen, cache.as_deref_mut(), past, collect_into);
         }
         if let Some(cache) = cache {
             cache.advance(t);
         }
         (rms_norm(&h, &self.norm, c.rms_norm_eps), collected)
+    }
+
+    /// Decoder layer `i` on the residual stream `h` (B, T, hidden): attention (over the
+    /// `cache`'s earlier keys and values, the given `past` ones of this layer, or none), then the
+    /// MLP; with `collected`, also keeps the layer's keys and values of the new tokens.
+    // `h = h + x`, not `h += x`: tch's `+=` is in place, which would clobber tensors autograd saved.
+    #[allow(clippy::assign_op_pattern, clippy::too_many_arguments)]
+    fn layer(
+        &self,
+        i: usize,
+        mut h: Tensor,
+        ctx: &LayerContext<'_>,
+        frozen: Option<&crate::sampling_weights::FrozenLayer>,
+        cache: Option<&mut KvCache>,
+        past: Option<&(Tensor, Tensor)>,
+        collected: Option<&mut Vec<(Tensor, Tensor)>>,
+    ) -> Tensor {
+        let kind = self.compute.kind();
+        let c = &self.config;
+        let (b, t) = (ctx.b, ctx.t);
+        let (n_q, n_kv, d) = (c.num_attention_heads, c.num_key_value_heads, c.head_dim);
+        let layer = &self.layers[i];
+        let x = rms_norm(&h, &layer.input_layernorm, c.rms_norm_eps).to_kind(kind);
+        let (q, k, v) = match frozen {
+            Some(f) => {
+                let qkv = f.qkv.forward(&x);
+                (
+                    qkv.narrow(2, 0, n_q * d),
+                    qkv.narrow(2, n_q * d, n_kv * d),
+                    qkv.narrow(2, (n_q + n_kv) * d, n_kv * d),
+                )
+            }
+            None => (
+                layer.q_proj.forward(&x, kind),
+                layer.k_proj.forward(&x, kind),
+                layer.v_proj.forward(&x, kind),
+            ),
+        };
+        let q = q.reshape([b, t, n_q, d]);
+        let k = k.reshape([b, t, n_kv, d]);
+        let v = v.reshape([b, t, n_kv, d]);
+        let (q, k) = match (&layer.q_norm, &layer.k_norm) {
+            (Some(qn), Some(kn)) => (
+                rms_norm(&q, qn, c.rms_norm_eps).to_kind(kind),
+                rms_norm(&k, kn, c.rms_norm_eps).to_kind(kind),
+            ),
+            _ => (q, k),
+        };
+        let q = apply_rope(&q.transpose(1, 2), ctx.cos, ctx.sin);
+        let k = apply_rope(&k.transpose(1, 2), ctx.cos, ctx.sin);
+        let v = v.transpose(1, 2);
+        if let Some(collected) = collected {
+            collected.push((k.shallow_clone(), v.shallow_clone()));
+        }
+        let attn = match cache {
+            Some(cache) if ctx.cached_attention => {
+                let (k, v) = cache.append(i, &k.to_kind(Kind::Float), &v.to_kind(Kind::Float));
+                attend_cached(&q, &k, &v, ctx.mask, ctx.decode_bias).to_kind(kind)
+            }
+            Some(cache) => {
+                let (k, v) = cache.append(i, &k, &v);
+                sdpa(&q, &k, &v, ctx.mask)
+            }
+            None => match past {
+                Some((pk, pv)) => sdpa(
+                    &q,
+                    &Tensor::cat(&[pk, &k], 2),
+                    &Tensor::cat(&[pv, &v], 2),
+                    ctx.mask,
+                ),
+                None => sdpa(&q, &k, &v, ctx.mask),
+            },
+        };
+        let attn = attn.transpose(1, 2).reshape([b, t, n_q * d]);
+        let o = match frozen {
+            Some(f) => f.o.forward(&attn),
+            None => layer.o_proj.forward(&attn, kind),
+        };
+        h = h + o;
+        let x = rms_norm(&h, &layer.post_attention_layernorm, c.rms_norm_eps).to_kind(kind);
+        let down = match frozen {
+            Some(f) => {
+                let gu = f.gate_up.forward(&x);
+                let inter = c.intermediate_size;
+                f.down
+                    .forward(&(gu.narrow(2, 0, inter).silu() * gu.narrow(2, inter, inter)))
+            }
+            None => {
+                let gate = layer.gate_proj.forward(&x, kind).silu();
+                let up = layer.up_proj.forward(&x, kind);
+                layer.down_proj.forward(&(gate * up), kind)
+            }
+        };
+        h + down
     }
 
     /// Logits (..., V) in f32 from final hidden states (e.g. only the last position when sampling).
@@ -592,6 +623,21 @@ impl CausalLm {
             crate::head::DEFAULT_UNEMBED_CHUNK,
         )
     }
+}
+
+/// What every layer of one forward shares.
+struct LayerContext<'a> {
+    b: i64,
+    t: i64,
+    /// RoPE's tables for the new tokens' positions.
+    cos: &'a Tensor,
+    sin: &'a Tensor,
+    /// The (B, 1, T, S_past + T) attention mask.
+    mask: &'a Tensor,
+    /// The one-token decode path's additive mask.
+    decode_bias: Option<&'a Tensor>,
+    /// Attention over an f32 cache (CPU).
+    cached_attention: bool,
 }
 
 /// Where a forward finds the keys and values of positions before its new tokens.

@@ -45,15 +45,32 @@ fn tensor(v: Vec<i64>, rows: usize) -> Tensor {
     Tensor::from_slice(&v).view([rows as i64, n / rows as i64])
 }
 
+/// How `run` computes the responses' scores.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Layout {
+    /// Every row's full sequence.
+    Full,
+    /// Each distinct prompt once.
+    Shared,
+    /// Either, with activation checkpointing.
+    FullCheckpointed,
+    SharedCheckpointed,
+}
+
 /// Loss = sum(coef * logp) + 0.1 * sum(entropy) over valid response tokens; returns (logp, entropy,
 /// valid) and leaves the gradients in the model.
 fn run(
     model: &CausalLm,
     g: &Groups,
-    shared: bool,
+    layout: Layout,
     pad: i64,
     chunk: i64,
 ) -> (Tensor, Tensor, Tensor) {
+    let shared = matches!(layout, Layout::Shared | Layout::SharedCheckpointed);
+    let checkpointed = matches!(
+        layout,
+        Layout::FullCheckpointed | Layout::SharedCheckpointed
+    );
     let p = g.iter().map(|(q, _)| q.len()).max().unwrap();
     let r = g
         .iter()
@@ -111,7 +128,7 @@ fn run(
         let prompt_mask = tensor(pmask, g.len());
         let prompt_of_row =
             Tensor::from_slice(&rows.iter().map(|(gi, _)| *gi as i64).collect::<Vec<_>>());
-        let hidden = model.response_hidden_shared(&SharedPrefixRows {
+        let rows = SharedPrefixRows {
             prompt_positions: &position_ids_from_mask(&prompt_mask),
             prompt_ids: &prompt_ids,
             prompt_mask: &prompt_mask,
@@ -119,13 +136,28 @@ fn run(
             response_ids: &response_ids,
             response_mask: &mask.narrow(1, p as i64, r as i64),
             response_positions: &pos.narrow(1, p as i64, r as i64),
-        });
-        let scores = model.score_tokens(&hidden, &response_ids, temperature, chunk);
+        };
+        let scores = if checkpointed {
+            let (hidden, ck) = model.response_hidden_shared_checkpointed(&rows);
+            model
+                .score_tokens(&hidden, &response_ids, temperature, chunk)
+                .with_checkpoints(ck)
+        } else {
+            let hidden = model.response_hidden_shared(&rows);
+            model.score_tokens(&hidden, &response_ids, temperature, chunk)
+        };
         let (lp, en) = (scores.logp.shallow_clone(), scores.entropy.shallow_clone());
         (scores, lp, en)
     } else {
         let targets = ids.roll([-1], [1]);
-        let scores = model.token_logprobs(&ids, &mask, &pos, &targets, temperature);
+        let scores = if checkpointed {
+            let (hidden, ck) = model.forward_hidden_checkpointed(&ids, &pos, &mask);
+            model
+                .score_tokens(&hidden, &targets, temperature, DEFAULT_UNEMBED_CHUNK)
+                .with_checkpoints(ck)
+        } else {
+            model.token_logprobs(&ids, &mask, &pos, &targets, temperature)
+        };
         let lp = scores.logp.narrow(1, p as i64 - 1, r as i64);
         let en = scores.entropy.narrow(1, p as i64 - 1, r as i64);
         (scores, lp, en)
@@ -155,9 +187,21 @@ fn grads(model: &CausalLm) -> Vec<(String, Tensor)> {
 /// `chunk`: positions per chunk of the unembedding in the shared run (the plain run takes the
 /// default).
 fn check(model: &CausalLm, g: &Groups, chunk: i64, tol_lp: f64, tol_grad: f64) {
-    let (lp0, en0, valid) = run(model, g, false, 0, chunk);
+    check_layout(model, g, Layout::Shared, chunk, tol_lp, tol_grad);
+}
+
+/// `layout` against every row's full sequence without checkpointing.
+fn check_layout(
+    model: &CausalLm,
+    g: &Groups,
+    layout: Layout,
+    chunk: i64,
+    tol_lp: f64,
+    tol_grad: f64,
+) {
+    let (lp0, en0, valid) = run(model, g, Layout::Full, 0, chunk);
     let plain = grads(model);
-    let (lp1, en1, _) = run(model, g, true, 0, chunk);
+    let (lp1, en1, _) = run(model, g, layout, 0, chunk);
     let shared = grads(model);
     let diff = |a: &Tensor, b: &Tensor| f64::try_from(((a - b) * &valid).abs().max()).unwrap();
     let (dl, de) = (diff(&lp0, &lp1), diff(&en0, &en1));
@@ -193,6 +237,33 @@ fn shared_prefix_equals_full_rows_on_tiny_qwen2_and_qwen3() {
     .unwrap();
     let model = CausalLm::random(qwen3, 2, Device::Cpu, ComputeKind::F32);
     check(&model, &groups(101, 9), 3, 1e-5, 1e-5);
+}
+
+/// Activation checkpointing, with and without shared prefixes, gives the full rows' log-probs and
+/// gradients (tiny Qwen2 with biases and an untied head, tiny Qwen3 with q/k norms and a tied
+/// one, one-token responses).
+#[test]
+fn checkpointed_layers_equal_full_rows_with_and_without_shared_prefixes() {
+    let qwen2 = ModelConfig::qwen2_like(97, 32, 48, 3, 4, 2, false);
+    let model = CausalLm::random(qwen2, 1, Device::Cpu, ComputeKind::F32);
+    for layout in [Layout::FullCheckpointed, Layout::SharedCheckpointed] {
+        check_layout(&model, &groups(97, 5), layout, 3, 1e-5, 1e-5);
+    }
+    let tied = ModelConfig::qwen2_like(50, 16, 24, 2, 2, 1, true);
+    let model = CausalLm::random(tied, 4, Device::Cpu, ComputeKind::F32);
+    let g: Groups = vec![
+        (vec![3, 4, 5], vec![vec![7], vec![1, 2, 3]]),
+        (vec![9], vec![vec![8], vec![2]]),
+    ];
+    // Every response one token long: only the prompts' last positions are scored.
+    let ones: Groups = vec![
+        (vec![3, 4, 5], vec![vec![7]]),
+        (vec![9], vec![vec![8], vec![2]]),
+    ];
+    for layout in [Layout::FullCheckpointed, Layout::SharedCheckpointed] {
+        check_layout(&model, &g, layout, 3, 1e-5, 1e-5);
+        check_layout(&model, &ones, layout, 3, 1e-5, 1e-5);
+    }
 }
 
 #[test]

@@ -695,3 +695,51 @@ fn a_config_that_cannot_fit_is_refused_before_it_starts() {
     );
     assert!(!root.join("run").exists(), "a refused run left its folder");
 }
+
+/// `actor.gradient_checkpointing` (verl's `model.enable_gradient_checkpointing`): one step trains
+/// as without it, with shared prefixes and without: the same rollouts, the same loss (the forward
+/// is the same computation, bitwise, so `check_on_policy` holds), the gradient norm and every
+/// weight after the update to float rounding.
+#[test]
+fn gradient_checkpointing_trains_like_the_plain_backward() {
+    for shared in ["actor.shared_prefix=true", "actor.shared_prefix=false"] {
+        let run = |checkpointing: &str| {
+            let root = common::temp_dir("ckpt");
+            let cfg = tiny_config(
+                &root,
+                &["trainer.total_training_steps=1", shared, checkpointing],
+            );
+            let mut t = Trainer::create(cfg, "c", &[]).unwrap();
+            t.reward = Box::new(AsciiFraction);
+            t.fit().unwrap();
+            (metrics(&t).remove(0), weights(&t))
+        };
+        let (plain_m, plain_w) = run("actor.gradient_checkpointing=false");
+        let (ck_m, ck_w) = run("model.enable_gradient_checkpointing=true");
+        let num = |m: &BTreeMap<String, serde_json::Value>, k: &str| m[k].as_f64().unwrap();
+        assert_eq!(
+            num(&plain_m, "actor/pg_loss"),
+            num(&ck_m, "actor/pg_loss"),
+            "{shared}"
+        );
+        assert_eq!(
+            num(&plain_m, "critic/score/mean"),
+            num(&ck_m, "critic/score/mean")
+        );
+        let (a, b) = (
+            num(&plain_m, "actor/grad_norm"),
+            num(&ck_m, "actor/grad_norm"),
+        );
+        assert!(
+            a > 0.0 && ((a - b) / a).abs() < 1e-5,
+            "{shared}: grad norm {a} vs {b}"
+        );
+        for ((name, x), (_, y)) in plain_w.iter().zip(&ck_w) {
+            let d = f64::try_from((x - y).abs().max()).unwrap();
+            assert!(
+                d < 1e-5,
+                "{shared}: {name} differs by {d:e} after one update"
+            );
+        }
+    }
+}

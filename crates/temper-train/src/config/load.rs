@@ -59,6 +59,11 @@ const KEY_ALIASES: &[(&str, &str)] = &[
     ("model.lora.rank", "model.lora_rank"),
     ("model.lora.alpha", "model.lora_alpha"),
     ("model.torch_dtype", "model.dtype"),
+    // verl's name (under actor_rollout_ref.model).
+    (
+        "model.enable_gradient_checkpointing",
+        "actor.gradient_checkpointing",
+    ),
     (
         "reward_model.reward_kwargs.max_resp_len",
         "reward.overlong_buffer.max_resp_len",

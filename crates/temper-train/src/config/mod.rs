@@ -163,6 +163,10 @@ pub struct ActorConfig {
     /// update and the old / reference passes, so at most one chunk of (tokens, vocabulary)
     /// logits exists at once; the gradients are exact). Larger is not faster: BENCHMARKS.md.
     pub unembed_chunk: usize,
+    /// Activation checkpointing per decoder layer: the update keeps each layer's input only and
+    /// runs the layer again in the backward (less memory, about one more forward of time; the
+    /// same gradients to float rounding). verl's `model.enable_gradient_checkpointing`.
+    pub gradient_checkpointing: bool,
     /// Max global grad norm (clip_grad_norm_); <= 0 disables clipping.
     pub grad_clip: f64,
     pub clip_ratio: f64,
@@ -195,6 +199,7 @@ impl Default for ActorConfig {
             shuffle: false,
             shared_prefix: true,
             unembed_chunk: temper_model::DEFAULT_UNEMBED_CHUNK as usize,
+            gradient_checkpointing: false,
             grad_clip: 1.0,
             clip_ratio: 0.2,
             clip_ratio_low: None,

@@ -63,7 +63,6 @@ pub const IGNORED: &[(&str, &str)] = &[
     ("actor.freeze_vision_tower", TEXT_ONLY),
     ("model.exclude_modules", TEXT_ONLY),
     ("model.use_remove_padding", "padding removal is a speed setting: padding never enters temper's losses"),
-    ("model.enable_gradient_checkpointing", "activation checkpointing is not implemented yet (memory grows with the micro-batch)"),
     ("model.use_shm", SHM),
     ("data.use_shm", SHM),
     ("model.trust_remote_code", "temper runs no code from checkpoints; the architectures it knows are built in"),

@@ -6,7 +6,7 @@ use super::partition::MiniBatch;
 use crate::dist::Dist;
 use anyhow::Result;
 use tch::{Device, Kind, Tensor};
-use temper_model::{CausalLm, PaddedRows, TokenScores};
+use temper_model::{CausalLm, LayerCheckpoints, PaddedRows, TokenScores};
 
 pub struct Batch {
     /// (N, P + R) i64.
@@ -105,30 +105,39 @@ impl Batch {
     /// autograd unless called under no_grad (then finish `loss.backward()` with
     /// [`TokenScores::backward`]). Only response positions reach the LM head, `chunk` tokens at a
     /// time.
+    /// With `checkpoint_layers` (`actor.gradient_checkpointing`), the decoder keeps only each
+    /// layer's input and runs the layers again in the scores' backward.
     pub fn response_scores<'m>(
         &self,
         model: &'m CausalLm,
         idx: &[i64],
         temperature: f64,
         chunk: i64,
+        checkpoint_layers: bool,
     ) -> Result<TokenScores<'m>> {
         let t = if temperature > 0.0 { temperature } else { 1.0 };
-        let (ids, hidden) = match &self.prompt_owner {
-            Some(owner) => (
-                Self::rows_of(&self.input_ids, idx),
-                self.shared_hidden(model, idx, owner),
-            ),
+        let ids = Self::rows_of(&self.input_ids, idx);
+        let (hidden, checkpoints) = match &self.prompt_owner {
+            Some(owner) => self.shared_hidden(model, idx, owner, checkpoint_layers),
             None => {
-                let ids = Self::rows_of(&self.input_ids, idx);
                 let mask = Self::rows_of(&self.attention_mask, idx);
                 let pos = Self::rows_of(&self.position_ids, idx);
-                let hidden = model.forward_hidden(&ids, &pos, &mask, None);
+                let (hidden, checkpoints) = if checkpoint_layers {
+                    let (h, c) = model.forward_hidden_checkpointed(&ids, &pos, &mask);
+                    (h, Some(c))
+                } else {
+                    (model.forward_hidden(&ids, &pos, &mask, None), None)
+                };
                 let h = hidden.narrow(1, self.prompt_len - 1, self.response_len);
-                (ids, h)
+                (h, checkpoints)
             }
         };
         let targets = ids.narrow(1, self.prompt_len, self.response_len);
-        Ok(model.score_tokens(&hidden, &targets, t, chunk))
+        let scores = model.score_tokens(&hidden, &targets, t, chunk);
+        Ok(match checkpoints {
+            Some(c) => scores.with_checkpoints(c),
+            None => scores,
+        })
     }
 
     /// No-grad (N, R) f32 log-probs of every row under `model`. Each rank computes the rows of its
@@ -147,7 +156,7 @@ impl Batch {
         tch::no_grad(|| -> Result<()> {
             for idx in parts.iter().flat_map(|mb| &mb.mine) {
                 let (lp, _) = self
-                    .response_scores(model, idx, temperature, chunk)?
+                    .response_scores(model, idx, temperature, chunk, false)?
                     .into_parts();
                 let _ =
                     out.shallow_clone()
@@ -161,7 +170,13 @@ impl Batch {
 
     /// The hidden states that predict the responses of rows `idx` (rows, R, H), with each distinct
     /// prompt run once ([`CausalLm::response_hidden_shared`]).
-    fn shared_hidden(&self, model: &CausalLm, idx: &[i64], owner: &[usize]) -> Tensor {
+    fn shared_hidden<'m>(
+        &self,
+        model: &'m CausalLm,
+        idx: &[i64],
+        owner: &[usize],
+        checkpoint_layers: bool,
+    ) -> (Tensor, Option<LayerCheckpoints<'m>>) {
         let (p, r) = (self.prompt_len, self.response_len);
         let mut distinct: Vec<i64> = vec![];
         let prompt_of_row: Vec<i64> = idx
@@ -179,7 +194,7 @@ impl Batch {
             Self::rows_of(t, rows).narrow(1, start, len)
         };
         let device = self.input_ids.device();
-        model.response_hidden_shared(&temper_model::SharedPrefixRows {
+        let rows = temper_model::SharedPrefixRows {
             prompt_ids: &cols(&self.input_ids, &distinct, 0, p),
             prompt_mask: &cols(&self.attention_mask, &distinct, 0, p),
             prompt_positions: &cols(&self.position_ids, &distinct, 0, p),
@@ -187,7 +202,13 @@ impl Batch {
             response_ids: &cols(&self.input_ids, idx, p, r),
             response_mask: &cols(&self.attention_mask, idx, p, r),
             response_positions: &cols(&self.position_ids, idx, p, r),
-        })
+        };
+        if checkpoint_layers {
+            let (h, c) = model.response_hidden_shared_checkpointed(&rows);
+            (h, Some(c))
+        } else {
+            (model.response_hidden_shared(&rows), None)
+        }
     }
 }
 

@@ -167,8 +167,18 @@ pub(crate) fn estimate(cfg: &Config, m: &ModelConfig, world: usize) -> MemoryEst
     let per_entry = 6 * (m.num_hidden_layers * m.num_attention_heads).max(0) as u64;
     let attention =
         per_entry * (prompt_rows * prompt * prompt + micro * response * (prompt + response));
+    // Checkpointing keeps each layer's input (one f32 hidden vector per layer and token) and one
+    // layer's activations and attention at a time.
+    let layers = m.num_hidden_layers.max(1) as u64;
+    let (activations, attention) = if cfg.actor.gradient_checkpointing {
+        let kept = layers * m.hidden_size.max(0) as u64 * f32;
+        let per_token = m.activation_bytes_per_token() / layers + kept;
+        (tokens * per_token, attention / layers)
+    } else {
+        (tokens * m.activation_bytes_per_token(), attention)
+    };
     let update = vec![
-        ("activations", tokens * m.activation_bytes_per_token()),
+        ("activations", activations),
         ("attention", attention),
         // A chunk's logits, their softmax and their gradient.
         ("logits chunk", 3 * chunk * m.vocab_size.max(0) as u64 * f32),

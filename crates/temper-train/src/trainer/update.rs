@@ -84,6 +84,7 @@ impl Trainer {
                         idx,
                         temperature,
                         self.unembed_chunk(),
+                        self.cfg.actor.gradient_checkpointing,
                     )?;
                     let logp = scores.logp.shallow_clone();
                     let ent = if self.loss_cfg.entropy_coeff != 0.0 {

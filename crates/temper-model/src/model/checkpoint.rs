@@ -1,0 +1,237 @@
+//! Activation checkpointing per decoder layer (verl's `enable_gradient_checkpointing`, temper's
+//! `actor.gradient_checkpointing`): the forward keeps only each layer's input, and the backward
+//! runs each layer again from it, last to first, with autograd, so that one layer's activations
+//! exist at a time instead of all of them. The recomputed forward is the same computation, so the
+//! gradients equal the plain backward's to float rounding (the order in which a parameter's
+//! contributions add up). With shared prefixes ([`crate::shared_prefix`]) each layer's prompt
+//! and response parts are run again together, the responses attending to their prompt's keys.
+//! A child of `model` so that it reads the layers directly.
+
+use tch::{Kind, Tensor};
+
+use super::{rms_norm, CausalLm, LayerContext};
+use crate::attention::attention_mask_4d;
+use crate::shared_prefix::SharedPrefixRows;
+
+/// One forward over token rows whose layers were checkpointed.
+struct Segment {
+    input_ids: Tensor,
+    position_ids: Tensor,
+    /// Covers the earlier positions (the prompt's, for responses) and the rows' own.
+    attention_mask: Tensor,
+    /// Each layer's input (the residual stream before it), detached.
+    inputs: Vec<Tensor>,
+    /// The last layer's output, a leaf the final norm was computed from.
+    last: Tensor,
+}
+
+/// The layer inputs a checkpointed forward kept, and the backward through them.
+pub struct LayerCheckpoints<'m> {
+    model: &'m CausalLm,
+    prompts: Segment,
+    /// Shared prefixes: the responses (without their last token), and each one's prompt row.
+    responses: Option<(Segment, Tensor)>,
+}
+
+impl CausalLm {
+    /// [`CausalLm::forward_hidden`] without a cache, keeping only each layer's input: the final
+    /// hidden states (with autograd through the final norm only) and the checkpoints that
+    /// [`crate::TokenScores::with_checkpoints`] takes the backward on through.
+    pub fn forward_hidden_checkpointed(
+        &self,
+        input_ids: &Tensor,
+        position_ids: &Tensor,
+        attention_mask: &Tensor,
+    ) -> (Tensor, LayerCheckpoints<'_>) {
+        let (segment, _) = self.checkpointed(input_ids, position_ids, attention_mask, None, false);
+        let hidden = rms_norm(&segment.last, &self.norm, self.config.rms_norm_eps);
+        let checkpoints = LayerCheckpoints {
+            model: self,
+            prompts: segment,
+            responses: None,
+        };
+        (hidden, checkpoints)
+    }
+
+    /// [`CausalLm::response_hidden_shared`] with checkpointed layers.
+    pub fn response_hidden_shared_checkpointed(
+        &self,
+        rows: &SharedPrefixRows<'_>,
+    ) -> (Tensor, LayerCheckpoints<'_>) {
+        let (prompts, kv) = self.checkpointed(
+            rows.prompt_ids,
+            rows.prompt_positions,
+            rows.prompt_mask,
+            None,
+            true,
+        );
+        let p = rows.prompt_ids.size()[1];
+        let r = rows.response_ids.size()[1];
+        let to_rows = |t: &Tensor| t.index_select(0, rows.prompt_of_row);
+        let eps = self.config.rms_norm_eps;
+        // The last prompt position predicts the first response token.
+        let last = to_rows(&rms_norm(&prompts.last, &self.norm, eps).narrow(1, p - 1, 1));
+        let (hidden, responses) = if r > 1 {
+            let past: Vec<(Tensor, Tensor)> =
+                kv.iter().map(|(k, v)| (to_rows(k), to_rows(v))).collect();
+            let mask = Tensor::cat(
+                &[
+                    to_rows(rows.prompt_mask),
+                    rows.response_mask.narrow(1, 0, r - 1),
+                ],
+                1,
+            );
+            let (segment, _) = self.checkpointed(
+                &rows.response_ids.narrow(1, 0, r - 1),
+                &rows.response_positions.narrow(1, 0, r - 1),
+                &mask,
+                Some(&past),
+                false,
+            );
+            let response_hidden = rms_norm(&segment.last, &self.norm, eps);
+            let hidden = Tensor::cat(&[last, response_hidden], 1);
+            (hidden, Some((segment, rows.prompt_of_row.shallow_clone())))
+        } else {
+            (last, None)
+        };
+        let checkpoints = LayerCheckpoints {
+            model: self,
+            prompts,
+            responses,
+        };
+        (hidden, checkpoints)
+    }
+
+    /// The layers over `input_ids` without autograd, keeping each layer's input (and, with
+    /// `collect`, each layer's keys and values), attending to `past` keys and values when given.
+    fn checkpointed(
+        &self,
+        input_ids: &Tensor,
+        position_ids: &Tensor,
+        attention_mask: &Tensor,
+        past: Option<&[(Tensor, Tensor)]>,
+        collect: bool,
+    ) -> (Segment, Vec<(Tensor, Tensor)>) {
+        let mut inputs = Vec::with_capacity(self.layers.len());
+        let mut collected = vec![];
+        let last = tch::no_grad(|| {
+            self.with_layer_context(position_ids, attention_mask, |ctx| {
+                let mut h = Tensor::embedding(&self.embed_tokens, input_ids, -1, false, false);
+                for i in 0..self.layers.len() {
+                    inputs.push(h.shallow_clone());
+                    let kv = past.map(|p| &p[i]);
+                    let into = collect.then_some(&mut collected);
+                    h = self.layer(i, h, ctx, None, None, kv, into);
+                }
+                h
+            })
+        })
+        .set_requires_grad(true);
+        let segment = Segment {
+            input_ids: input_ids.shallow_clone(),
+            position_ids: position_ids.shallow_clone(),
+            attention_mask: attention_mask.shallow_clone(),
+            inputs,
+            last,
+        };
+        (segment, collected)
+    }
+
+    /// Runs `f` with the layer context of a forward without a cache whose `attention_mask` (B,
+    /// S) covers the earlier positions and the `position_ids`' (B, T) new ones.
+    fn with_layer_context<T>(
+        &self,
+        position_ids: &Tensor,
+        attention_mask: &Tensor,
+        f: impl FnOnce(&LayerContext<'_>) -> T,
+    ) -> T {
+        let (b, t) = position_ids.size2().expect("position_ids must be (B, T)");
+        let past = attention_mask.size()[1] - t;
+        let mask = attention_mask_4d(attention_mask, t, past);
+        let (cos, sin) = self.rope.cos_sin(position_ids, self.compute.kind());
+        f(&LayerContext {
+            b,
+            t,
+            cos: &cos,
+            sin: &sin,
+            mask: &mask,
+            decode_bias: None,
+            cached_attention: false,
+        })
+    }
+}
+
+/// `d sum(y * g) / dy = g` exactly: a surrogate whose backward hands `g` to `y`'s graph.
+fn surrogate(y: &Tensor, g: &Tensor) -> Tensor {
+    (y * g).sum(Kind::Float)
+}
+
+/// The gradient a leaf received, zeros where none did.
+fn grad_of(leaf: &Tensor) -> Tensor {
+    let g = leaf.grad();
+    if g.defined() {
+        g
+    } else {
+        leaf.zeros_like()
+    }
+}
+
+impl LayerCheckpoints<'_> {
+    /// Once the loss's backward has reached the final hidden states: each layer, last to first,
+    /// runs again from its kept input (prompts and responses together, the responses attending
+    /// to their prompt's recomputed keys and values) with autograd, adds to its parameters'
+    /// `.grad` and passes the gradient of its input down; the embedding last. Nothing happens
+    /// when no gradient reached the hidden states.
+    // `a = a + b`, not `a += b`: tch's `+=` is in place on a tensor autograd may have saved.
+    #[allow(clippy::assign_op_pattern)]
+    pub fn backward(self) {
+        let m = self.model;
+        let reached = |s: &Segment| s.last.grad().defined();
+        if !reached(&self.prompts) && !self.responses.as_ref().is_some_and(|(s, _)| reached(s)) {
+            return;
+        }
+        let mut g_prompts = grad_of(&self.prompts.last);
+        let mut g_responses = self.responses.as_ref().map(|(s, _)| grad_of(&s.last));
+        let p = &self.prompts;
+        m.with_layer_context(&p.position_ids, &p.attention_mask, |ctx_p| {
+            for i in (0..p.inputs.len()).rev() {
+                let xp = p.inputs[i].detach().set_requires_grad(true);
+                let Some((s, owner)) = &self.responses else {
+                    let yp = m.layer(i, xp.shallow_clone(), ctx_p, None, None, None, None);
+                    surrogate(&yp, &g_prompts).backward();
+                    g_prompts = xp.grad();
+                    continue;
+                };
+                let mut kv = vec![];
+                let yp = m.layer(
+                    i,
+                    xp.shallow_clone(),
+                    ctx_p,
+                    None,
+                    None,
+                    None,
+                    Some(&mut kv),
+                );
+                let (k, v) = kv.pop().expect("the layer's keys and values");
+                let past = (k.index_select(0, owner), v.index_select(0, owner));
+                let xs = s.inputs[i].detach().set_requires_grad(true);
+                let g_s = g_responses.as_ref().expect("responses have a gradient");
+                let ys = m.with_layer_context(&s.position_ids, &s.attention_mask, |ctx_s| {
+                    m.layer(i, xs.shallow_clone(), ctx_s, None, None, Some(&past), None)
+                });
+                (surrogate(&yp, &g_prompts) + surrogate(&ys, g_s)).backward();
+                g_prompts = xp.grad();
+                g_responses = Some(xs.grad());
+            }
+        });
+        if !m.embed_tokens.requires_grad() {
+            return;
+        }
+        let embed = |ids: &Tensor| Tensor::embedding(&m.embed_tokens, ids, -1, false, false);
+        let mut total = surrogate(&embed(&p.input_ids), &g_prompts);
+        if let (Some((s, _)), Some(g)) = (&self.responses, &g_responses) {
+            total = total + surrogate(&embed(&s.input_ids), g);
+        }
+        total.backward();
+    }
+}
