@@ -181,12 +181,16 @@ impl Trainer {
                 seed,
                 on_servers: true,
             };
-            run_groups(&mut sampler, &mut groups, &mut |round, asks| {
-                if let Some(line) = env.round_line(round, asks) {
-                    if self.dist.is_root() {
-                        eprintln!("{line}");
+            // The policy's frozen sampling weights are built once for every round of the step
+            // (its engine calls reuse them), not once per round.
+            self.with_policy_sampling_weights(|| {
+                run_groups(&mut sampler, &mut groups, &mut |round, asks| {
+                    if let Some(line) = env.round_line(round, asks) {
+                        if self.dist.is_root() {
+                            eprintln!("{line}");
+                        }
                     }
-                }
+                })
             })?;
         }
         Ok(Episodes {

@@ -145,6 +145,21 @@ impl Trainer {
 
     /// Samples `requests` on the servers (`on_servers`, with a remote backend), else in process.
     /// Every request carries its own seed, so a server's engine draws what this one would.
+    /// Runs `f` with the in-process sampler's frozen weights built once
+    /// ([`temper_model::CausalLm::with_sampling_weights`]): every engine call inside reuses them
+    /// (one policy version, several sampling rounds). With rollout servers there is nothing to
+    /// freeze.
+    pub(crate) fn with_policy_sampling_weights<T>(&self, f: impl FnOnce() -> T) -> T {
+        match &self.remote {
+            Some(_) => f(),
+            None => self
+                .sampler_model
+                .as_ref()
+                .unwrap_or(&self.model)
+                .with_sampling_weights(f),
+        }
+    }
+
     pub(crate) fn sample(
         &self,
         requests: &[Request],
