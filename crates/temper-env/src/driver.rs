@@ -37,8 +37,9 @@ pub trait EnvGroup: Send {
     fn answer(&mut self, answers: Vec<Answer>) -> Result<()>;
 }
 
-/// Samples batches of requests and decodes tokens.
-pub trait Sampler {
+/// Who answers what: each responder's batch of requests goes to its sampler (the policy's, a
+/// judge's; each a [`temper_rollout::Sampler`]), and tokens are decoded.
+pub trait Responders {
     fn generate(&mut self, responder: Responder, requests: &[Request]) -> Result<Vec<Sample>>;
     fn decode(&self, ids: &[i64]) -> Result<String>;
 }
@@ -46,7 +47,7 @@ pub trait Sampler {
 /// Run `groups` to completion; one sampler call per responder per round, all groups together.
 /// `progress(round, asks)` is told each round's size before it is sampled.
 pub fn run_groups(
-    sampler: &mut dyn Sampler,
+    sampler: &mut dyn Responders,
     groups: &mut [Box<dyn EnvGroup + '_>],
     progress: &mut dyn FnMut(usize, usize),
 ) -> Result<()> {

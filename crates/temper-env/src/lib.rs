@@ -16,7 +16,7 @@ pub mod train_data;
 pub mod transcript;
 
 pub use chat::{ChatTurns, Codec};
-pub use driver::{run_groups, Answer, Ask, EnvGroup, Responder, Sampler};
+pub use driver::{run_groups, Answer, Ask, EnvGroup, Responder, Responders};
 pub use environment::{
     build_environment, environment_names, takes_a_task, EnvRun, EnvSettings, Environment,
     GroupContext, GroupOutcome, ENVIRONMENTS,

@@ -5,7 +5,7 @@ use anyhow::Result;
 use temper_env::debate::judge::{JudgeKind, Side, Verdict};
 use temper_env::debate::{DebateConfig, DebateGroup, DebateTemplates};
 use temper_env::train_data::{debate_datums, DebateTrain};
-use temper_env::{run_groups, ChatTurns, Codec, Responder, Sampler, Task};
+use temper_env::{run_groups, ChatTurns, Codec, Responder, Responders, Task};
 use temper_model::ChatMessage;
 use temper_rollout::{Finish, Request, Sample, SamplingParams};
 
@@ -67,7 +67,7 @@ struct Scripted {
     calls: Vec<(Responder, usize)>,
 }
 
-impl Sampler for Scripted {
+impl Responders for Scripted {
     fn generate(&mut self, who: Responder, requests: &[Request]) -> Result<Vec<Sample>> {
         self.calls.push((who, requests.len()));
         Ok(requests

@@ -22,6 +22,7 @@ pub mod params;
 pub mod processors;
 pub mod remote;
 mod running_batch;
+pub mod sampler;
 pub mod scheduler;
 pub mod step;
 pub mod stop;
@@ -29,6 +30,7 @@ pub mod verify;
 
 pub use engine::{Engine, EngineConfig, Incoming, Progress};
 pub use params::{Finish, LogprobKind, Request, Sample, SamplingParams, StopReason};
+pub use sampler::Sampler;
 pub use stop::Decode;
 
 /// Stop strings are matched on text decoded with special tokens kept.

@@ -4,8 +4,8 @@
 use super::Trainer;
 use anyhow::Result;
 use temper_env::single_turn::OneTurn;
-use temper_env::{run_groups, EnvGroup, Responder, Sampler};
-use temper_rollout::{Engine, EngineConfig, Request, Sample};
+use temper_env::{run_groups, EnvGroup, Responder, Responders};
+use temper_rollout::{Engine, EngineConfig, Request, Sample, Sampler};
 
 /// The sampler episodes see. `on_servers`: the policy's requests go to the rollout servers when
 /// the run has them.
@@ -15,7 +15,7 @@ pub(crate) struct TrainerSampler<'a> {
     pub on_servers: bool,
 }
 
-impl Sampler for TrainerSampler<'_> {
+impl Responders for TrainerSampler<'_> {
     fn generate(&mut self, who: Responder, requests: &[Request]) -> Result<Vec<Sample>> {
         match who {
             Responder::Policy => self.t.sample(requests, self.seed, self.on_servers),
@@ -33,7 +33,7 @@ impl Sampler for TrainerSampler<'_> {
                         seed: self.seed,
                         ..EngineConfig::default()
                     })
-                    .generate(requests, &mut |_| {})
+                    .sample(requests)
             }
         }
     }

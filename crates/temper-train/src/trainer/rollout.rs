@@ -5,7 +5,7 @@ use crate::config::{GroupMetric, OnError, Truncation, WeightSync};
 use crate::data::Example;
 use anyhow::{bail, Context, Result};
 use std::collections::BTreeMap;
-use temper_rollout::{Engine, EngineConfig, Request, Sample, SamplingParams};
+use temper_rollout::{Engine, EngineConfig, Request, Sample, Sampler, SamplingParams};
 
 /// The `n` responses to one prompt and their scores.
 #[derive(serde::Serialize, serde::Deserialize)]
@@ -169,20 +169,24 @@ impl Trainer {
         if requests.is_empty() {
             return Ok(vec![]);
         }
-        match &self.remote {
-            Some(r) if on_servers => r.sampler.generate(requests),
-            _ => Engine::new(
-                self.sampler_model.as_ref().unwrap_or(&self.model),
-                self.eos_ids.clone(),
-            )
-            .with_decoder(&self.tokenizer)
-            .with_config(EngineConfig {
-                max_batch_rows: self.cfg.rollout.max_num_seqs,
-                seed,
-                ..EngineConfig::default()
-            })
-            .generate(requests, &mut |_| {}),
-        }
+        let engine;
+        let sampler: &dyn Sampler = match &self.remote {
+            Some(r) if on_servers => r.sampler.as_ref(),
+            _ => {
+                engine = Engine::new(
+                    self.sampler_model.as_ref().unwrap_or(&self.model),
+                    self.eos_ids.clone(),
+                )
+                .with_decoder(&self.tokenizer)
+                .with_config(EngineConfig {
+                    max_batch_rows: self.cfg.rollout.max_num_seqs,
+                    seed,
+                    ..EngineConfig::default()
+                });
+                &engine
+            }
+        };
+        sampler.sample(requests)
     }
 
     /// Scores `samples`, the answers to the requests for the examples `kept`; `texts` are their
