@@ -506,6 +506,30 @@ impl Default for EvalConfig {
     }
 }
 
+impl EvalConfig {
+    /// The one conversion of the section into the sampler's parameters: greedy unless
+    /// `do_sample`, with `max_tokens` and `stop` (`data.max_response_length`, `rollout.stop`).
+    pub fn sampling_params(
+        &self,
+        max_tokens: usize,
+        stop: &[String],
+    ) -> temper_rollout::SamplingParams {
+        temper_rollout::SamplingParams {
+            n: self.n,
+            temperature: if self.do_sample {
+                self.temperature
+            } else {
+                0.0
+            },
+            top_p: self.top_p,
+            top_k: self.top_k,
+            max_tokens,
+            stop: stop.to_vec(),
+            ..temper_rollout::SamplingParams::default()
+        }
+    }
+}
+
 /// Accept `x = "a"` as `x = ["a"]` (verl allows both for `train_files`).
 fn one_or_many<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<String>, D::Error> {
     #[derive(Deserialize)]

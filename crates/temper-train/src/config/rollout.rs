@@ -71,6 +71,21 @@ impl Default for RolloutConfig {
 }
 
 impl RolloutConfig {
+    /// The one conversion of the section's sampling settings (verl's names) into the sampler's
+    /// parameters, with `max_tokens` (`data.max_response_length`).
+    pub fn sampling_params(&self, max_tokens: usize) -> temper_rollout::SamplingParams {
+        temper_rollout::SamplingParams {
+            n: self.n,
+            temperature: self.temperature,
+            top_p: self.top_p,
+            top_k: self.top_k,
+            max_tokens,
+            stop: self.stop.clone(),
+            min_tokens: self.min_tokens,
+            ..temper_rollout::SamplingParams::default()
+        }
+    }
+
     pub fn is_remote(&self) -> bool {
         self.backend != RolloutBackend::Local
     }

@@ -81,15 +81,11 @@ impl EnvRuntime {
             name: format!("env/{}", task.name()),
             examples,
         };
-        let r = &cfg.rollout;
+        // One sample per turn; the turns end at EOS (rollout.stop is not applied to them).
         let params = SamplingParams {
             n: 1,
-            temperature: r.temperature,
-            top_p: r.top_p,
-            top_k: r.top_k,
-            max_tokens: cfg.data.max_response_length,
-            min_tokens: r.min_tokens,
-            ..SamplingParams::default()
+            stop: vec![],
+            ..cfg.rollout.sampling_params(cfg.data.max_response_length)
         };
         let options = serde_json::to_value(e)?;
         let env = temper_env::build_environment(

@@ -5,7 +5,6 @@ use crate::eval_metrics::{ks_for, pass_at_k};
 use anyhow::Result;
 use serde_json::json;
 use std::time::Instant;
-use temper_rollout::SamplingParams;
 
 /// Salt of the evaluation sampling seeds: the same at every evaluation, so steps compare on the
 /// same draws.
@@ -31,15 +30,7 @@ impl Trainer {
         let (rank, world) = (self.dist.rank, self.dist.world);
         let (lo, hi) = (rank * count / world, (rank + 1) * count / world);
         let idx: Vec<usize> = (lo..hi).collect();
-        let params = SamplingParams {
-            n: e.n,
-            temperature: if e.do_sample { e.temperature } else { 0.0 },
-            top_p: e.top_p,
-            top_k: e.top_k,
-            max_tokens: self.cfg.data.max_response_length,
-            stop: self.cfg.rollout.stop.clone(),
-            ..SamplingParams::default()
-        };
+        let params = e.sampling_params(self.cfg.data.max_response_length, &self.cfg.rollout.stop);
         let mine = self.rollout_groups(
             val,
             &idx,

@@ -16,17 +16,9 @@ use temper_rollout::SamplingParams;
 
 impl Trainer {
     pub(crate) fn train_params(&self) -> SamplingParams {
-        let r = &self.cfg.rollout;
-        SamplingParams {
-            n: r.n,
-            temperature: r.temperature,
-            top_p: r.top_p,
-            top_k: r.top_k,
-            max_tokens: self.cfg.data.max_response_length,
-            stop: r.stop.clone(),
-            min_tokens: r.min_tokens,
-            ..SamplingParams::default()
-        }
+        self.cfg
+            .rollout
+            .sampling_params(self.cfg.data.max_response_length)
     }
 
     /// One step (1-based `step`); returns its metrics. Each phase returns its values and its
