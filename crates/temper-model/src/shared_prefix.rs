@@ -27,6 +27,35 @@ pub struct SharedPrefixRows<'a> {
     pub response_positions: &'a Tensor,
 }
 
+impl SharedPrefixRows<'_> {
+    /// Per-prompt values (first dimension: prompts) repeated for each row.
+    pub(crate) fn to_rows(&self, t: &Tensor) -> Tensor {
+        t.index_select(0, self.prompt_of_row)
+    }
+
+    /// What the responses' forward (all but their last token) attends to besides themselves:
+    /// each layer's prompt keys and values `kv` repeated for each row, and the (B, P + R - 1)
+    /// mask over prompt and response.
+    pub(crate) fn response_context(
+        &self,
+        kv: &[(Tensor, Tensor)],
+    ) -> (Vec<(Tensor, Tensor)>, Tensor) {
+        let r = self.response_ids.size()[1];
+        let past = kv
+            .iter()
+            .map(|(k, v)| (self.to_rows(k), self.to_rows(v)))
+            .collect();
+        let mask = Tensor::cat(
+            &[
+                self.to_rows(self.prompt_mask),
+                self.response_mask.narrow(1, 0, r - 1),
+            ],
+            1,
+        );
+        (past, mask)
+    }
+}
+
 impl CausalLm {
     /// (B, R, H) final hidden states that predict every response token (the last prompt position,
     /// then the response's own but its last), with autograd unless called under `tch::no_grad`:
@@ -43,19 +72,10 @@ impl CausalLm {
         );
         let p = rows.prompt_ids.size()[1];
         let r = rows.response_ids.size()[1];
-        let to_rows = |t: &Tensor| t.index_select(0, rows.prompt_of_row);
         // The last prompt position predicts the first response token.
-        let last = to_rows(&prompt_hidden.narrow(1, p - 1, 1));
+        let last = rows.to_rows(&prompt_hidden.narrow(1, p - 1, 1));
         if r > 1 {
-            let past: Vec<(Tensor, Tensor)> =
-                kv.iter().map(|(k, v)| (to_rows(k), to_rows(v))).collect();
-            let mask = Tensor::cat(
-                &[
-                    to_rows(rows.prompt_mask),
-                    rows.response_mask.narrow(1, 0, r - 1),
-                ],
-                1,
-            );
+            let (past, mask) = rows.response_context(&kv);
             let (response_hidden, _) = self.forward_layers(
                 &rows.response_ids.narrow(1, 0, r - 1),
                 &rows.response_positions.narrow(1, 0, r - 1),

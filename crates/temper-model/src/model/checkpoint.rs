@@ -67,20 +67,11 @@ impl CausalLm {
         );
         let p = rows.prompt_ids.size()[1];
         let r = rows.response_ids.size()[1];
-        let to_rows = |t: &Tensor| t.index_select(0, rows.prompt_of_row);
         let eps = self.config.rms_norm_eps;
         // The last prompt position predicts the first response token.
-        let last = to_rows(&rms_norm(&prompts.last, &self.norm, eps).narrow(1, p - 1, 1));
+        let last = rows.to_rows(&rms_norm(&prompts.last, &self.norm, eps).narrow(1, p - 1, 1));
         let (hidden, responses) = if r > 1 {
-            let past: Vec<(Tensor, Tensor)> =
-                kv.iter().map(|(k, v)| (to_rows(k), to_rows(v))).collect();
-            let mask = Tensor::cat(
-                &[
-                    to_rows(rows.prompt_mask),
-                    rows.response_mask.narrow(1, 0, r - 1),
-                ],
-                1,
-            );
+            let (past, mask) = rows.response_context(&kv);
             let (segment, _) = self.checkpointed(
                 &rows.response_ids.narrow(1, 0, r - 1),
                 &rows.response_positions.narrow(1, 0, r - 1),
