@@ -43,7 +43,8 @@ impl Loaded {
 
     /// The model as loaded, no adapters.
     fn plain(&mut self) -> &Loaded {
-        if self.adapter.take().is_some() || self.policy.model.lora_config().is_some() {
+        self.adapter = None;
+        if self.policy.model.lora_config().is_some() {
             self.policy.model.remove_lora();
         }
         self

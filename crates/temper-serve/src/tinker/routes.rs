@@ -615,50 +615,58 @@ fn on_the_serving_worker(
 ) -> Dispatch {
     Box::new(move |promise| {
         tokio::spawn(async move {
-            let worker = &state.worker;
-            let prompt = request.prompt_ids;
-            let sampled = worker
-                .generate_on(
-                    &weights,
-                    std::slice::from_ref(&prompt),
-                    &request.params,
-                    &TINKER_FIELDS,
-                )
-                .await;
-            let samples = match sampled {
-                Ok(mut per_prompt) => match per_prompt.pop() {
-                    Some(Ok(samples)) => samples,
-                    Some(Err(e)) => return promise.complete(Outcome::server_error(e)),
-                    None => {
-                        return promise.complete(Outcome::server_error("no answer for the prompt"))
-                    }
-                },
-                Err((status, e)) if status.is_client_error() => {
-                    return promise.complete(Outcome::user_error(e))
-                }
-                Err((_, e)) => return promise.complete(Outcome::server_error(e)),
-            };
-            let logprobs = if prompt_logprobs {
-                match worker.prompt_logprobs(weights, prompt).await {
-                    Ok(Ok(lps)) => Some(proto::f32_bytes(
-                        lps.into_iter().map(|l| l.unwrap_or(f32::NAN)),
-                    )),
-                    Ok(Err(e)) => return promise.complete(Outcome::server_error(e)),
-                    Err((status, e)) if status.is_client_error() => {
-                        return promise.complete(Outcome::user_error(e))
-                    }
-                    Err((_, e)) => return promise.complete(Outcome::server_error(e)),
-                }
-            } else {
-                None
-            };
-            let seqs = samples
-                .into_iter()
-                .map(temper_tinker::sampled_sequence)
-                .collect();
-            promise.complete(super::samplers::sample_response(seqs, logprobs));
+            let outcome = sample_on_worker(&state.worker, weights, request, prompt_logprobs).await;
+            promise.complete(outcome.unwrap_or_else(|failed| failed));
         });
     })
+}
+
+/// The `asample` result of `request` on the worker, or the failure as the future's result (a
+/// refusal the client caused is a user error, anything else a server error).
+async fn sample_on_worker(
+    worker: &crate::worker::Worker,
+    weights: Weights,
+    request: temper_rollout::Request,
+    prompt_logprobs: bool,
+) -> Result<Outcome, Outcome> {
+    let refused = |(status, e): crate::reply::Failure| {
+        if status.is_client_error() {
+            Outcome::user_error(e)
+        } else {
+            Outcome::server_error(e)
+        }
+    };
+    let prompt = request.prompt_ids;
+    let mut per_prompt = worker
+        .generate_on(
+            &weights,
+            std::slice::from_ref(&prompt),
+            &request.params,
+            &TINKER_FIELDS,
+        )
+        .await
+        .map_err(refused)?;
+    let samples = per_prompt
+        .pop()
+        .ok_or_else(|| Outcome::server_error("no answer for the prompt"))?
+        .map_err(Outcome::server_error)?;
+    let logprobs = if prompt_logprobs {
+        let lps = worker
+            .prompt_logprobs(weights, prompt)
+            .await
+            .map_err(refused)?
+            .map_err(Outcome::server_error)?;
+        Some(proto::f32_bytes(
+            lps.into_iter().map(|l| l.unwrap_or(f32::NAN)),
+        ))
+    } else {
+        None
+    };
+    let seqs = samples
+        .into_iter()
+        .map(temper_tinker::sampled_sequence)
+        .collect();
+    Ok(super::samplers::sample_response(seqs, logprobs))
 }
 
 async fn retrieve_future(State(state): S, body: Bytes) -> Response {
