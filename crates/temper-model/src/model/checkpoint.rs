@@ -13,12 +13,36 @@ use super::{rms_norm, CausalLm, LayerContext};
 use crate::attention::attention_mask_4d;
 use crate::shared_prefix::SharedPrefixRows;
 
+/// What every layer of a forward over whole sequences uses besides its input: built once by the
+/// checkpointed forward, used again by every layer of the backward.
+struct Tables {
+    b: i64,
+    t: i64,
+    cos: Tensor,
+    sin: Tensor,
+    /// The 4-D attention mask over the earlier positions (the prompt's, for responses) and the
+    /// rows' own.
+    mask: Tensor,
+}
+
+impl Tables {
+    fn context(&self) -> LayerContext<'_> {
+        LayerContext {
+            b: self.b,
+            t: self.t,
+            cos: &self.cos,
+            sin: &self.sin,
+            mask: &self.mask,
+            decode_bias: None,
+            cached_attention: false,
+        }
+    }
+}
+
 /// One forward over token rows whose layers were checkpointed.
 struct Segment {
     input_ids: Tensor,
-    position_ids: Tensor,
-    /// Covers the earlier positions (the prompt's, for responses) and the rows' own.
-    attention_mask: Tensor,
+    tables: Tables,
     /// Each layer's input (the residual stream before it), detached.
     inputs: Vec<Tensor>,
     /// The last layer's output, a leaf the final norm was computed from.
@@ -103,52 +127,43 @@ impl CausalLm {
         past: Option<&[(Tensor, Tensor)]>,
         collect: bool,
     ) -> (Segment, Vec<(Tensor, Tensor)>) {
+        let tables = self.tables(position_ids, attention_mask);
         let mut inputs = Vec::with_capacity(self.layers.len());
         let mut collected = vec![];
         let last = tch::no_grad(|| {
-            self.with_layer_context(position_ids, attention_mask, |ctx| {
-                let mut h = Tensor::embedding(&self.embed_tokens, input_ids, -1, false, false);
-                for i in 0..self.layers.len() {
-                    inputs.push(h.shallow_clone());
-                    let kv = past.map(|p| &p[i]);
-                    let into = collect.then_some(&mut collected);
-                    h = self.layer(i, h, ctx, None, None, kv, into);
-                }
-                h
-            })
+            let ctx = tables.context();
+            let mut h = Tensor::embedding(&self.embed_tokens, input_ids, -1, false, false);
+            for i in 0..self.layers.len() {
+                inputs.push(h.shallow_clone());
+                let kv = past.map(|p| &p[i]);
+                let into = collect.then_some(&mut collected);
+                h = self.layer(i, h, &ctx, None, None, kv, into);
+            }
+            h
         })
         .set_requires_grad(true);
         let segment = Segment {
             input_ids: input_ids.shallow_clone(),
-            position_ids: position_ids.shallow_clone(),
-            attention_mask: attention_mask.shallow_clone(),
+            tables,
             inputs,
             last,
         };
         (segment, collected)
     }
 
-    /// Runs `f` with the layer context of a forward without a cache whose `attention_mask` (B,
-    /// S) covers the earlier positions and the `position_ids`' (B, T) new ones.
-    fn with_layer_context<T>(
-        &self,
-        position_ids: &Tensor,
-        attention_mask: &Tensor,
-        f: impl FnOnce(&LayerContext<'_>) -> T,
-    ) -> T {
+    /// The tables of a forward without a cache whose `attention_mask` (B, S) covers the earlier
+    /// positions and the `position_ids`' (B, T) new ones.
+    fn tables(&self, position_ids: &Tensor, attention_mask: &Tensor) -> Tables {
         let (b, t) = position_ids.size2().expect("position_ids must be (B, T)");
         let past = attention_mask.size()[1] - t;
-        let mask = attention_mask_4d(attention_mask, t, past);
         let (cos, sin) = self.rope.cos_sin(position_ids, self.compute.kind());
-        f(&LayerContext {
+        Tables {
             b,
             t,
-            cos: &cos,
-            sin: &sin,
-            mask: &mask,
-            decode_bias: None,
-            cached_attention: false,
-        })
+            cos,
+            sin,
+            mask: attention_mask_4d(attention_mask, t, past),
+        }
     }
 }
 
@@ -184,37 +199,35 @@ impl LayerCheckpoints<'_> {
         let mut g_prompts = grad_of(&self.prompts.last);
         let mut g_responses = self.responses.as_ref().map(|(s, _)| grad_of(&s.last));
         let p = &self.prompts;
-        m.with_layer_context(&p.position_ids, &p.attention_mask, |ctx_p| {
-            for i in (0..p.inputs.len()).rev() {
-                let xp = p.inputs[i].detach().set_requires_grad(true);
-                let Some((s, owner)) = &self.responses else {
-                    let yp = m.layer(i, xp.shallow_clone(), ctx_p, None, None, None, None);
-                    surrogate(&yp, &g_prompts).backward();
-                    g_prompts = xp.grad();
-                    continue;
-                };
-                let mut kv = vec![];
-                let yp = m.layer(
-                    i,
-                    xp.shallow_clone(),
-                    ctx_p,
-                    None,
-                    None,
-                    None,
-                    Some(&mut kv),
-                );
-                let (k, v) = kv.pop().expect("the layer's keys and values");
-                let past = (k.index_select(0, owner), v.index_select(0, owner));
-                let xs = s.inputs[i].detach().set_requires_grad(true);
-                let g_s = g_responses.as_ref().expect("responses have a gradient");
-                let ys = m.with_layer_context(&s.position_ids, &s.attention_mask, |ctx_s| {
-                    m.layer(i, xs.shallow_clone(), ctx_s, None, None, Some(&past), None)
-                });
-                (surrogate(&yp, &g_prompts) + surrogate(&ys, g_s)).backward();
+        let ctx_p = p.tables.context();
+        let ctx_s = self.responses.as_ref().map(|(s, _)| s.tables.context());
+        for i in (0..p.inputs.len()).rev() {
+            let xp = p.inputs[i].detach().set_requires_grad(true);
+            let (Some((s, owner)), Some(ctx_s)) = (&self.responses, &ctx_s) else {
+                let yp = m.layer(i, xp.shallow_clone(), &ctx_p, None, None, None, None);
+                surrogate(&yp, &g_prompts).backward();
                 g_prompts = xp.grad();
-                g_responses = Some(xs.grad());
-            }
-        });
+                continue;
+            };
+            let mut kv = vec![];
+            let yp = m.layer(
+                i,
+                xp.shallow_clone(),
+                &ctx_p,
+                None,
+                None,
+                None,
+                Some(&mut kv),
+            );
+            let (k, v) = kv.pop().expect("the layer's keys and values");
+            let past = (k.index_select(0, owner), v.index_select(0, owner));
+            let xs = s.inputs[i].detach().set_requires_grad(true);
+            let g_s = g_responses.as_ref().expect("responses have a gradient");
+            let ys = m.layer(i, xs.shallow_clone(), ctx_s, None, None, Some(&past), None);
+            (surrogate(&yp, &g_prompts) + surrogate(&ys, g_s)).backward();
+            g_prompts = xp.grad();
+            g_responses = Some(xs.grad());
+        }
         if !m.embed_tokens.requires_grad() {
             return;
         }
