@@ -148,7 +148,7 @@ pub(crate) fn estimate(cfg: &Config, m: &ModelConfig, world: usize) -> MemoryEst
     // A debater's datum is its whole transcript: three answers, the opponent's two earlier
     // answers and two round instructions (about 64 tokens each) after the question; and each
     // debater's prompt names its side, so no two rows share a prompt.
-    let debate = cfg.env.enabled() && cfg.env.is_debate();
+    let debate = cfg.env.is_debate();
     let (response, prompt_rows) = if debate {
         (5 * response + 2 * 64, micro)
     } else if cfg.actor.shared_prefix {
@@ -201,7 +201,7 @@ pub(crate) fn check(
     local_ranks: usize,
     on_cpu: bool,
     root: bool,
-) -> Result<MemoryEstimate> {
+) -> Result<()> {
     let est = estimate(cfg, m, world);
     if root {
         eprintln!("temper: estimated peak memory per rank: {}", est.describe());
@@ -211,7 +211,7 @@ pub(crate) fn check(
             fits(&est, available, local_ranks)?;
         }
     }
-    Ok(est)
+    Ok(())
 }
 
 /// Whether `est` fits each of `local_ranks` equal shares of `available` bytes; else the error.
