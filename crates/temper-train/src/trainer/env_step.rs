@@ -20,13 +20,6 @@ use temper_env::{
 };
 use temper_rollout::SamplingParams;
 
-/// What one rank's episodes give the step: per question group its outcome. Data-parallel,
-/// every rank gathers every rank's (in rank order, which is question order).
-#[derive(serde::Serialize, serde::Deserialize, Default)]
-struct Episodes {
-    groups: Vec<GroupOutcome>,
-}
-
 impl Trainer {
     pub(crate) fn env_step(&mut self, step: usize) -> Result<StepMetrics> {
         let t_step = Instant::now();
@@ -42,11 +35,13 @@ impl Trainer {
         let mine = self.dist.shard(&questions, "data.train_batch_size")?;
         let first_position = self.dist.rank * mine.len();
         let local = self.run_episodes(step, mine, first_position, seed)?;
+        // Data-parallel, every rank gathers every rank's outcomes (in rank order, which is
+        // question order).
         let all: Vec<GroupOutcome> = self
             .dist
             .all_gather_json(&local)?
             .into_iter()
-            .flat_map(|e: Episodes| e.groups)
+            .flatten()
             .collect();
         m.insert("timing_s/gen".into(), t_gen.elapsed().as_secs_f64());
 
@@ -139,7 +134,7 @@ impl Trainer {
         questions: &[usize],
         first_position: usize,
         seed: u64,
-    ) -> Result<Episodes> {
+    ) -> Result<Vec<GroupOutcome>> {
         let env = &self
             .env
             .as_ref()
@@ -193,9 +188,7 @@ impl Trainer {
                 })
             })?;
         }
-        Ok(Episodes {
-            groups: runs.iter().map(|r| r.outcome(step)).collect(),
-        })
+        Ok(runs.iter().map(|r| r.outcome(step)).collect())
     }
 
     /// One-turn groups: every sampled token of an answer gets the answer's advantage under
