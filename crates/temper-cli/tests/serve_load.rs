@@ -204,23 +204,25 @@ fn thirty_two_clients_for_a_minute_answer_as_alone_in_flat_memory() {
 
     // The Tinker clients record their own answers alone, then wait.
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tools/tinker_load_client.py");
-    let mut tinker = Command::new(common::python())
-        .arg(&script)
-        .arg(common::tiny_model_dir())
-        .args([
-            TINKER_CLIENTS.to_string(),
-            TINKER_WARM_UP.to_string(),
-            HALF_SECONDS.to_string(),
-            HALF_SECONDS.to_string(),
-        ])
-        .env("TINKER_BASE_URL", &server.url)
-        .env("TINKER_API_KEY", "tml-local")
-        .env("TINKER_TELEMETRY", "0")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut lines = BufReader::new(tinker.stdout.take().unwrap()).lines();
+    let mut tinker = serve_util::Client::new(
+        Command::new(common::python())
+            .arg(&script)
+            .arg(common::tiny_model_dir())
+            .args([
+                TINKER_CLIENTS.to_string(),
+                TINKER_WARM_UP.to_string(),
+                HALF_SECONDS.to_string(),
+                HALF_SECONDS.to_string(),
+            ])
+            .env("TINKER_BASE_URL", &server.url)
+            .env("TINKER_API_KEY", "tml-local")
+            .env("TINKER_TELEMETRY", "0")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let mut lines = BufReader::new(tinker.child().stdout.take().unwrap()).lines();
     let ready = lines.next().map(|l| l.unwrap_or_default());
     assert_eq!(
         ready.as_deref(),
@@ -229,7 +231,7 @@ fn thirty_two_clients_for_a_minute_answer_as_alone_in_flat_memory() {
     );
 
     // The first 200 requests, every client at once.
-    let mut stdin = tinker.stdin.take().unwrap();
+    let mut stdin = tinker.child().stdin.take().unwrap();
     writeln!(stdin, "GO").unwrap();
     let (n, errors, mismatches) = load(&server, &refs, &|sent| sent >= WARM_UP_REQUESTS);
     assert_eq!((n, errors, mismatches), (WARM_UP_REQUESTS, 0, 0));
@@ -266,7 +268,7 @@ fn thirty_two_clients_for_a_minute_answer_as_alone_in_flat_memory() {
         .next()
         .map(|l| l.unwrap_or_default())
         .unwrap_or_default();
-    let status = tinker.wait().unwrap();
+    let status = tinker.child().wait().unwrap();
     println!(
         "{HTTP_CLIENTS} HTTP clients: {http:?} requests per half, no errors or mismatches; \
          {TINKER_CLIENTS} Tinker clients, both halves: {tinker_line}"

@@ -11,34 +11,38 @@ mod common;
 mod serve_util;
 
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
+
+use serve_util::Client;
 
 use serde_json::{json, Value};
 
-fn check_script(url: &str, extra: &[&str]) -> Child {
+fn check_script(url: &str, extra: &[&str]) -> Client {
     run_script("tinker_sdk_check.py", url, extra)
 }
 
-fn run_script(name: &str, url: &str, extra: &[&str]) -> Child {
+fn run_script(name: &str, url: &str, extra: &[&str]) -> Client {
     let script = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("../../tools")
         .join(name);
-    Command::new(common::python())
-        .arg(&script)
-        .arg(common::tiny_model_dir())
-        .args(extra)
-        .env("TINKER_BASE_URL", url)
-        .env("TINKER_API_KEY", "tml-local")
-        .env("TINKER_TELEMETRY", "0")
-        .env("HF_HUB_OFFLINE", "1")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap()
+    Client::new(
+        Command::new(common::python())
+            .arg(&script)
+            .arg(common::tiny_model_dir())
+            .args(extra)
+            .env("TINKER_BASE_URL", url)
+            .env("TINKER_API_KEY", "tml-local")
+            .env("TINKER_TELEMETRY", "0")
+            .env("HF_HUB_OFFLINE", "1")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    )
 }
 
-fn passed(child: Child) {
-    let out = child.wait_with_output().unwrap();
+fn passed(client: Client) {
+    let out = client.wait_with_output();
     let stdout = String::from_utf8_lossy(&out.stdout);
     println!("{stdout}");
     assert!(
@@ -94,23 +98,25 @@ fn a_server_killed_mid_forward_backward_loses_nothing_save_state_wrote() {
     let mut server = serve_util::start(&common::tiny_model_dir(), &["--root", &root_arg]);
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tools/tinker_kill_check.py");
     let phase = |mode: &str, url: &str| {
-        Command::new(common::python())
-            .arg(&script)
-            .args([
-                mode,
-                &common::tiny_model_dir().display().to_string(),
-                &saved,
-            ])
-            .env("TINKER_BASE_URL", url)
-            .env("TINKER_API_KEY", "tml-local")
-            .env("TINKER_TELEMETRY", "0")
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap()
+        Client::new(
+            Command::new(common::python())
+                .arg(&script)
+                .args([
+                    mode,
+                    &common::tiny_model_dir().display().to_string(),
+                    &saved,
+                ])
+                .env("TINKER_BASE_URL", url)
+                .env("TINKER_API_KEY", "tml-local")
+                .env("TINKER_TELEMETRY", "0")
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap(),
+        )
     };
     let mut client = phase("save", &server.url);
-    let mut lines = BufReader::new(client.stdout.take().unwrap()).lines();
+    let mut lines = BufReader::new(client.child().stdout.take().unwrap()).lines();
     assert_eq!(
         lines.next().map(|l| l.unwrap()).as_deref(),
         Some("BUSY"),
@@ -118,8 +124,7 @@ fn a_server_killed_mid_forward_backward_loses_nothing_save_state_wrote() {
     );
     std::thread::sleep(std::time::Duration::from_millis(1500));
     server.kill();
-    let _ = client.kill();
-    let _ = client.wait();
+    drop(client);
     let server = serve_util::start(&common::tiny_model_dir(), &["--root", &root_arg]);
     passed(phase("resume", &server.url));
 }

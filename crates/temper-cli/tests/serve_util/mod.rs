@@ -1,5 +1,5 @@
 //! Starting `temper serve` for a test: a real process on 127.0.0.1 and a free port, stopped when
-//! the handle is dropped (also when the test fails).
+//! the handle is dropped (also when the test fails). Its client processes likewise ([`Client`]).
 use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
@@ -24,6 +24,36 @@ impl Server {
     pub fn kill(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+    }
+}
+
+/// A client process a test started (an SDK script), killed when dropped: a test that fails
+/// before waiting for it leaves nothing running (a client of a stopped server retries forever).
+pub struct Client(Option<Child>);
+
+#[allow(dead_code)]
+impl Client {
+    pub fn new(child: Child) -> Client {
+        Client(Some(child))
+    }
+
+    pub fn child(&mut self) -> &mut Child {
+        self.0.as_mut().expect("the client has not been waited for")
+    }
+
+    /// Waits for the client to end, with what it printed.
+    pub fn wait_with_output(mut self) -> std::process::Output {
+        let child = self.0.take().expect("the client has not been waited for");
+        child.wait_with_output().unwrap()
+    }
+}
+
+impl Drop for Client {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.0.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
     }
 }
 
