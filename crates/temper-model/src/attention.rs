@@ -63,3 +63,41 @@ pub fn attention_mask_4d(attention_mask: &Tensor, t: i64, past: i64) -> Tensor {
 pub fn position_ids_from_mask(attention_mask: &Tensor) -> Tensor {
     (attention_mask.to_kind(Kind::Int64).cumsum(1, Kind::Int64) - 1).clamp_min(0)
 }
+
+/// Boolean (B, 1, L, W + L) mask of packed rows ([`crate::packed`]): several sequences side by
+/// side in one row, `segments` (B, L) naming each token's sequence (1, 2, ... within its row; 0
+/// for padding). Query i attends key j of its own row when both belong to the same sequence and
+/// `j <= i`; it always attends to itself (a pad query's softmax is never empty). With `past`
+/// ((B, W) groups of earlier keys, (B, L) the group each query attends to there; 0 = none), query
+/// i also attends every earlier key of its group: a response sees its whole prompt.
+pub fn packed_attention_mask(segments: &Tensor, past: Option<(&Tensor, &Tensor)>) -> Tensor {
+    let (b, l) = segments.size2().expect("segments must be (B, L)");
+    let dev = segments.device();
+    let pos = Tensor::arange(l, (Kind::Int64, dev));
+    let causal = pos
+        .view([1, l])
+        .le_tensor(&pos.view([l, 1]))
+        .view([1, 1, l, l]);
+    let own = pos
+        .view([1, l])
+        .eq_tensor(&pos.view([l, 1]))
+        .view([1, 1, l, l]);
+    let key = segments.view([b, 1, 1, l]);
+    let same = segments
+        .view([b, 1, l, 1])
+        .eq_tensor(&key)
+        .logical_and(&key.ne(0));
+    let rows = same.logical_and(&causal).logical_or(&own);
+    match past {
+        None => rows,
+        Some((past_groups, query_groups)) => {
+            let w = past_groups.size()[1];
+            let key = past_groups.view([b, 1, 1, w]);
+            let earlier = query_groups
+                .view([b, 1, l, 1])
+                .eq_tensor(&key)
+                .logical_and(&key.ne(0));
+            Tensor::cat(&[earlier, rows], 3)
+        }
+    }
+}

@@ -57,6 +57,7 @@ pub mod load;
 pub mod logprobs;
 pub mod lora;
 pub mod model;
+pub mod packed;
 pub mod padded;
 pub mod policy;
 pub mod resolve;
@@ -68,7 +69,7 @@ pub mod seeded;
 pub mod shared_prefix;
 pub mod tokenizer;
 
-pub use attention::{attention_mask_4d, position_ids_from_mask};
+pub use attention::{attention_mask_4d, packed_attention_mask, position_ids_from_mask};
 pub use chat_template::{ChatMessage, ChatTemplate};
 pub use config::{Arch, ModelConfig, RopeScaling};
 pub use dtype::{

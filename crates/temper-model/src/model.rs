@@ -19,6 +19,7 @@ mod checkpoint;
 mod sampling;
 
 pub use checkpoint::LayerCheckpoints;
+pub(crate) use checkpoint::Segment;
 
 #[derive(Debug)]
 struct Linear {
@@ -417,8 +418,14 @@ impl CausalLm {
             Some(c) => PastKv::Cache(c),
             None => PastKv::None,
         };
-        self.forward_layers(input_ids, position_ids, attention_mask, kv, false)
-            .0
+        self.forward_layers(
+            input_ids,
+            position_ids,
+            Mask::Padding(attention_mask),
+            kv,
+            false,
+        )
+        .0
     }
 
     /// The layers of [`CausalLm::forward_hidden`], with earlier positions' keys and values from
@@ -429,12 +436,11 @@ impl CausalLm {
         &self,
         input_ids: &Tensor,
         position_ids: &Tensor,
-        attention_mask: &Tensor,
+        attention_mask: Mask<'_>,
         kv: PastKv<'_>,
         collect: bool,
     ) -> (Tensor, Vec<(Tensor, Tensor)>) {
         let kind = self.compute.kind();
-        let c = &self.config;
         let (b, t) = input_ids.size2().expect("input_ids must be (B, T)");
         let (mut cache, given) = match kv {
             PastKv::None => (None, None),
@@ -447,14 +453,8 @@ impl CausalLm {
             (None, None) => 0,
         };
         let mut collected = Vec::new();
-        assert_eq!(
-            attention_mask.size(),
-            [b, past + t],
-            "attention_mask must be (B, S_past + T) = ({b}, {})",
-            past + t
-        );
         assert_eq!(position_ids.size(), [b, t], "position_ids must be (B, T)");
-        let mask = attention_mask_4d(attention_mask, t, past);
+        let mask = attention_mask.to_4d(b, t, past);
         // With a cache on CPU, attention runs in f32 over an f32 cache (see `attend_cached`).
         let cached_attention = cache.is_some() && self.device() == Device::Cpu;
         // The one-token decode path takes the mask as a (B, S) additive bias, built once.
@@ -483,7 +483,7 @@ impl CausalLm {
         if let Some(cache) = cache {
             cache.advance(t);
         }
-        (rms_norm(&h, &self.norm, c.rms_norm_eps), collected)
+        (self.final_norm(&h), collected)
     }
 
     /// Decoder layer `i` on the residual stream `h` (B, T, hidden): attention (over the
@@ -580,6 +580,11 @@ impl CausalLm {
         h + down
     }
 
+    /// The final norm over the last layer's output: the final hidden states, f32.
+    pub(crate) fn final_norm(&self, h: &Tensor) -> Tensor {
+        rms_norm(h, &self.norm, self.config.rms_norm_eps)
+    }
+
     /// Logits (..., V) in f32 from final hidden states (e.g. only the last position when sampling).
     pub fn logits(&self, hidden: &Tensor) -> Tensor {
         let kind = self.compute.kind();
@@ -638,6 +643,36 @@ struct LayerContext<'a> {
     decode_bias: Option<&'a Tensor>,
     /// Attention over an f32 cache (CPU).
     cached_attention: bool,
+}
+
+/// Which keys each new token attends to.
+#[derive(Clone, Copy)]
+pub(crate) enum Mask<'a> {
+    /// (B, S_past + T) 0/1, 1 for real tokens: causal over the real keys of the token's row.
+    Padding(&'a Tensor),
+    /// A built (B, 1, T, S_past + T) boolean mask (packed rows, [`crate::packed`]).
+    Full(&'a Tensor),
+}
+
+impl Mask<'_> {
+    /// The (B, 1, T, S_past + T) mask of `t` new tokens after `past` earlier ones.
+    pub(crate) fn to_4d(self, b: i64, t: i64, past: i64) -> Tensor {
+        match self {
+            Mask::Padding(m) => {
+                assert_eq!(
+                    m.size(),
+                    [b, past + t],
+                    "attention_mask must be (B, S_past + T) = ({b}, {})",
+                    past + t
+                );
+                attention_mask_4d(m, t, past)
+            }
+            Mask::Full(m) => {
+                assert_eq!(m.size(), [b, 1, t, past + t], "the attention mask's shape");
+                m.shallow_clone()
+            }
+        }
+    }
 }
 
 /// Where a forward finds the keys and values of positions before its new tokens.

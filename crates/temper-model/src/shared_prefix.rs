@@ -9,7 +9,7 @@
 
 use tch::Tensor;
 
-use crate::model::{CausalLm, PastKv};
+use crate::model::{CausalLm, Mask, PastKv};
 
 /// The prompts and responses of some rows, with each row's prompt given by reference to a shared
 /// one. Prompts are left-padded to one length `P`, responses right-padded to one length `R`.
@@ -27,6 +27,43 @@ pub struct SharedPrefixRows<'a> {
     pub response_positions: &'a Tensor,
 }
 
+/// Where each row of a responses' forward finds its prompt's keys and values among those of the
+/// prompts' forward.
+pub(crate) enum PastGather {
+    /// (B,) i64: row b's are those of prompt row `owner[b]` (the padded layout).
+    Rows(Tensor),
+    /// (B, W) i64: row b's are those at these flat positions (prompt row x width + column) of
+    /// the prompts' rows (packed rows, [`crate::packed`]).
+    Positions(Tensor),
+}
+
+impl PastGather {
+    /// A (G, Hkv, P, d) tensor of the prompts' keys or values, gathered to (B, Hkv, W, d).
+    pub(crate) fn gather(&self, t: &Tensor) -> Tensor {
+        match self {
+            PastGather::Rows(owner) => t.index_select(0, owner),
+            PastGather::Positions(index) => {
+                let [g, h, p, d] = t.size()[..] else {
+                    unreachable!("keys and values are 4-D")
+                };
+                let (b, w) = index.size2().expect("a (B, W) index");
+                t.transpose(1, 2)
+                    .reshape([g * p, h, d])
+                    .index_select(0, &index.reshape([b * w]))
+                    .view([b, w, h, d])
+                    .transpose(1, 2)
+            }
+        }
+    }
+
+    /// Every layer's keys and values gathered ([`PastGather::gather`]).
+    pub(crate) fn gather_layers(&self, kv: &[(Tensor, Tensor)]) -> Vec<(Tensor, Tensor)> {
+        kv.iter()
+            .map(|(k, v)| (self.gather(k), self.gather(v)))
+            .collect()
+    }
+}
+
 impl SharedPrefixRows<'_> {
     /// Per-prompt values (first dimension: prompts) repeated for each row.
     pub(crate) fn to_rows(&self, t: &Tensor) -> Tensor {
@@ -41,10 +78,7 @@ impl SharedPrefixRows<'_> {
         kv: &[(Tensor, Tensor)],
     ) -> (Vec<(Tensor, Tensor)>, Tensor) {
         let r = self.response_ids.size()[1];
-        let past = kv
-            .iter()
-            .map(|(k, v)| (self.to_rows(k), self.to_rows(v)))
-            .collect();
+        let past = PastGather::Rows(self.prompt_of_row.shallow_clone()).gather_layers(kv);
         let mask = Tensor::cat(
             &[
                 self.to_rows(self.prompt_mask),
@@ -66,7 +100,7 @@ impl CausalLm {
         let (prompt_hidden, kv) = self.forward_layers(
             rows.prompt_ids,
             rows.prompt_positions,
-            rows.prompt_mask,
+            Mask::Padding(rows.prompt_mask),
             PastKv::None,
             true,
         );
@@ -79,7 +113,7 @@ impl CausalLm {
             let (response_hidden, _) = self.forward_layers(
                 &rows.response_ids.narrow(1, 0, r - 1),
                 &rows.response_positions.narrow(1, 0, r - 1),
-                &mask,
+                Mask::Padding(&mask),
                 PastKv::Given(&past),
                 false,
             );

@@ -55,6 +55,12 @@ enum Layout {
     /// Either, with activation checkpointing.
     FullCheckpointed,
     SharedCheckpointed,
+    /// Packed rows (`response_hidden_packed`): whole sequences, or shared prompts; either with
+    /// checkpointing.
+    Packed {
+        shared: bool,
+        checkpointed: bool,
+    },
 }
 
 /// Loss = sum(coef * logp) + 0.1 * sum(entropy) over valid response tokens; returns (logp, entropy,
@@ -71,6 +77,13 @@ fn run(
         layout,
         Layout::FullCheckpointed | Layout::SharedCheckpointed
     );
+    let packed = match layout {
+        Layout::Packed {
+            shared,
+            checkpointed,
+        } => Some((shared, checkpointed)),
+        _ => None,
+    };
     let p = g.iter().map(|(q, _)| q.len()).max().unwrap();
     let r = g
         .iter()
@@ -117,7 +130,22 @@ fn run(
     let response_ids = ids.narrow(1, p as i64, r as i64);
     let valid = mask.narrow(1, p as i64, r as i64).to_kind(Kind::Float);
     let temperature = 0.7;
-    let (scores, logp, ent) = if shared {
+    let (scores, logp, ent) = if let Some((share, checkpoint)) = packed {
+        let pairs: Vec<(&[i64], &[i64])> = rows
+            .iter()
+            .map(|(gi, resp)| (g[*gi].0.as_slice(), resp.as_slice()))
+            .collect();
+        let (hidden, ck) = model
+            .response_hidden_packed(&pairs, r as i64, share, checkpoint)
+            .unwrap();
+        let scores = model.score_tokens(&hidden, &response_ids, temperature, chunk);
+        let scores = match ck {
+            Some(c) => scores.with_checkpoints(c),
+            None => scores,
+        };
+        let (lp, en) = (scores.logp.shallow_clone(), scores.entropy.shallow_clone());
+        (scores, lp, en)
+    } else if shared {
         let (mut pids, mut pmask) = (vec![], vec![]);
         for (q, _) in g {
             let (i, m) = left(q);
@@ -282,4 +310,66 @@ fn shared_prefix_equals_full_rows_on_smollm2() {
     let dir = resolve_model_with(SMOLLM2_ALIAS, &gguf_util::test_env()).unwrap();
     let model = CausalLm::load(&dir, Device::Cpu, ComputeKind::F32).unwrap();
     check(&model, &groups(49152, 3), DEFAULT_UNEMBED_CHUNK, 5e-5, 1e-4);
+}
+
+/// Every packed layout (whole sequences or shared prompts, with and without checkpointing) gives
+/// the padded full rows' log-probs, entropies and gradients: tiny Qwen2 (biases, untied head),
+/// tiny Qwen3 (q/k norms, tied head), groups of different prompt and response lengths, one-token
+/// responses.
+#[test]
+fn packed_rows_equal_padded_full_rows() {
+    let layouts = [false, true].into_iter().flat_map(|shared| {
+        [false, true].map(|checkpointed| Layout::Packed {
+            shared,
+            checkpointed,
+        })
+    });
+    let layouts: Vec<Layout> = layouts.collect();
+    let qwen2 = ModelConfig::qwen2_like(97, 32, 48, 2, 4, 2, false);
+    let model = CausalLm::random(qwen2, 1, Device::Cpu, ComputeKind::F32);
+    for &layout in &layouts {
+        check_layout(&model, &groups(97, 5), layout, 3, 1e-5, 1e-5);
+    }
+    let qwen3 = ModelConfig::from_value(serde_json::json!({
+        "architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "vocab_size": 101,
+        "hidden_size": 32, "intermediate_size": 40, "num_hidden_layers": 2, "head_dim": 16,
+        "num_attention_heads": 4, "num_key_value_heads": 1, "hidden_act": "silu",
+        "rms_norm_eps": 1e-6, "rope_theta": 10000.0, "max_position_embeddings": 512,
+        "tie_word_embeddings": true,
+    }))
+    .unwrap();
+    let model = CausalLm::random(qwen3, 2, Device::Cpu, ComputeKind::F32);
+    let ones: Groups = vec![
+        (vec![3, 4, 5], vec![vec![7]]),
+        (vec![9], vec![vec![8], vec![2]]),
+    ];
+    for &layout in &layouts {
+        check_layout(&model, &groups(101, 9), layout, 3, 1e-5, 1e-5);
+        check_layout(&model, &ones, layout, 3, 1e-5, 1e-5);
+    }
+}
+
+/// Rows the packed layout cannot score are refused with the row's index.
+#[test]
+fn packed_rows_refuse_an_empty_prompt_and_a_response_wider_than_asked() {
+    let cfg = ModelConfig::qwen2_like(50, 16, 24, 1, 2, 1, true);
+    let model = CausalLm::random(cfg, 4, Device::Cpu, ComputeKind::F32);
+    let empty: Vec<(&[i64], &[i64])> = vec![(&[1, 2], &[3]), (&[], &[4])];
+    let err = model
+        .response_hidden_packed(&empty, 1, false, false)
+        .err()
+        .expect("an empty prompt is refused");
+    assert!(
+        err.to_string().contains("row 1 has an empty prompt"),
+        "{err}"
+    );
+    let wide: Vec<(&[i64], &[i64])> = vec![(&[1, 2], &[3, 4, 5])];
+    let err = model
+        .response_hidden_packed(&wide, 2, true, false)
+        .err()
+        .expect("a response wider than the width is refused");
+    assert!(
+        err.to_string().contains("row 0's response has 3 tokens"),
+        "{err}"
+    );
 }

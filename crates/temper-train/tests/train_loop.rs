@@ -472,19 +472,22 @@ fn check_on_policy_runs_a_separate_pass_and_can_fail() {
     );
 }
 
-/// `actor.shared_prefix` (on by default) changes the work, not the result: one step with it on and
-/// off trains on the same rollouts to the same loss, grad norm and weights (float rounding).
+/// `actor.shared_prefix` and `model.use_remove_padding` (both on by default) change the work, not
+/// the result: one step with each on and off trains on the same rollouts to the same loss, grad
+/// norm and weights as padded full rows (float rounding).
 #[test]
-fn shared_prefix_updates_match_full_rows() {
-    let run = |shared: &str| {
-        let root = common::temp_dir(&format!("shared-{shared}"));
-        let flag = format!("actor.shared_prefix={shared}");
+fn shared_prefix_and_packed_updates_match_padded_full_rows() {
+    let run = |shared: bool, packed: bool| {
+        let root = common::temp_dir(&format!("shared-{shared}-{packed}"));
+        let shared = format!("actor.shared_prefix={shared}");
+        let packed = format!("model.use_remove_padding={packed}");
         // Shuffled 8-row micro-batches mix the rows of two groups of 4.
         let extra = [
             "trainer.total_training_steps=1",
             "actor.ppo_micro_batch_size_per_gpu=8",
             "actor.shuffle=true",
-            flag.as_str(),
+            shared.as_str(),
+            packed.as_str(),
         ];
         let cfg = tiny_config(&root, &extra);
         let mut t = Trainer::create(cfg, "s", &[]).unwrap();
@@ -493,36 +496,39 @@ fn shared_prefix_updates_match_full_rows() {
         t.fit().unwrap();
         (metrics(&t).remove(0), before, weights(&t))
     };
-    let (m_on, w0, w_on) = run("true");
-    let (m_off, _, w_off) = run("false");
-    for key in [
-        "actor/pg_loss",
-        "actor/grad_norm",
-        "actor/entropy",
-        "critic/score/mean",
-    ] {
-        let (a, b) = (m_on[key].as_f64().unwrap(), m_off[key].as_f64().unwrap());
+    let (m_off, w0, w_off) = run(false, false);
+    for (shared, packed) in [(true, false), (false, true), (true, true)] {
+        let (m_on, _, w_on) = run(shared, packed);
+        for key in [
+            "actor/pg_loss",
+            "actor/grad_norm",
+            "actor/entropy",
+            "critic/score/mean",
+        ] {
+            let (a, b) = (m_on[key].as_f64().unwrap(), m_off[key].as_f64().unwrap());
+            assert!(
+                (a - b).abs() <= 1e-5 * b.abs().max(1.0),
+                "shared {shared}, packed {packed}: {key}: {a} vs {b}"
+            );
+        }
+        assert_eq!(
+            m_on["actor/optimizer_steps"],
+            m_off["actor/optimizer_steps"]
+        );
+        // Adam's first step is about lr * sign(grad), so a weight whose gradient is rounding noise
+        // (k_proj's bias: exactly 0 in exact arithmetic) may move either way: compare the whole
+        // update.
+        let (mut diff, mut step) = (0.0, 0.0);
+        for (((_, a), (_, b)), (_, w)) in w_on.iter().zip(&w_off).zip(&w0) {
+            diff += f64::try_from((a - b).square().sum(tch::Kind::Double)).unwrap();
+            step += f64::try_from((a - w).square().sum(tch::Kind::Double)).unwrap();
+        }
+        let rel = (diff / step).sqrt();
         assert!(
-            (a - b).abs() <= 1e-5 * b.abs().max(1.0),
-            "{key}: {a} vs {b}"
+            step > 0.0 && rel <= 1e-3,
+            "shared {shared}, packed {packed}: weights after one step differ by {rel:e} of the update"
         );
     }
-    assert_eq!(
-        m_on["actor/optimizer_steps"],
-        m_off["actor/optimizer_steps"]
-    );
-    // Adam's first step is about lr * sign(grad), so a weight whose gradient is rounding noise
-    // (k_proj's bias: exactly 0 in exact arithmetic) may move either way: compare the whole update.
-    let (mut diff, mut step) = (0.0, 0.0);
-    for (((_, a), (_, b)), (_, w)) in w_on.iter().zip(&w_off).zip(&w0) {
-        diff += f64::try_from((a - b).square().sum(tch::Kind::Double)).unwrap();
-        step += f64::try_from((a - w).square().sum(tch::Kind::Double)).unwrap();
-    }
-    let rel = (diff / step).sqrt();
-    assert!(
-        step > 0.0 && rel <= 1e-3,
-        "weights after one step differ by {rel:e} of the update"
-    );
 }
 
 /// LoRA through `temper train`'s keys (verl's `actor_rollout_ref.model.lora_rank`, ...): the base

@@ -9,9 +9,8 @@
 
 use tch::{Kind, Tensor};
 
-use super::{rms_norm, CausalLm, LayerContext};
-use crate::attention::attention_mask_4d;
-use crate::shared_prefix::SharedPrefixRows;
+use super::{rms_norm, CausalLm, LayerContext, Mask};
+use crate::shared_prefix::{PastGather, SharedPrefixRows};
 
 /// What every layer of a forward over whole sequences uses besides its input: built once by the
 /// checkpointed forward, used again by every layer of the backward.
@@ -40,21 +39,37 @@ impl Tables {
 }
 
 /// One forward over token rows whose layers were checkpointed.
-struct Segment {
+pub(crate) struct Segment {
     input_ids: Tensor,
     tables: Tables,
     /// Each layer's input (the residual stream before it), detached.
     inputs: Vec<Tensor>,
     /// The last layer's output, a leaf the final norm was computed from.
-    last: Tensor,
+    pub(crate) last: Tensor,
 }
 
 /// The layer inputs a checkpointed forward kept, and the backward through them.
 pub struct LayerCheckpoints<'m> {
     model: &'m CausalLm,
     prompts: Segment,
-    /// Shared prefixes: the responses (without their last token), and each one's prompt row.
-    responses: Option<(Segment, Tensor)>,
+    /// Shared prefixes: the responses (without their last token), and where each one's prompt
+    /// keys and values are among the prompts'.
+    responses: Option<(Segment, PastGather)>,
+}
+
+impl<'m> LayerCheckpoints<'m> {
+    /// The checkpoints of a forward over `prompts`, then (shared prefixes) `responses`.
+    pub(crate) fn new(
+        model: &'m CausalLm,
+        prompts: Segment,
+        responses: Option<(Segment, PastGather)>,
+    ) -> Self {
+        LayerCheckpoints {
+            model,
+            prompts,
+            responses,
+        }
+    }
 }
 
 impl CausalLm {
@@ -67,7 +82,13 @@ impl CausalLm {
         position_ids: &Tensor,
         attention_mask: &Tensor,
     ) -> (Tensor, LayerCheckpoints<'_>) {
-        let (segment, _) = self.checkpointed(input_ids, position_ids, attention_mask, None, false);
+        let (segment, _) = self.checkpointed(
+            input_ids,
+            position_ids,
+            Mask::Padding(attention_mask),
+            None,
+            false,
+        );
         let hidden = rms_norm(&segment.last, &self.norm, self.config.rms_norm_eps);
         let checkpoints = LayerCheckpoints {
             model: self,
@@ -85,7 +106,7 @@ impl CausalLm {
         let (prompts, kv) = self.checkpointed(
             rows.prompt_ids,
             rows.prompt_positions,
-            rows.prompt_mask,
+            Mask::Padding(rows.prompt_mask),
             None,
             true,
         );
@@ -99,13 +120,14 @@ impl CausalLm {
             let (segment, _) = self.checkpointed(
                 &rows.response_ids.narrow(1, 0, r - 1),
                 &rows.response_positions.narrow(1, 0, r - 1),
-                &mask,
+                Mask::Padding(&mask),
                 Some(&past),
                 false,
             );
             let response_hidden = rms_norm(&segment.last, &self.norm, eps);
             let hidden = Tensor::cat(&[last, response_hidden], 1);
-            (hidden, Some((segment, rows.prompt_of_row.shallow_clone())))
+            let owner = PastGather::Rows(rows.prompt_of_row.shallow_clone());
+            (hidden, Some((segment, owner)))
         } else {
             (last, None)
         };
@@ -119,15 +141,16 @@ impl CausalLm {
 
     /// The layers over `input_ids` without autograd, keeping each layer's input (and, with
     /// `collect`, each layer's keys and values), attending to `past` keys and values when given.
-    fn checkpointed(
+    pub(crate) fn checkpointed(
         &self,
         input_ids: &Tensor,
         position_ids: &Tensor,
-        attention_mask: &Tensor,
+        mask: Mask<'_>,
         past: Option<&[(Tensor, Tensor)]>,
         collect: bool,
     ) -> (Segment, Vec<(Tensor, Tensor)>) {
-        let tables = self.tables(position_ids, attention_mask);
+        let past_len = past.and_then(|p| p.first()).map_or(0, |(k, _)| k.size()[2]);
+        let tables = self.tables(position_ids, mask, past_len);
         let mut inputs = Vec::with_capacity(self.layers.len());
         let mut collected = vec![];
         let last = tch::no_grad(|| {
@@ -151,18 +174,17 @@ impl CausalLm {
         (segment, collected)
     }
 
-    /// The tables of a forward without a cache whose `attention_mask` (B, S) covers the earlier
-    /// positions and the `position_ids`' (B, T) new ones.
-    fn tables(&self, position_ids: &Tensor, attention_mask: &Tensor) -> Tables {
+    /// The tables of a forward without a cache over the `position_ids`' (B, T) new tokens after
+    /// `past` earlier ones.
+    fn tables(&self, position_ids: &Tensor, mask: Mask<'_>, past: i64) -> Tables {
         let (b, t) = position_ids.size2().expect("position_ids must be (B, T)");
-        let past = attention_mask.size()[1] - t;
         let (cos, sin) = self.rope.cos_sin(position_ids, self.compute.kind());
         Tables {
             b,
             t,
             cos,
             sin,
-            mask: attention_mask_4d(attention_mask, t, past),
+            mask: mask.to_4d(b, t, past),
         }
     }
 }
@@ -220,7 +242,7 @@ impl LayerCheckpoints<'_> {
                 Some(&mut kv),
             );
             let (k, v) = kv.pop().expect("the layer's keys and values");
-            let past = (k.index_select(0, owner), v.index_select(0, owner));
+            let past = (owner.gather(&k), owner.gather(&v));
             let xs = s.inputs[i].detach().set_requires_grad(true);
             let g_s = g_responses.as_ref().expect("responses have a gradient");
             let ys = m.layer(i, xs.shallow_clone(), ctx_s, None, None, Some(&past), None);

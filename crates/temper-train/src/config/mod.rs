@@ -61,6 +61,10 @@ pub struct ModelConfig {
     pub lora_alpha: f64,
     /// Linears that get adapters: `q_proj`, ..., `down_proj`, or `all-linear` (verl's default).
     pub target_modules: Vec<String>,
+    /// The update's and the log-prob passes' forwards run packed rows (verl's
+    /// `use_remove_padding`): a micro-batch's sequences side by side instead of each padded to the
+    /// batch's longest prompt and response. The same numbers to float rounding, less time.
+    pub use_remove_padding: bool,
 }
 
 impl Default for ModelConfig {
@@ -73,6 +77,7 @@ impl Default for ModelConfig {
             lora_rank: 0,
             lora_alpha: 16.0,
             target_modules: vec!["all-linear".into()],
+            use_remove_padding: true,
         }
     }
 }

@@ -62,7 +62,6 @@ pub const IGNORED: &[(&str, &str)] = &[
     ("actor.optim.total_training_steps", "verl fills it in from the trainer; temper reads trainer.total_training_steps"),
     ("actor.freeze_vision_tower", TEXT_ONLY),
     ("model.exclude_modules", TEXT_ONLY),
-    ("model.use_remove_padding", "padding removal is a speed setting: padding never enters temper's losses"),
     ("model.use_shm", SHM),
     ("data.use_shm", SHM),
     ("model.trust_remote_code", "temper runs no code from checkpoints; the architectures it knows are built in"),

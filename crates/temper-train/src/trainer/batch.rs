@@ -25,6 +25,9 @@ pub struct Batch {
     /// Per row, the first row with the same prompt tokens (`Some` when prompts are shared: see
     /// [`Batch::share_prompts`]).
     prompt_owner: Option<Vec<usize>>,
+    /// Per row, its prompt and response tokens when the forwards run packed rows (see
+    /// [`Batch::remove_padding`]).
+    packed: Option<Vec<(Vec<i64>, Vec<i64>)>>,
 }
 
 impl Batch {
@@ -59,7 +62,21 @@ impl Batch {
             response_len: r as i64,
             rows: n,
             prompt_owner: None,
+            packed: None,
         }
+    }
+
+    /// From now on, [`Batch::response_scores`] runs packed rows (`model.use_remove_padding`,
+    /// [`temper_model::packed`]): a micro-batch's sequences side by side, so that its cost follows
+    /// its real tokens rather than its rows times the batch's longest prompt and response. The
+    /// results are the same, to float rounding.
+    pub fn remove_padding(&mut self, samples: &[(&[i64], &[i64], &[f32])]) {
+        self.packed = Some(
+            samples
+                .iter()
+                .map(|s| (s.0.to_vec(), s.1.to_vec()))
+                .collect(),
+        );
     }
 
     /// Per-row values over the responses (advantages, masks), each row right-padded with 0 to
@@ -117,9 +134,24 @@ impl Batch {
     ) -> Result<TokenScores<'m>> {
         let t = if temperature > 0.0 { temperature } else { 1.0 };
         let ids = Self::rows_of(&self.input_ids, idx);
-        let (hidden, checkpoints) = match &self.prompt_owner {
-            Some(owner) => self.shared_hidden(model, idx, owner, checkpoint_layers),
-            None => {
+        let (hidden, checkpoints) = match (&self.packed, &self.prompt_owner) {
+            (Some(tokens), owner) => {
+                let rows: Vec<(&[i64], &[i64])> = idx
+                    .iter()
+                    .map(|&i| {
+                        let (p, r) = &tokens[i as usize];
+                        (p.as_slice(), r.as_slice())
+                    })
+                    .collect();
+                model.response_hidden_packed(
+                    &rows,
+                    self.response_len,
+                    owner.is_some(),
+                    checkpoint_layers,
+                )?
+            }
+            (None, Some(owner)) => self.shared_hidden(model, idx, owner, checkpoint_layers),
+            (None, None) => {
                 let mask = Self::rows_of(&self.attention_mask, idx);
                 let pos = Self::rows_of(&self.position_ids, idx);
                 let (hidden, checkpoints) = if checkpoint_layers {

@@ -244,6 +244,9 @@ impl Trainer {
             })
             .collect();
         let mut batch = Batch::new(&rows, self.pad_id, device);
+        if self.cfg.model.use_remove_padding {
+            batch.remove_padding(&rows);
+        }
         // Injected tokens are context, not actions: out of the loss.
         batch.response_mask = batch.response_values(
             datums

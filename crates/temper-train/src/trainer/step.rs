@@ -48,7 +48,13 @@ impl Trainer {
 
         // 2. The batch, and the micro-batches of the first update.
         let device = self.model.device();
-        let sb = StepBatch::new(&groups, self.pad_id, device, self.cfg.actor.shared_prefix);
+        let sb = StepBatch::new(
+            &groups,
+            self.pad_id,
+            device,
+            self.cfg.actor.shared_prefix,
+            self.cfg.model.use_remove_padding,
+        );
         m.extend(sb.metrics(&groups));
         self.warn_if_no_eos(step, sb.clip_ratio);
         let partition = self.partition(step, sb.batch.rows);

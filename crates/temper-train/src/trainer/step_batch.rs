@@ -21,8 +21,15 @@ pub(crate) struct StepBatch {
 
 impl StepBatch {
     /// With `shared_prefix` (`actor.shared_prefix`), rows with equal prompts run their prompt
-    /// once in every log-prob pass.
-    pub fn new(groups: &[Group], pad_id: i64, device: Device, shared_prefix: bool) -> Self {
+    /// once in every log-prob pass; with `remove_padding` (`model.use_remove_padding`), the passes
+    /// run packed rows.
+    pub fn new(
+        groups: &[Group],
+        pad_id: i64,
+        device: Device,
+        shared_prefix: bool,
+        remove_padding: bool,
+    ) -> Self {
         let samples: Vec<_> = groups.iter().flat_map(|g| g.samples.iter()).collect();
         let rows: Vec<(&[i64], &[i64], &[f32])> = samples
             .iter()
@@ -37,6 +44,9 @@ impl StepBatch {
         let mut batch = Batch::new(&rows, pad_id, device);
         if shared_prefix {
             batch.share_prompts(&rows.iter().map(|r| r.0).collect::<Vec<_>>());
+        }
+        if remove_padding {
+            batch.remove_padding(&rows);
         }
         let clipped = samples
             .iter()
