@@ -30,7 +30,9 @@ struct Seq {
 }
 
 /// Sequences packed first-fit decreasing into rows of `width` tokens, as flat (rows x width)
-/// values.
+/// values. A row holds sequences of one group only: a response row attends to one prompt (rows
+/// mixing the groups of a shuffled micro-batch would attend to several, at several times the
+/// cost).
 struct Bins {
     rows: usize,
     width: usize,
@@ -42,8 +44,8 @@ struct Bins {
     groups: Vec<i64>,
     /// Per sequence: the flat index (row x width + column) of its first token (0 when empty).
     starts: Vec<usize>,
-    /// Per row: the groups of its sequences, in order of first appearance.
-    row_groups: Vec<Vec<i64>>,
+    /// Per row: the group of its sequences (0 for an empty row).
+    row_groups: Vec<i64>,
 }
 
 impl Bins {
@@ -59,19 +61,21 @@ impl Bins {
             .collect();
         // Longest first (stable: equal lengths keep their order).
         order.sort_by_key(|&i| std::cmp::Reverse(seqs[i].tokens.len()));
-        let mut fill: Vec<usize> = vec![];
+        // Per row: the tokens it holds so far, and its group.
+        let mut fill: Vec<(usize, i64)> = vec![];
         let mut starts = vec![0; seqs.len()];
         for &i in &order {
-            let len = seqs[i].tokens.len();
-            let row = match fill.iter().position(|&f| f + len <= width) {
+            let (len, group) = (seqs[i].tokens.len(), seqs[i].group);
+            let fits = |&(f, g): &(usize, i64)| g == group && f + len <= width;
+            let row = match fill.iter().position(fits) {
                 Some(r) => r,
                 None => {
-                    fill.push(0);
+                    fill.push((0, group));
                     fill.len() - 1
                 }
             };
-            starts[i] = row * width + fill[row];
-            fill[row] += len;
+            starts[i] = row * width + fill[row].0;
+            fill[row].0 += len;
         }
         let rows = fill.len().max(1);
         let mut b = Bins {
@@ -82,7 +86,7 @@ impl Bins {
             segments: vec![0; rows * width],
             groups: vec![0; rows * width],
             starts,
-            row_groups: vec![vec![]; rows],
+            row_groups: vec![0; rows],
         };
         let mut next_segment = vec![0i64; rows];
         for &i in &order {
@@ -96,9 +100,7 @@ impl Bins {
                 b.segments[at] = next_segment[row];
                 b.groups[at] = s.group;
             }
-            if !b.row_groups[row].contains(&s.group) {
-                b.row_groups[row].push(s.group);
-            }
+            b.row_groups[row] = s.group;
         }
         b
     }
@@ -244,15 +246,11 @@ impl CausalLm {
             return (hidden, checkpoints);
         }
         let rb = Bins::pack(&response_seqs);
-        // Each response row's past: the prompts of its sequences, one after another.
+        // Each response row's past: the prompt of its sequences.
         let past_width = rb
             .row_groups
             .iter()
-            .map(|g| {
-                g.iter()
-                    .map(|&k| prompts[k as usize - 1].len())
-                    .sum::<usize>()
-            })
+            .map(|&g| prompts[g as usize - 1].len())
             .max()
             .unwrap_or(0)
             .max(1);
@@ -260,15 +258,11 @@ impl CausalLm {
             vec![0i64; rb.rows * past_width],
             vec![0i64; rb.rows * past_width],
         );
-        for (row, groups) in rb.row_groups.iter().enumerate() {
-            let mut at = row * past_width;
-            for &g in groups {
-                let k = g as usize - 1;
-                for c in 0..prompts[k].len() {
-                    past_index[at] = (pb.starts[k] + c) as i64;
-                    past_groups[at] = g;
-                    at += 1;
-                }
+        for (row, &g) in rb.row_groups.iter().enumerate() {
+            let k = g as usize - 1;
+            for c in 0..prompts[k].len() {
+                past_index[row * past_width + c] = (pb.starts[k] + c) as i64;
+                past_groups[row * past_width + c] = g;
             }
         }
         let shape = [rb.rows as i64, past_width as i64];

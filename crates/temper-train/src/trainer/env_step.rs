@@ -244,6 +244,10 @@ impl Trainer {
             })
             .collect();
         let mut batch = Batch::new(&rows, self.pad_id, device);
+        if self.cfg.actor.shared_prefix {
+            // Datums with equal prompts (a question's answers, a summarizer's n tries) run it once.
+            batch.share_prompts(&rows.iter().map(|r| r.0).collect::<Vec<_>>());
+        }
         if self.cfg.model.use_remove_padding {
             batch.remove_padding(&rows);
         }
