@@ -6,6 +6,7 @@ no KL term as temper's side, and prints one JSON object:
     {"step_s": [...], "peak_rss_mb": float, "trl": version, "torch": version, "threads": int}
 
 Usage: trl_grpo_bench.py --model DIR --prompts FILE.json --n 8 --max-tokens 12 --steps 3 [--warmup 1]
+       [--min-tokens N] [--reward arith|digits] [--micro N] [--gradient-checkpointing]
 FILE.json is a list of {"prompt": [{"role", "content"}...], "answer": "7"} in the order used.
 TRL version pinned by the project: trl==1.16.0 (scripts/setup-env.sh).
 """
@@ -26,6 +27,10 @@ p.add_argument("--prompts", required=True)
 p.add_argument("--n", type=int, default=8)
 p.add_argument("--prompts-per-step", type=int, default=8)
 p.add_argument("--max-tokens", type=int, default=12)
+p.add_argument("--min-tokens", type=int, default=0)
+p.add_argument("--reward", choices=["arith", "digits"], default="arith")
+p.add_argument("--micro", type=int, default=0, help="responses per forward/backward (default: all)")
+p.add_argument("--gradient-checkpointing", action="store_true")
 p.add_argument("--steps", type=int, default=3)
 p.add_argument("--warmup", type=int, default=1)
 p.add_argument("--lr", type=float, default=1e-5)
@@ -40,6 +45,15 @@ ds = Dataset.from_list(rows)
 def last_number(text):
     nums = re.findall(r"-?\d+(?:\.\d+)?", text.replace(",", ""))
     return nums[-1] if nums else None
+
+
+def digits(completions, **_):
+    """The fraction of the completion's characters that are ASCII digits (temper's `--reward digits`)."""
+    out = []
+    for c in completions:
+        text = c[-1]["content"] if isinstance(c, list) else c
+        out.append(sum(ch in "0123456789" for ch in text) / max(len(text), 1))
+    return out
 
 
 def reward(completions, answer, **_):
@@ -71,14 +85,18 @@ class Timer(TrainerCallback):
 
 
 total = args.steps + args.warmup
+responses = args.prompts_per_step * args.n
+micro = args.micro or responses
 cfg = GRPOConfig(
     output_dir=args.out,
     use_cpu=True,
     bf16=False,
-    per_device_train_batch_size=args.prompts_per_step * args.n,
-    gradient_accumulation_steps=1,
+    per_device_train_batch_size=micro,
+    gradient_accumulation_steps=responses // micro,
+    gradient_checkpointing=args.gradient_checkpointing,
     num_generations=args.n,
     max_completion_length=args.max_tokens,
+    generation_kwargs={"min_new_tokens": args.min_tokens} if args.min_tokens else None,
     temperature=args.temperature,
     learning_rate=args.lr,
     lr_scheduler_type="constant",
@@ -97,7 +115,8 @@ cfg = GRPOConfig(
     seed=0,
 )
 timer = Timer()
-trainer = GRPOTrainer(model=args.model, reward_funcs=[reward], args=cfg, train_dataset=ds, callbacks=[timer])
+reward_fn = digits if args.reward == "digits" else reward
+trainer = GRPOTrainer(model=args.model, reward_funcs=[reward_fn], args=cfg, train_dataset=ds, callbacks=[timer])
 trainer.train()
 print(
     json.dumps(

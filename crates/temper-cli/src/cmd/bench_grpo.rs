@@ -33,6 +33,29 @@ pub struct Args {
     /// Completion length limit (tokens).
     #[arg(long, default_value_t = 12)]
     pub max_tokens: usize,
+    /// Completions are at least this long on both sides (EOS masked until then: vLLM's
+    /// `min_tokens`, transformers' `min_new_tokens`); `--min-tokens` = `--max-tokens` gives every
+    /// completion the same length.
+    #[arg(long, default_value_t = 0)]
+    pub min_tokens: usize,
+    /// Lengthens every prompt by about this many tokens: a filler paragraph in the system message
+    /// (the long shape: `--prompt-filler 450 --max-tokens 512 --min-tokens 512`).
+    #[arg(long, default_value_t = 0)]
+    pub prompt_filler: usize,
+    /// The reward: `arith` (the answer's correctness) or `digits` (the fraction of digit
+    /// characters in the completion, never equal over a group of long completions, so that every
+    /// step updates on both sides).
+    #[arg(long, default_value = "arith")]
+    pub reward: String,
+    /// Responses per forward/backward on both sides (temper's `actor.ppo_micro_batch_size_per_gpu`,
+    /// TRL's `per_device_train_batch_size` with gradient accumulation up to the step's
+    /// responses); default: all of them in one.
+    #[arg(long)]
+    pub micro: Option<usize>,
+    /// Activation checkpointing on both sides (temper's `actor.gradient_checkpointing`,
+    /// TRL's `gradient_checkpointing`).
+    #[arg(long)]
+    pub gradient_checkpointing: bool,
     /// Model folder or name (`smollm2`).
     #[arg(long, default_value = "smollm2")]
     pub model: String,
@@ -48,6 +71,33 @@ pub struct Args {
 }
 
 const SYSTEM: &str = "You are a calculator. Reply with only the final number.";
+
+/// The system message: [`SYSTEM`], then about `filler_tokens` tokens of filler text.
+fn system_prompt(filler_tokens: usize) -> String {
+    const FILLER: &str = " Numbers are written in base ten, with digits from zero to nine.";
+    // About 13 tokens per sentence in SmolLM2's and Qwen's tokenizers.
+    let sentences = filler_tokens.div_ceil(13);
+    format!("{SYSTEM}{}", FILLER.repeat(sentences))
+}
+
+/// `--reward digits`: the fraction of the completion's characters that are ASCII digits.
+struct DigitFraction;
+
+impl temper_reward::Reward for DigitFraction {
+    fn name(&self) -> &str {
+        "digits"
+    }
+    fn score(
+        &self,
+        _prompt: &str,
+        completion: &str,
+        _ground_truth: &str,
+        _metadata: &serde_json::Value,
+    ) -> temper_reward::RewardOutput {
+        let digits = completion.chars().filter(char::is_ascii_digit).count();
+        temper_reward::RewardOutput::new(digits as f64 / completion.chars().count().max(1) as f64)
+    }
+}
 
 /// Peak resident memory of this process in MiB (Linux VmHWM).
 fn peak_rss_mb() -> f64 {
@@ -71,6 +121,15 @@ pub fn run(args: Args) -> Result<()> {
     if args.steps == 0 {
         bail!("--steps must be at least 1");
     }
+    if !["arith", "digits"].contains(&args.reward.as_str()) {
+        bail!("--reward {:?}: expected arith or digits", args.reward);
+    }
+    let system = system_prompt(args.prompt_filler);
+    let responses = args.prompts * args.n;
+    let micro = args.micro.unwrap_or(responses);
+    if micro == 0 || responses % micro != 0 {
+        bail!("--micro {micro} must divide the step's {responses} responses");
+    }
     let model_dir = temper_model::resolve::resolve_model(&args.model)?;
     let tmp = std::env::temp_dir().join(format!("temper-bench-grpo-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&tmp);
@@ -85,12 +144,14 @@ pub fn run(args: Args) -> Result<()> {
         "data.task_val_size=0".into(),
         "data.shuffle=false".into(),
         "data.prompt_template=chat".into(),
-        format!("data.system_prompt={SYSTEM:?}"),
-        "data.max_prompt_length=128".into(),
+        format!("data.system_prompt={system:?}"),
+        format!("data.max_prompt_length={}", 128 + 2 * args.prompt_filler),
         format!("data.max_response_length={}", args.max_tokens),
+        format!("rollout.min_tokens={}", args.min_tokens),
         format!("data.train_batch_size={}", args.prompts),
         format!("actor.ppo_mini_batch_size={}", args.prompts),
-        format!("actor.ppo_micro_batch_size_per_gpu={}", args.prompts * args.n),
+        format!("actor.ppo_micro_batch_size_per_gpu={micro}"),
+        format!("actor.gradient_checkpointing={}", args.gradient_checkpointing),
         "actor.optim.lr=1e-5".into(),
         "actor.optim.weight_decay=0.0".into(),
         "actor.loss_agg_mode=token-mean".into(),
@@ -113,6 +174,9 @@ pub fn run(args: Args) -> Result<()> {
         ov.push(format!("trainer.experiment_name=\"temper-{round}\""));
         let cfg = load_config(None, &ov)?.config;
         let mut t = Trainer::create(cfg, "bench", &[])?;
+        if args.reward == "digits" {
+            t.reward = Box::new(DigitFraction);
+        }
         eprintln!(
             "bench grpo: round {round}: temper, {total} steps ({} warm-up) ...",
             args.warmup
@@ -138,7 +202,7 @@ pub fn run(args: Args) -> Result<()> {
             .iter()
             .map(|e| {
                 serde_json::json!({
-                    "prompt": [{"role": "system", "content": SYSTEM}, {"role": "user", "content": e.prompt.text()}],
+                    "prompt": [{"role": "system", "content": system}, {"role": "user", "content": e.prompt.text()}],
                     "answer": e.answer,
                 })
             })
@@ -164,6 +228,13 @@ pub fn run(args: Args) -> Result<()> {
                 &args.prompts.to_string(),
             ])
             .args(["--max-tokens", &args.max_tokens.to_string()])
+            .args(["--min-tokens", &args.min_tokens.to_string()])
+            .args(["--reward", &args.reward])
+            .args(["--micro", &micro.to_string()])
+            .args(
+                args.gradient_checkpointing
+                    .then_some("--gradient-checkpointing"),
+            )
             .args([
                 "--steps",
                 &args.steps.to_string(),
