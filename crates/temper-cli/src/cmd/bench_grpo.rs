@@ -127,7 +127,7 @@ pub fn run(args: Args) -> Result<()> {
     let system = system_prompt(args.prompt_filler);
     let responses = args.prompts * args.n;
     let micro = args.micro.unwrap_or(responses);
-    if micro == 0 || responses % micro != 0 {
+    if micro == 0 || !responses.is_multiple_of(micro) {
         bail!("--micro {micro} must divide the step's {responses} responses");
     }
     let model_dir = temper_model::resolve::resolve_model(&args.model)?;
