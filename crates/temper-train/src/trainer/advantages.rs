@@ -38,7 +38,8 @@ pub(crate) struct StepAdvantages {
     pub response_mask: Tensor,
     /// (N, R) f32 rollout importance weights (`rollout_is`), if any.
     pub is_weights: Option<Tensor>,
-    /// Per row: the sequence reward (the score, less the KL penalty when it is in the reward).
+    /// Per row: the sequence reward (the score, less the KL penalty when it is in the reward);
+    /// empty for advantages an environment gave.
     pub seq_rewards: Vec<f64>,
     /// The advantages at response tokens (all zero: nothing to learn from).
     pub valid: Vec<f64>,
@@ -148,31 +149,9 @@ impl Trainer {
             &sb.index,
         )?
         .to_kind(Kind::Float);
-        let valid: Vec<f64> = to_rows(&advantages)
-            .iter()
-            .zip(&to_rows(&batch.response_mask))
-            .flat_map(|(a, mask)| {
-                a.iter()
-                    .zip(mask)
-                    .filter(|(_, m)| **m > 0.0)
-                    .map(|(a, _)| *a)
-                    .collect::<Vec<_>>()
-            })
-            .collect();
+        let valid = valid_values(&advantages, &batch.response_mask);
         put_mmm(&mut m, "critic/advantages", &valid);
-        let mut response_mask = batch.response_mask.shallow_clone();
-        let mut is_weights = None;
-        if let (false, Some(old)) = (self.rollout_corr.bypass_mode, &before.old) {
-            let rc = temper_algo::rollout_correction(
-                old,
-                &batch.rollout_logprobs,
-                &batch.response_mask,
-                &self.rollout_corr,
-            )?;
-            m.extend(rc.metrics.into_iter().map(|(k, v)| (k.to_string(), v)));
-            response_mask = rc.response_mask;
-            is_weights = rc.rollout_is_weights;
-        }
+        let (response_mask, is_weights) = self.correct_rollout(batch, before, &mut m)?;
         m.insert("timing_s/adv".into(), t_adv.elapsed().as_secs_f64());
         Ok(StepAdvantages {
             advantages,
@@ -183,4 +162,63 @@ impl Trainer {
             metrics: m,
         })
     }
+
+    /// Advantages an environment gave (`advantages`, (N, R) f32; the batch's response mask is
+    /// their loss mask), with the rollout correction against the old log-probs as for scores.
+    pub(super) fn given_advantages(
+        &self,
+        batch: &Batch,
+        before: &BeforeUpdate,
+        advantages: Tensor,
+    ) -> Result<StepAdvantages> {
+        let mut m = StepMetrics::new();
+        let valid = valid_values(&advantages, &batch.response_mask);
+        put_mmm(&mut m, "critic/advantages", &valid);
+        let (response_mask, is_weights) = self.correct_rollout(batch, before, &mut m)?;
+        Ok(StepAdvantages {
+            advantages,
+            response_mask,
+            is_weights,
+            seq_rewards: vec![],
+            valid,
+            metrics: m,
+        })
+    }
+
+    /// `algorithm.rollout_correction` against the old log-probs, when they were computed before
+    /// the update (not in bypass mode): the loss mask less the rejected tokens, the importance
+    /// weights, and the mismatch metrics (into `m`). Otherwise the response mask, no weights.
+    fn correct_rollout(
+        &self,
+        batch: &Batch,
+        before: &BeforeUpdate,
+        m: &mut StepMetrics,
+    ) -> Result<(Tensor, Option<Tensor>)> {
+        let (false, Some(old)) = (self.rollout_corr.bypass_mode, &before.old) else {
+            return Ok((batch.response_mask.shallow_clone(), None));
+        };
+        let rc = temper_algo::rollout_correction(
+            old,
+            &batch.rollout_logprobs,
+            &batch.response_mask,
+            &self.rollout_corr,
+        )?;
+        m.extend(rc.metrics.into_iter().map(|(k, v)| (k.to_string(), v)));
+        Ok((rc.response_mask, rc.rollout_is_weights))
+    }
+}
+
+/// The advantages at response tokens (mask > 0), row by row.
+fn valid_values(advantages: &Tensor, mask: &Tensor) -> Vec<f64> {
+    to_rows(advantages)
+        .iter()
+        .zip(&to_rows(mask))
+        .flat_map(|(a, mask)| {
+            a.iter()
+                .zip(mask)
+                .filter(|(_, m)| **m > 0.0)
+                .map(|(a, _)| *a)
+                .collect::<Vec<_>>()
+        })
+        .collect()
 }

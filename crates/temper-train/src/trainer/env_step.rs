@@ -1,15 +1,15 @@
-//! One training step of an environment run (`env.name`): the step's questions become episode
+//! The episode source of an environment run (`env.name`): the step's questions become episode
 //! groups (the `n` answers to a question, or its `n / 2` debates), all advanced together by the
 //! batched engine; the finished episodes become datums with per-token advantages and masks
 //! (GRPO over a question's answers for one-turn tasks, the debate training mode for debates);
-//! the policy loss trains on them; the step's files go to the run folder.
+//! the step learns from them as a prompt run does (`learn.rs`: old and reference log-probs,
+//! rollout correction, the update); the step's files go to the run folder.
 use super::batch::{to_rows, Batch};
 use super::env_logs;
 use super::episodes::TrainerSampler;
-use super::partition::Partition;
+use super::learn::AdvantageSource;
 use super::rollout::mix;
 use super::stats::{put_mmm, StepMetrics};
-use super::update::UpdateInputs;
 use super::Trainer;
 use anyhow::{bail, Result};
 use std::collections::BTreeMap;
@@ -21,9 +21,9 @@ use temper_env::{
 use temper_rollout::SamplingParams;
 
 impl Trainer {
-    pub(crate) fn env_step(&mut self, step: usize) -> Result<StepMetrics> {
-        let t_step = Instant::now();
-        let mut m = StepMetrics::new();
+    /// The episodes of a step of an environment run, learnt from (advantages as the environment
+    /// set them), and their logs. Adds the step's metrics to `m`.
+    pub(crate) fn env_step(&mut self, step: usize, m: &mut StepMetrics) -> Result<Option<f64>> {
         let batch_index = self.state.batches_drawn;
         self.state.batches_drawn += 1;
         let (_, questions) = self.order.batch(batch_index);
@@ -71,7 +71,7 @@ impl Trainer {
             self.one_turn_advantages(&mut groups)?;
         }
         let datums: Vec<Datum> = groups.into_iter().flatten().collect();
-        put_mmm(&mut m, "critic/score", &rewards);
+        put_mmm(m, "critic/score", &rewards);
         m.insert("env/parse_failures".into(), parse_failures as f64);
         m.extend(counts);
         m.insert("env/datums".into(), datums.len() as f64);
@@ -101,28 +101,18 @@ impl Trainer {
                 if self.dist.is_root() {
                     eprintln!("{line}");
                 }
-                m.insert("batch/skipped_update".into(), 0.0);
-                self.train_on_datums(step, &datums, &mut m)?
+                self.train_on_datums(step, &datums, m)?
             }
         };
         let resp: Vec<f64> = datums
             .iter()
             .map(|d| d.completion_tokens.len() as f64)
             .collect();
-        put_mmm(&mut m, "response_length", &resp);
+        put_mmm(m, "response_length", &resp);
         if self.dist.is_root() {
             env_logs::write_training_step(&self.run.root, step, loss, trained_tokens, &datums)?;
         }
-        if m.get("batch/skipped_update") == Some(&0.0) {
-            self.state.policy_version += 1;
-            self.maybe_sync_rollout_weights()?;
-        }
-        m.insert("timing_s/step".into(), t_step.elapsed().as_secs_f64());
-        m.insert(
-            "training/epoch".into(),
-            self.order.batch(batch_index).0 as f64,
-        );
-        Ok(m)
+        Ok(None)
     }
 
     /// Runs the episodes of `questions` (at `first_position` of the step's batch): one group per
@@ -260,56 +250,17 @@ impl Trainer {
         let advantages =
             batch.response_values(datums.iter().map(|d| d.completion_advantages.clone()));
         let trained = batch.response_mask.sum(Kind::Double).double_value(&[]);
-        let nrows = batch.rows;
         // One mini-batch of every datum; data-parallel, each rank takes its share (the datum
         // count varies with the verdicts, so shares may differ by one row).
-        let share = nrows.div_ceil(self.dist.world).max(1);
-        let micro = self
-            .cfg
-            .actor
-            .ppo_micro_batch_size_per_gpu
-            .unwrap_or(share)
-            .min(share);
-        let partition = Partition {
-            rows: nrows,
-            mini: nrows,
-            micro,
-            shuffle: self.cfg.actor.shuffle,
-            seed: mix(self.cfg.trainer.seed, step as u64, 0x7368_7566),
-            rank: self.dist.rank,
-            world: self.dist.world,
-        };
-        let first = partition.parts(0);
-        let temperature = self.cfg.rollout.temperature;
-        // Several epochs need the old log-probs before the first update changes the weights.
-        let old = if self.cfg.actor.ppo_epochs > 1 || self.cfg.trainer.check_on_policy {
-            Some(batch.logprobs_by_parts(
-                &self.model,
-                &first,
-                temperature,
-                self.unembed_chunk(),
-                &self.dist,
-            )?)
-        } else {
-            None
-        };
-        let lr = self.schedule.lr(step - 1);
-        m.insert("actor/lr".into(), lr);
-        let t_upd = Instant::now();
-        let mask = batch.response_mask.shallow_clone();
-        let input = UpdateInputs {
-            batch: &batch,
-            partition: &partition,
-            first,
-            old: old.as_ref(),
-            reference: None,
-            advantages: &advantages,
-            response_mask: &mask,
-            is_weights: None,
-            lr,
-        };
-        self.update(step, input, m)?;
-        m.insert("timing_s/update".into(), t_upd.elapsed().as_secs_f64());
+        let rows = batch.rows;
+        self.learn(
+            step,
+            &batch,
+            rows,
+            AdvantageSource::Given(advantages),
+            false,
+            m,
+        )?;
         let loss = m.get("actor/pg_loss").copied().unwrap_or(0.0);
         Ok((loss, trained))
     }

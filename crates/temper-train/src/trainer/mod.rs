@@ -10,6 +10,7 @@ mod env_runtime;
 mod env_step;
 mod episodes;
 mod eval;
+mod learn;
 mod memory_plan;
 mod partition;
 mod rollout;

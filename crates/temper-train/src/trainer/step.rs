@@ -1,13 +1,12 @@
-//! One training step of a prompt + reward run, as six phases: draw and score the groups
-//! (`draw.rs`), build the batch (`step_batch.rs`), the log-probs before the update and the
-//! advantages (`advantages.rs`), the update (`update.rs`), then the step's logs. Environment
-//! runs (`env.name`) take `env_step.rs` instead.
+//! One training step: episodes from the run's source (a prompt + reward run's groups, drawn and
+//! scored here; an environment's episodes, `env_step.rs`), then the learning both share
+//! (`learn.rs`: the log-probs before the update and the advantages, `advantages.rs`; the update,
+//! `update.rs`), then the source's logs.
 use super::batch::to_rows;
-use super::partition::Partition;
-use super::rollout::{mix, Group};
+use super::learn::AdvantageSource;
+use super::rollout::Group;
 use super::stats::StepMetrics;
 use super::step_batch::StepBatch;
-use super::update::UpdateInputs;
 use super::Trainer;
 use anyhow::Result;
 use serde_json::json;
@@ -21,32 +20,52 @@ impl Trainer {
             .sampling_params(self.cfg.data.max_response_length)
     }
 
-    /// One step (1-based `step`); returns its metrics. Each phase returns its values and its
-    /// own metrics; this function only sequences them.
+    /// One step (1-based `step`); returns its metrics. The episodes come from the run's source
+    /// (prompt groups drawn and scored, or an environment's episodes, `env_step.rs`); learning
+    /// from them is the same for both (`learn.rs`); each source writes its own logs.
     pub(crate) fn train_step(&mut self, step: usize) -> Result<StepMetrics> {
-        if self.env.is_some() {
-            return self.env_step(step);
-        }
         let t_step = Instant::now();
         let mut m = StepMetrics::new();
+        let tokens = if self.env.is_some() {
+            self.env_step(step, &mut m)?
+        } else {
+            self.prompt_step(step, &mut m)?
+        };
+        let secs = t_step.elapsed().as_secs_f64();
+        m.insert("timing_s/step".into(), secs);
+        if let Some(tokens) = tokens {
+            m.insert("perf/tokens_per_s".into(), tokens / secs);
+        }
+        m.insert(
+            "training/epoch".into(),
+            self.order
+                .batch(self.state.batches_drawn.saturating_sub(1))
+                .0 as f64,
+        );
+        Ok(m)
+    }
 
+    /// A step of a prompt + reward run: draw and score the groups (`draw.rs`), build the batch
+    /// (`step_batch.rs`), learn (advantages from the scores), write the rollouts. Returns the
+    /// batch's prompt and response tokens (`None` when no group was usable).
+    fn prompt_step(&mut self, step: usize, m: &mut StepMetrics) -> Result<Option<f64>> {
         // 1. Rollout and rewards. Overlap: the next steps' batches then go to the servers,
         // sampled while this one trains.
         let params = self.train_params();
         let t_gen = Instant::now();
         let drawn = self.draw_groups(step, &params)?;
-        m.insert("timing_s/gen".into(), t_gen.elapsed().as_secs_f64());
+        let gen_s = t_gen.elapsed().as_secs_f64();
+        m.insert("timing_s/gen".into(), gen_s);
         self.generate_ahead(self.state.batches_drawn, &params)?;
         m.extend(drawn.metrics(self.state.policy_version));
         let groups = drawn.groups;
         if groups.is_empty() {
             eprintln!("warning: step {step}: no usable prompt groups; skipping the update");
             m.insert("batch/skipped_update".into(), 1.0);
-            m.insert("timing_s/step".into(), t_step.elapsed().as_secs_f64());
-            return Ok(m);
+            return Ok(None);
         }
 
-        // 2. The batch, and the micro-batches of the first update.
+        // 2. The batch.
         let device = self.model.device();
         let sb = StepBatch::new(
             &groups,
@@ -57,127 +76,33 @@ impl Trainer {
         );
         m.extend(sb.metrics(&groups));
         self.warn_if_no_eos(step, sb.clip_ratio);
-        let partition = self.partition(step, sb.batch.rows);
-        let first = partition.parts(0);
 
-        // 3. Log-probs before the update, on the first update's micro-batches.
-        let before = self.logprobs_before_update(&sb.batch, &first)?;
-        m.extend(before.metrics.clone());
+        // 3. Learn: `actor.ppo_mini_batch_size` groups per optimizer step.
+        let mini = self.cfg.actor.ppo_mini_batch_size * self.cfg.rollout.n;
+        let learned = self.learn(step, &sb.batch, mini, AdvantageSource::Scores(&sb), true, m)?;
 
-        // 4. Advantages.
-        let adv = self.advantages(&sb, &before)?;
-        m.extend(adv.metrics.clone());
-
-        // 5. The update (skipped when every advantage is zero), then the weights to the servers.
-        let t_upd = Instant::now();
-        let lr = self.schedule.lr(step - 1);
-        m.insert("actor/lr".into(), lr);
-        let updated = !adv.valid.iter().all(|a| *a == 0.0);
-        let mut recorded = None;
-        if updated {
-            if let Some(mut hook) = self.before_update.take() {
-                hook(&self.params);
-                self.before_update = Some(hook);
-            }
-            let input = UpdateInputs {
-                batch: &sb.batch,
-                partition: &partition,
-                first: first.clone(),
-                old: before.old.as_ref(),
-                reference: before.reference.as_ref(),
-                advantages: &adv.advantages,
-                response_mask: &adv.response_mask,
-                is_weights: adv.is_weights.as_ref(),
-                lr,
-            };
-            recorded = self.update(step, input, &mut m)?;
-        } else {
-            eprintln!(
-                "warning: step {step}: every advantage is zero (all {} groups have equal rewards); skipping the update",
-                groups.len()
-            );
-        }
-        m.insert(
-            "batch/skipped_update".into(),
-            if updated { 0.0 } else { 1.0 },
-        );
-        m.insert("timing_s/update".into(), t_upd.elapsed().as_secs_f64());
-        if updated {
-            self.state.policy_version += 1;
-            let t_sync = Instant::now();
-            if self.maybe_sync_rollout_weights()? {
-                m.insert(
-                    "timing_s/weight_sync".into(),
-                    t_sync.elapsed().as_secs_f64(),
-                );
-            }
-        }
-
-        // 6. The old log-probs for the logs: computed before, recorded by the first update, or,
-        // with the update skipped, computed now (the weights did not change).
-        let reused_first = before.reuses_first_update();
-        let old = match before.old.or(recorded) {
-            Some(o) => o,
-            None => sb.batch.logprobs_by_parts(
-                &self.model,
-                &first,
-                self.cfg.rollout.temperature,
-                self.unembed_chunk(),
-                &self.dist,
-            )?,
-        };
-        if reused_first {
-            // The rollout-vs-trainer mismatch metrics, which phase 4 could not compute yet.
-            let rc = temper_algo::rollout_correction(
-                &old,
-                &sb.batch.rollout_logprobs,
-                &sb.batch.response_mask,
-                &temper_algo::RolloutCorrection::default(),
-            )?;
-            m.extend(rc.metrics.into_iter().map(|(k, v)| (k.to_string(), v)));
-        }
+        // 4. The rollouts with their old log-probs.
         if self.cfg.trainer.rollout_log_freq > 0
             && step.is_multiple_of(self.cfg.trainer.rollout_log_freq as usize)
         {
-            let adv_rows = to_rows(&adv.advantages);
-            self.write_rollouts(step, &groups, &adv_rows, &to_rows(&old), &adv.seq_rewards)?;
+            let old = learned
+                .old
+                .as_ref()
+                .expect("learn computes the old log-probs");
+            let adv_rows = to_rows(&learned.adv.advantages);
+            self.write_rollouts(
+                step,
+                &groups,
+                &adv_rows,
+                &to_rows(old),
+                &learned.adv.seq_rewards,
+            )?;
         }
-        let secs = t_step.elapsed().as_secs_f64();
-        m.insert("timing_s/step".into(), secs);
-        m.insert("perf/tokens_per_s".into(), sb.tokens() / secs);
         m.insert(
             "perf/gen_tokens_per_s".into(),
-            sb.response_len.iter().sum::<f64>() / m["timing_s/gen"].max(1e-9),
+            sb.response_len.iter().sum::<f64>() / gen_s.max(1e-9),
         );
-        m.insert(
-            "training/epoch".into(),
-            self.order
-                .batch(self.state.batches_drawn.saturating_sub(1))
-                .0 as f64,
-        );
-        Ok(m)
-    }
-
-    /// The mini/micro-batch split of a step's `rows` (`actor.ppo_mini_batch_size` groups per
-    /// optimizer step, `actor.ppo_micro_batch_size_per_gpu` rows per forward on each rank).
-    fn partition(&self, step: usize, rows: usize) -> Partition {
-        let world = self.dist.world;
-        let mini = self.cfg.actor.ppo_mini_batch_size * self.cfg.rollout.n;
-        let micro = self
-            .cfg
-            .actor
-            .ppo_micro_batch_size_per_gpu
-            .unwrap_or(mini / world)
-            .min(mini / world);
-        Partition {
-            rows,
-            mini,
-            micro,
-            shuffle: self.cfg.actor.shuffle,
-            seed: mix(self.cfg.trainer.seed, step as u64, 0x7368_7566),
-            rank: self.dist.rank,
-            world,
-        }
+        Ok(Some(sb.tokens()))
     }
 
     /// Once per run: a warning when no response of a step ended before the length limit.
