@@ -249,12 +249,8 @@ fn check_layout(
     }
 }
 
-#[test]
-fn shared_prefix_equals_full_rows_on_tiny_qwen2_and_qwen3() {
-    let qwen2 = ModelConfig::qwen2_like(97, 32, 48, 2, 4, 2, false);
-    let model = CausalLm::random(qwen2, 1, Device::Cpu, ComputeKind::F32);
-    check(&model, &groups(97, 5), 3, 1e-5, 1e-5);
-
+/// A tiny Qwen3 (q/k norms, tied head, one KV head), vocabulary 101.
+fn tiny_qwen3() -> CausalLm {
     let qwen3 = ModelConfig::from_value(serde_json::json!({
         "architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "vocab_size": 101,
         "hidden_size": 32, "intermediate_size": 40, "num_hidden_layers": 2, "head_dim": 16,
@@ -263,7 +259,16 @@ fn shared_prefix_equals_full_rows_on_tiny_qwen2_and_qwen3() {
         "tie_word_embeddings": true,
     }))
     .unwrap();
-    let model = CausalLm::random(qwen3, 2, Device::Cpu, ComputeKind::F32);
+    CausalLm::random(qwen3, 2, Device::Cpu, ComputeKind::F32)
+}
+
+#[test]
+fn shared_prefix_equals_full_rows_on_tiny_qwen2_and_qwen3() {
+    let qwen2 = ModelConfig::qwen2_like(97, 32, 48, 2, 4, 2, false);
+    let model = CausalLm::random(qwen2, 1, Device::Cpu, ComputeKind::F32);
+    check(&model, &groups(97, 5), 3, 1e-5, 1e-5);
+
+    let model = tiny_qwen3();
     check(&model, &groups(101, 9), 3, 1e-5, 1e-5);
 }
 
@@ -330,15 +335,7 @@ fn packed_rows_equal_padded_full_rows() {
     for &layout in &layouts {
         check_layout(&model, &groups(97, 5), layout, 3, 1e-5, 1e-5);
     }
-    let qwen3 = ModelConfig::from_value(serde_json::json!({
-        "architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "vocab_size": 101,
-        "hidden_size": 32, "intermediate_size": 40, "num_hidden_layers": 2, "head_dim": 16,
-        "num_attention_heads": 4, "num_key_value_heads": 1, "hidden_act": "silu",
-        "rms_norm_eps": 1e-6, "rope_theta": 10000.0, "max_position_embeddings": 512,
-        "tie_word_embeddings": true,
-    }))
-    .unwrap();
-    let model = CausalLm::random(qwen3, 2, Device::Cpu, ComputeKind::F32);
+    let model = tiny_qwen3();
     let ones: Groups = vec![
         (vec![3, 4, 5], vec![vec![7]]),
         (vec![9], vec![vec![8], vec![2]]),

@@ -109,3 +109,23 @@ impl Drop for ServeChild {
         let _ = self.child.wait();
     }
 }
+
+/// A bench's scratch folder (`<tmp>/temper-bench-<name>-<pid>`, emptied first), removed when
+/// dropped: also when the bench fails half-way, so that its runs' checkpoints do not stay on disk.
+pub(crate) struct ScratchDir(pub std::path::PathBuf);
+
+impl ScratchDir {
+    pub(crate) fn new(name: &str) -> std::io::Result<Self> {
+        let dir =
+            std::env::temp_dir().join(format!("temper-bench-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir)?;
+        Ok(ScratchDir(dir))
+    }
+}
+
+impl Drop for ScratchDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}

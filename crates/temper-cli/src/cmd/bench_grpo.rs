@@ -131,9 +131,8 @@ pub fn run(args: Args) -> Result<()> {
         bail!("--micro {micro} must divide the step's {responses} responses");
     }
     let model_dir = temper_model::resolve::resolve_model(&args.model)?;
-    let tmp = std::env::temp_dir().join(format!("temper-bench-grpo-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&tmp);
-    std::fs::create_dir_all(&tmp)?;
+    let scratch = super::bench::ScratchDir::new("grpo")?;
+    let tmp = scratch.0.clone();
     let total = args.steps + args.warmup;
     let overrides: Vec<String> = vec![
         format!("model.path={:?}", model_dir.display().to_string()),
@@ -306,6 +305,5 @@ pub fn run(args: Args) -> Result<()> {
             ours.steps.len()
         );
     }
-    let _ = std::fs::remove_dir_all(&tmp);
     Ok(())
 }

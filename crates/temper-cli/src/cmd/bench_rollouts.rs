@@ -29,8 +29,8 @@ pub fn run(args: Args) -> Result<()> {
     if args.steps == 0 {
         bail!("--steps must be at least 1");
     }
-    let tmp = std::env::temp_dir().join(format!("temper-bench-rollouts-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&tmp);
+    let scratch = super::bench::ScratchDir::new("rollouts")?;
+    let tmp = scratch.0.clone();
     let total = args.steps + args.warmup;
     let base: Vec<String> = vec![
         format!("trainer.total_training_steps={total}"),
@@ -137,6 +137,5 @@ pub fn run(args: Args) -> Result<()> {
         );
     }
     println!("load average after: {}", load_average());
-    let _ = std::fs::remove_dir_all(&tmp);
     Ok(())
 }

@@ -135,8 +135,8 @@ pub fn run(args: Args) -> Result<()> {
         .unwrap_or_else(|| PathBuf::from(".venv/bin/python"));
     let model_dir = temper_model::resolve::resolve_model(&args.model)?;
     let model_dir = model_dir.display().to_string();
-    let tmp = std::env::temp_dir().join(format!("temper-bench-tinker-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&tmp);
+    let scratch = super::bench::ScratchDir::new("tinker")?;
+    let tmp = scratch.0.clone();
     let server = ServeChild::start(&[
         "--model".into(),
         model_dir.clone(),
@@ -169,7 +169,6 @@ pub fn run(args: Args) -> Result<()> {
         Ok(())
     })();
     drop(server);
-    let _ = std::fs::remove_dir_all(&tmp);
     result?;
     let (t, l) = (median(&tinker), median(&local));
     println!("| side | median s/step | steps |");
