@@ -4,7 +4,7 @@
 
 use anyhow::{ensure, Result};
 use tch::{Device, Kind, Tensor};
-use temper_model::{position_ids_from_mask, CausalLm};
+use temper_model::{CausalLm, PaddedRows};
 
 use crate::params::Sample;
 
@@ -13,8 +13,8 @@ const ROWS_PER_FORWARD: usize = 16;
 
 /// Teacher-forced logprobs of each sample's completion tokens under `softmax(logits / temperature)`.
 ///
-/// Layout of a forward (verl's): prompts left-padded to the longest prompt, completions
-/// right-padded to the longest completion, positions `cumsum(mask) - 1`.
+/// Layout of a forward: the one padded layout ([`PaddedRows`], verl's): prompts left-padded to
+/// the longest prompt, completions right-padded to the longest completion.
 pub fn trainer_logprobs(
     model: &CausalLm,
     samples: &[Sample],
@@ -28,25 +28,13 @@ pub fn trainer_logprobs(
     let device = model.device();
     let mut out = Vec::with_capacity(samples.len());
     for chunk in samples.chunks(ROWS_PER_FORWARD) {
-        let p_max = chunk.iter().map(|s| s.prompt_ids.len()).max().unwrap_or(0);
-        let c_max = chunk
+        let rows: Vec<(&[i64], &[i64])> = chunk
             .iter()
-            .map(|s| s.completion_ids.len())
-            .max()
-            .unwrap_or(0);
-        let width = p_max + c_max;
-        let mut ids = vec![0i64; chunk.len() * width];
-        let mut mask = vec![0i64; chunk.len() * width];
-        for (r, s) in chunk.iter().enumerate() {
-            let start = r * width + p_max - s.prompt_ids.len();
-            let seq = [s.prompt_ids.as_slice(), &s.completion_ids].concat();
-            ids[start..start + seq.len()].copy_from_slice(&seq);
-            mask[start..start + seq.len()].fill(1);
-        }
-        let shape = [chunk.len() as i64, width as i64];
-        let ids = Tensor::from_slice(&ids).view(shape).to_device(device);
-        let mask = Tensor::from_slice(&mask).view(shape).to_device(device);
-        let pos = position_ids_from_mask(&mask);
+            .map(|s| (s.prompt_ids.as_slice(), s.completion_ids.as_slice()))
+            .collect();
+        let padded = PaddedRows::new(&rows, 0);
+        let (p_max, width) = (padded.prompt_width, padded.width());
+        let (ids, mask, pos) = padded.tensors(device);
         // Column j predicts column j + 1; the last column's target is a dummy.
         let targets = Tensor::cat(
             &[ids.narrow(1, 1, width as i64 - 1), ids.narrow(1, 0, 1)],

@@ -439,3 +439,28 @@ fn every_override_of_verls_example_scripts_parses() {
         "{scripts} scripts, {lines} lines"
     );
 }
+
+/// What a rollout server would refuse at the first rollout is a config error naming the key.
+#[test]
+fn sampling_settings_a_rollout_server_refuses_are_config_errors() {
+    let remote = |backend: &str, extra: &str| {
+        load(
+            MIN,
+            &[
+                &format!("rollout.backend={backend:?}"),
+                "rollout.base_urls=[\"http://127.0.0.1:9\"]",
+                extra,
+            ],
+        )
+    };
+    let e = format!(
+        "{:#}",
+        remote("vllm", "rollout.temperature=3.0").unwrap_err()
+    );
+    assert!(
+        e.contains("rollout.temperature = 3") && e.contains("vLLM"),
+        "{e}"
+    );
+    assert!(remote("openai", "rollout.temperature=3.0").is_ok());
+    assert!(remote("vllm", "rollout.temperature=1.5").is_ok());
+}

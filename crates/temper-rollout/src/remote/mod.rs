@@ -20,7 +20,7 @@ use serde_json::{json, Value};
 
 pub use vllm::parse_completion;
 
-use crate::{Finish, Request, Sample};
+use crate::{Finish, Request, Sample, SamplingParams};
 
 /// One parsed sample: a finish reason a server gave (`stop` or `length`; anything else, `abort`
 /// included, is an error naming `field`) and the tokens and logprobs already checked.
@@ -190,6 +190,8 @@ impl RemoteSampler {
             .filter(|s| s.alive.load(Ordering::Relaxed))
             .collect();
         order.sort_by_key(|s| s.outstanding.load(Ordering::Relaxed));
+        check_for_server(self.cfg.protocol, &request.params)
+            .with_context(|| format!("rollout request {index}"))?;
         let (route, body) = match self.cfg.protocol {
             Protocol::Sglang => ("/generate", sglang::generate_body(request)),
             Protocol::Vllm | Protocol::OpenAi => (
@@ -375,6 +377,61 @@ fn snippet(s: &str) -> String {
     match s.char_indices().nth(200) {
         Some((i, _)) => format!("{}...", &s[..i]),
         None => s.to_string(),
+    }
+}
+
+/// What a server refuses that temper's own engine samples: checked before a request is sent (and
+/// by the trainer's config checks), so that a run fails at once naming the field, not at its
+/// first rollout with the server's 400. The bounds are the servers' own (vLLM's `SamplingParams`
+/// and `StopParam`, SGLang's `SamplingParams.verify`; transcribed with their sources in
+/// tests/fixtures/server_request_schemas.json, which tests/remote_request_schemas.rs holds the
+/// request bodies to). `temper serve` (`openai`) takes what the engine takes.
+pub fn check_for_server(protocol: Protocol, p: &SamplingParams) -> Result<()> {
+    match protocol {
+        Protocol::Vllm => {
+            if p.temperature > 2.0 {
+                bail!("temperature = {}: vLLM accepts at most 2.0", p.temperature);
+            }
+            if p.temperature == 0.0 && p.n > 1 {
+                bail!(
+                    "n = {} with temperature = 0: vLLM refuses more than one greedy sample \
+                     (they would all be the same)",
+                    p.n
+                );
+            }
+            if p.stop.len() > VLLM_MAX_STOP_STRINGS {
+                bail!(
+                    "stop: {} strings; vLLM accepts at most {VLLM_MAX_STOP_STRINGS}",
+                    p.stop.len()
+                );
+            }
+            if p.stop.iter().any(String::is_empty) {
+                bail!("stop: an empty string, which vLLM refuses");
+            }
+        }
+        Protocol::Sglang => {
+            if p.repetition_penalty > 2.0 {
+                bail!(
+                    "repetition_penalty = {}: SGLang accepts (0, 2]",
+                    p.repetition_penalty
+                );
+            }
+        }
+        Protocol::OpenAi => {}
+    }
+    Ok(())
+}
+
+/// vLLM's default `VLLM_MAX_STOP_STRINGS`.
+const VLLM_MAX_STOP_STRINGS: usize = 4;
+
+/// `top_k` as the servers take it: temper's "off" is -1 or 0; SGLang refuses 0 (off is -1 there,
+/// and in vLLM).
+pub(crate) fn wire_top_k(top_k: i64) -> i64 {
+    if top_k <= 0 {
+        -1
+    } else {
+        top_k
     }
 }
 

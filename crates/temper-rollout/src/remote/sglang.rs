@@ -15,7 +15,7 @@ pub fn generate_body(r: &Request) -> Value {
         "input_ids": r.prompt_ids,
         "sampling_params": {
             "n": p.n, "max_new_tokens": p.max_tokens, "min_new_tokens": p.min_tokens,
-            "temperature": p.temperature, "top_p": p.top_p, "top_k": p.top_k,
+            "temperature": p.temperature, "top_p": p.top_p, "top_k": super::wire_top_k(p.top_k),
             "repetition_penalty": p.repetition_penalty, "stop": p.stop,
             "stop_token_ids": p.stop_token_ids, "ignore_eos": p.ignore_eos,
             "sampling_seed": super::wire_seed(p.seed), "skip_special_tokens": false, "no_stop_trim": true,

@@ -13,7 +13,7 @@ pub fn completion_body(model: &str, r: &Request) -> Value {
     let p = &r.params;
     json!({
         "model": model, "prompt": r.prompt_ids, "n": p.n, "max_tokens": p.max_tokens,
-        "min_tokens": p.min_tokens, "temperature": p.temperature, "top_p": p.top_p, "top_k": p.top_k,
+        "min_tokens": p.min_tokens, "temperature": p.temperature, "top_p": p.top_p, "top_k": super::wire_top_k(p.top_k),
         "repetition_penalty": p.repetition_penalty, "seed": super::wire_seed(p.seed), "stop": p.stop,
         "stop_token_ids": p.stop_token_ids, "ignore_eos": p.ignore_eos, "logprobs": 0,
         "return_token_ids": true, "return_tokens_as_token_ids": true,

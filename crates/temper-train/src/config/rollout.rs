@@ -128,6 +128,12 @@ impl RolloutConfig {
         if self.vllm_reload_method.trim().is_empty() {
             bail!("rollout.vllm_reload_method is empty");
         }
+        // What the servers would refuse at the first rollout, refused now.
+        if let Some(protocol) = self.backend.protocol() {
+            temper_rollout::remote::check_for_server(protocol, &self.sampling_params(1)).map_err(
+                |e| anyhow::anyhow!("rollout.{e:#} (rollout.backend = {})", self.backend),
+            )?;
+        }
         Ok(())
     }
 }

@@ -1,0 +1,629 @@
+//! The request bodies temper's remote backends send (`remote::vllm::completion_body`,
+//! `remote::sglang::generate_body`), held to the request schemas of vLLM's `/v1/completions` and
+//! SGLang's `/generate` as the servers' sources define them. The schemas are transcribed (field
+//! names, JSON types and bounds only) into tests/fixtures/server_request_schemas.json, which names
+//! the repository, commit and file each fact was read from.
+//!
+//! For every request built here (edge values, then seeded pseudo-random combinations; all accepted
+//! by temper's own `SamplingParams::validate`), every key a body holds must be a field the server
+//! accepts, of the JSON type it declares, null only where it takes null, and within the bounds and
+//! cross-field rules the server checks. A key the server does not know fails with its name: vLLM
+//! would ignore it without a word (its request model allows extra fields), SGLang would refuse the
+//! request (its sampling parameters are built from the dict as keyword arguments).
+
+use std::cmp::Ordering;
+use std::collections::BTreeMap;
+
+use serde_json::{json, Map, Value};
+use temper_rollout::remote::{
+    check_for_server, sglang::generate_body, vllm::completion_body, Protocol,
+};
+use temper_rollout::{LogprobKind, Request, SamplingParams};
+
+fn schemas() -> Value {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/server_request_schemas.json");
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    serde_json::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+/// One way a body breaks a server's schema.
+#[derive(Debug)]
+struct Problem {
+    /// Dotted path of the field, e.g. `sampling_params.top_k`.
+    field: String,
+    /// About the body's shape: `unknown` (not a field), `untyped` (a field the fixture gives no
+    /// type), `null`, `type`. About its values: `min`, `max`, `items` (list length), `empty` (an
+    /// empty stop string), `rule` (a constraint between fields).
+    kind: &'static str,
+    what: String,
+}
+
+impl Problem {
+    fn is_shape(&self) -> bool {
+        matches!(self.kind, "unknown" | "untyped" | "null" | "type")
+    }
+}
+
+fn push(out: &mut Vec<Problem>, field: &str, kind: &'static str, what: String) {
+    out.push(Problem {
+        field: field.to_string(),
+        kind,
+        what,
+    });
+}
+
+fn name_of(path: &str, key: &str) -> String {
+    if path.is_empty() {
+        key.to_string()
+    } else {
+        format!("{path}.{key}")
+    }
+}
+
+fn is_int(v: &Value) -> bool {
+    v.is_i64() || v.is_u64()
+}
+
+fn all_ints(items: &[Value]) -> bool {
+    items.iter().all(is_int)
+}
+
+/// Integers compare exactly (a seed can reach 2^64 - 1, past what f64 holds), anything else as f64.
+fn cmp(a: &Value, b: &Value) -> Ordering {
+    let int = |v: &Value| v.as_i64().map(i128::from).or(v.as_u64().map(i128::from));
+    match (int(a), int(b)) {
+        (Some(x), Some(y)) => x.cmp(&y),
+        _ => a.as_f64().unwrap().total_cmp(&b.as_f64().unwrap()),
+    }
+}
+
+/// Every problem of `body` against `spec`, an object schema (`fields`, `other_fields`, `rules`).
+fn check(body: &Value, spec: &Value) -> Vec<Problem> {
+    let mut out = vec![];
+    check_object("", body, spec, &mut out);
+    out
+}
+
+fn check_object(path: &str, body: &Value, spec: &Value, out: &mut Vec<Problem>) {
+    let Some(map) = body.as_object() else {
+        push(out, path, "type", format!("is {body}, not an object"));
+        return;
+    };
+    let fields = spec["fields"]
+        .as_object()
+        .expect("fixture: an object schema without `fields`");
+    let other = spec["other_fields"].as_array().cloned().unwrap_or_default();
+    for (key, value) in map {
+        let name = name_of(path, key);
+        if let Some(field) = fields.get(key) {
+            check_value(&name, value, field, map, out);
+        } else if other.iter().any(|o| o.as_str() == Some(key.as_str())) {
+            push(
+                out,
+                &name,
+                "untyped",
+                "is a field the server accepts, but the fixture gives no type for it: add its spec"
+                    .into(),
+            );
+        } else {
+            push(
+                out,
+                &name,
+                "unknown",
+                "is not a field the server accepts".into(),
+            );
+        }
+    }
+    for rule in spec["rules"].as_array().into_iter().flatten() {
+        check_rule(path, map, rule, out);
+    }
+}
+
+fn check_value(
+    name: &str,
+    v: &Value,
+    spec: &Value,
+    siblings: &Map<String, Value>,
+    out: &mut Vec<Problem>,
+) {
+    if v.is_null() {
+        if spec["nullable"] != true {
+            push(
+                out,
+                name,
+                "null",
+                "is null; the server takes no null here".into(),
+            );
+        }
+        return;
+    }
+    let ty = spec["type"]
+        .as_str()
+        .expect("fixture: a field without `type`");
+    let typed = match ty {
+        "int" => is_int(v),
+        "number" => v.is_number(),
+        "bool" => v.is_boolean(),
+        "string" => v.is_string(),
+        "string_or_string_list" => {
+            v.is_string() || v.as_array().is_some_and(|a| a.iter().all(Value::is_string))
+        }
+        "int_list" => v.as_array().is_some_and(|a| all_ints(a)),
+        "int_or_int_list_list" => v.as_array().is_some_and(|a| {
+            all_ints(a)
+                || a.iter()
+                    .all(|row| row.as_array().is_some_and(|r| all_ints(r)))
+        }),
+        "object" => return check_object(name, v, spec, out),
+        other => panic!("fixture: {name} has unknown type {other}"),
+    };
+    if !typed {
+        push(out, name, "type", format!("is {v}, not {ty}"));
+        return;
+    }
+    // The server overwrites this field when a sibling says so (SGLang sets top_k = 1 for a
+    // temperature below 1e-6), so whatever was sent passes.
+    if let Some(when) = spec.get("unchecked_when") {
+        let t = siblings
+            .get(when["field"].as_str().unwrap())
+            .and_then(Value::as_f64);
+        if t.is_some_and(|t| t >= 0.0 && t < when["below"].as_f64().unwrap()) {
+            return;
+        }
+    }
+    match v {
+        Value::Number(_) => range(
+            out,
+            name,
+            v,
+            (spec.get("min"), spec["exclusive_min"] == true),
+            (spec.get("max"), spec["exclusive_max"] == true),
+            &spec["also_allowed"],
+        ),
+        Value::String(s) if s.is_empty() && spec["no_empty_strings"] == true => {
+            push(out, name, "empty", "is an empty string".into());
+        }
+        Value::Array(items) => {
+            let len = json!(items.len());
+            if spec.get("min_items").is_some_and(|m| cmp(&len, m).is_lt()) {
+                push(
+                    out,
+                    name,
+                    "items",
+                    format!("has {len} items, fewer than {}", spec["min_items"]),
+                );
+            }
+            if spec.get("max_items").is_some_and(|m| cmp(&len, m).is_gt()) {
+                push(
+                    out,
+                    name,
+                    "items",
+                    format!("has {len} items, more than {}", spec["max_items"]),
+                );
+            }
+            // Items of a list, or of the rows of a list of lists.
+            let flat = items.iter().flat_map(|i| {
+                i.as_array()
+                    .map_or(std::slice::from_ref(i), |r| r.as_slice())
+            });
+            for item in flat {
+                match item {
+                    Value::String(s) if s.is_empty() && spec["no_empty_strings"] == true => {
+                        push(out, name, "empty", "holds an empty string".into())
+                    }
+                    Value::Number(_) => range(
+                        out,
+                        name,
+                        item,
+                        (spec.get("item_min"), false),
+                        (spec.get("item_max"), false),
+                        &Value::Null,
+                    ),
+                    _ => {}
+                }
+            }
+        }
+        _ => {}
+    }
+}
+
+/// `v` against an optional (bound, exclusive) at each end; `also` lists values accepted anyway.
+fn range(
+    out: &mut Vec<Problem>,
+    name: &str,
+    v: &Value,
+    (min, min_exclusive): (Option<&Value>, bool),
+    (max, max_exclusive): (Option<&Value>, bool),
+    also: &Value,
+) {
+    if also
+        .as_array()
+        .is_some_and(|a| a.iter().any(|x| cmp(x, v).is_eq()))
+    {
+        return;
+    }
+    if let Some(min) = min {
+        let o = cmp(v, min);
+        if o.is_lt() || (min_exclusive && o.is_eq()) {
+            let strict = if min_exclusive { "or equal to " } else { "" };
+            push(
+                out,
+                name,
+                "min",
+                format!("holds {v}, below {strict}the minimum {min}"),
+            );
+        }
+    }
+    if let Some(max) = max {
+        let o = cmp(v, max);
+        if o.is_gt() || (max_exclusive && o.is_eq()) {
+            let strict = if max_exclusive { "or equal to " } else { "" };
+            push(
+                out,
+                name,
+                "max",
+                format!("holds {v}, above {strict}the maximum {max}"),
+            );
+        }
+    }
+}
+
+fn check_rule(path: &str, map: &Map<String, Value>, rule: &Value, out: &mut Vec<Problem>) {
+    let number = |k: &str| map.get(k).filter(|v| v.is_number());
+    match rule["kind"].as_str() {
+        Some("le") => {
+            let (l, r) = (
+                rule["left"].as_str().unwrap(),
+                rule["right"].as_str().unwrap(),
+            );
+            if let (Some(a), Some(b)) = (number(l), number(r)) {
+                if cmp(a, b).is_gt() {
+                    let what = format!("{l} = {a} exceeds {r} = {b} ({})", rule["source"]);
+                    push(out, &name_of(path, l), "rule", what);
+                }
+            }
+        }
+        Some("n_is_1_when_greedy") => {
+            let greedy = rule["greedy_temperature"].as_f64().unwrap();
+            let t = map.get("temperature").and_then(Value::as_f64);
+            let n = map.get("n").and_then(Value::as_u64).unwrap_or(1);
+            if t == Some(greedy) && n > 1 {
+                let what = format!(
+                    "is {n} with temperature {greedy}: the server takes n = 1 only when greedy ({})",
+                    rule["source"]
+                );
+                push(out, &name_of(path, "n"), "rule", what);
+            }
+        }
+        other => panic!("fixture: unknown rule {other:?}"),
+    }
+}
+
+/// splitmix64: a fixed, dependency-free sequence, so any failure reproduces.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+
+    fn pick<T: Clone>(&mut self, xs: &[T]) -> T {
+        xs[self.below(xs.len() as u64) as usize].clone()
+    }
+}
+
+/// Requests with the edge values first (seed None / 0 / 2^64 - 1 / 2^63, n up to 64, greedy,
+/// top_k -1 / 0 / positive, top_p 1 and below, min_tokens up to max_tokens, stop lists empty and
+/// long, stop token ids, ignore_eos both ways, temperatures and repetition penalties temper
+/// accepts), then 2000 seeded combinations of them. Every one passes `SamplingParams::validate`:
+/// what temper lets through must be what the servers take.
+fn requests() -> Vec<Request> {
+    let d = SamplingParams::default;
+    let mut all = vec![
+        d(),
+        SamplingParams::greedy(1),
+        SamplingParams {
+            seed: Some(0),
+            ..d()
+        },
+        SamplingParams {
+            seed: Some(u64::MAX),
+            ..d()
+        },
+        SamplingParams {
+            seed: Some(1 << 63),
+            ..d()
+        },
+        SamplingParams {
+            n: 64,
+            top_k: 50,
+            top_p: 0.5,
+            ..d()
+        },
+        SamplingParams {
+            min_tokens: 7,
+            max_tokens: 7,
+            ignore_eos: true,
+            ..d()
+        },
+        SamplingParams {
+            stop: vec!["\n\n".into()],
+            stop_token_ids: vec![0, 151_643],
+            ..d()
+        },
+    ];
+    let mut rng = Rng(0x7e3a_5eed);
+    for _ in 0..2000 {
+        let max_tokens = rng.pick(&[1, 2, 16, 256, 4096, 1 << 20]);
+        let any_seed = rng.next();
+        all.push(SamplingParams {
+            n: 1 + rng.below(64) as usize,
+            temperature: rng.pick(&[0.0, 0.005, 0.7, 1.0, 1.5, 2.0, 3.0]),
+            top_p: rng.pick(&[1.0, 0.95, 0.5, 1e-3]),
+            top_k: rng.pick(&[-1, 0, 1, 50, 1 << 20]),
+            min_tokens: rng.pick(&[0, 1, max_tokens / 2, max_tokens]),
+            max_tokens,
+            repetition_penalty: rng.pick(&[1.0, 0.5, 1.2, 2.0, 3.0]),
+            stop: (0..rng.below(7)).map(|i| format!("<stop{i}>")).collect(),
+            stop_token_ids: (0..rng.below(4))
+                .map(|_| rng.below(152_000) as i64)
+                .collect(),
+            ignore_eos: rng.below(2) == 1,
+            seed: rng.pick(&[None, Some(0), Some(u64::MAX), Some(1 << 63), Some(any_seed)]),
+            logprobs: rng.pick(&[
+                LogprobKind::Scaled,
+                LogprobKind::Raw,
+                LogprobKind::Processed,
+            ]),
+        });
+    }
+    all.into_iter()
+        .enumerate()
+        .map(|(i, params)| {
+            params
+                .validate(None)
+                .unwrap_or_else(|e| panic!("case {i}: temper rejects its own test params: {e:#}"));
+            let prompt_ids = (0..1 + i % 8)
+                .map(|k| ((i * 7919 + k * 104_729) % 152_000) as i64)
+                .collect();
+            Request { prompt_ids, params }
+        })
+        .collect()
+}
+
+/// The requests temper sends to a server of `protocol`: those its pre-send check
+/// (`remote::check_for_server`) lets through; the others fail before anything is sent, naming the
+/// field. A third of them at least are sent (the check must not hide the bodies from the test).
+fn sent(protocol: Protocol) -> Vec<Request> {
+    let all = requests();
+    let total = all.len();
+    let kept: Vec<Request> = all
+        .into_iter()
+        .filter(|r| check_for_server(protocol, &r.params).is_ok())
+        .collect();
+    assert!(
+        kept.len() * 3 > total,
+        "{protocol:?}: only {} of {total} requests pass the pre-send check",
+        kept.len()
+    );
+    kept
+}
+
+fn vllm_bodies() -> Vec<(Request, Value)> {
+    sent(Protocol::Vllm)
+        .into_iter()
+        .map(|r| {
+            let body = completion_body("m", &r);
+            (r, body)
+        })
+        .collect()
+}
+
+fn sglang_bodies() -> Vec<(Request, Value)> {
+    sent(Protocol::Sglang)
+        .into_iter()
+        .map(|r| {
+            let body = generate_body(&r);
+            (r, body)
+        })
+        .collect()
+}
+
+/// What the pre-send check refuses, it refuses naming the request field.
+#[test]
+fn requests_a_server_would_refuse_fail_before_they_are_sent() {
+    let refused = |protocol, params: SamplingParams| {
+        check_for_server(protocol, &params)
+            .expect_err("refused")
+            .to_string()
+    };
+    let d = SamplingParams::default;
+    let e = refused(
+        Protocol::Vllm,
+        SamplingParams {
+            temperature: 3.0,
+            ..d()
+        },
+    );
+    assert!(e.starts_with("temperature = 3"), "{e}");
+    let e = refused(
+        Protocol::Vllm,
+        SamplingParams {
+            n: 4,
+            ..SamplingParams::greedy(1)
+        },
+    );
+    assert!(e.starts_with("n = 4"), "{e}");
+    let stops = (0..5).map(|i| i.to_string()).collect();
+    let e = refused(Protocol::Vllm, SamplingParams { stop: stops, ..d() });
+    assert!(e.starts_with("stop:"), "{e}");
+    let e = refused(
+        Protocol::Sglang,
+        SamplingParams {
+            repetition_penalty: 3.0,
+            ..d()
+        },
+    );
+    assert!(e.starts_with("repetition_penalty = 3"), "{e}");
+    // temper serve takes what the engine takes.
+    assert!(check_for_server(
+        Protocol::OpenAi,
+        &SamplingParams {
+            temperature: 3.0,
+            ..d()
+        }
+    )
+    .is_ok());
+}
+
+/// The distinct problems of the bodies (shape ones, or value ones): one line per field and kind,
+/// with the first request that shows it and how many do.
+fn report(server: &str, spec: &Value, bodies: &[(Request, Value)], shape: bool) -> Vec<String> {
+    let mut seen: BTreeMap<(String, &'static str), (String, usize)> = BTreeMap::new();
+    for (r, body) in bodies {
+        for p in check(body, spec) {
+            if p.is_shape() != shape {
+                continue;
+            }
+            let first = || format!("{} {} (first in {:?})", p.field, p.what, r.params);
+            seen.entry((p.field.clone(), p.kind))
+                .or_insert_with(|| (first(), 0))
+                .1 += 1;
+        }
+    }
+    seen.into_values()
+        .map(|(line, n)| format!("{server}: {line} [{n} of {} requests]", bodies.len()))
+        .collect()
+}
+
+#[test]
+fn every_key_sent_is_a_field_the_server_accepts_with_its_type() {
+    let s = schemas();
+    let mut lines = report(
+        "vLLM /v1/completions",
+        &s["vllm_completions"],
+        &vllm_bodies(),
+        true,
+    );
+    lines.extend(report(
+        "SGLang /generate",
+        &s["sglang_generate"],
+        &sglang_bodies(),
+        true,
+    ));
+    assert!(
+        lines.is_empty(),
+        "request bodies break the servers' schemas:\n{}",
+        lines.join("\n")
+    );
+}
+
+#[test]
+fn vllm_values_are_within_what_vllm_accepts() {
+    let s = schemas();
+    let lines = report(
+        "vLLM /v1/completions",
+        &s["vllm_completions"],
+        &vllm_bodies(),
+        false,
+    );
+    assert!(
+        lines.is_empty(),
+        "vLLM would refuse these requests that temper accepts:\n{}",
+        lines.join("\n")
+    );
+}
+
+#[test]
+fn sglang_values_are_within_what_sglang_accepts() {
+    let s = schemas();
+    let lines = report(
+        "SGLang /generate",
+        &s["sglang_generate"],
+        &sglang_bodies(),
+        false,
+    );
+    assert!(
+        lines.is_empty(),
+        "SGLang would refuse these requests that temper accepts:\n{}",
+        lines.join("\n")
+    );
+}
+
+/// The checks themselves: hand-made bodies that a server refuses must fail them, naming the field.
+#[test]
+fn the_checks_fail_what_the_servers_refuse() {
+    let s = schemas();
+    let (vllm, sglang) = (&s["vllm_completions"], &s["sglang_generate"]);
+    let kinds = |body: &Value, spec: &Value| {
+        let mut k: Vec<(String, &'static str)> = check(body, spec)
+            .into_iter()
+            .map(|p| (p.field, p.kind))
+            .collect();
+        k.sort();
+        k
+    };
+    let one = |field: &str, kind: &'static str| vec![(field.to_string(), kind)];
+    let r = Request {
+        prompt_ids: vec![1, 2, 3],
+        params: SamplingParams::default(),
+    };
+
+    // The defaults pass both, so each case below fails for the one change it makes.
+    assert_eq!(kinds(&completion_body("m", &r), vllm), vec![]);
+    assert_eq!(kinds(&generate_body(&r), sglang), vec![]);
+
+    // 2^64 - 1 as an unsigned JSON number: vLLM bounds the seed to a signed 64-bit integer.
+    let mut b = completion_body("m", &r);
+    b["seed"] = json!(u64::MAX);
+    assert_eq!(kinds(&b, vllm), one("seed", "max"));
+
+    // A name vLLM does not know (SGLang's seed), and one SGLang does not know (vLLM's), nested.
+    let mut b = completion_body("m", &r);
+    b["sampling_seed"] = json!(1);
+    assert_eq!(kinds(&b, vllm), one("sampling_seed", "unknown"));
+    let mut b = generate_body(&r);
+    b["sampling_params"]["seed"] = json!(1);
+    assert_eq!(kinds(&b, sglang), one("sampling_params.seed", "unknown"));
+
+    // null where the server takes none; a string where it takes an int.
+    let mut b = completion_body("m", &r);
+    b["n"] = Value::Null;
+    b["max_tokens"] = json!("16");
+    assert_eq!(
+        kinds(&b, vllm),
+        vec![
+            ("max_tokens".to_string(), "type"),
+            ("n".to_string(), "null")
+        ]
+    );
+
+    // SGLang refuses top_k 0 when sampling, but sets top_k itself when greedy.
+    let mut b = generate_body(&r);
+    b["sampling_params"]["top_k"] = json!(0);
+    assert_eq!(kinds(&b, sglang), one("sampling_params.top_k", "min"));
+    b["sampling_params"]["temperature"] = json!(0.0);
+    assert_eq!(kinds(&b, sglang), vec![]);
+
+    // vLLM: n > 1 when greedy, and min_tokens above max_tokens (256 by default).
+    let mut b = completion_body("m", &r);
+    b["temperature"] = json!(0.0);
+    b["n"] = json!(2);
+    b["min_tokens"] = json!(300);
+    assert_eq!(
+        kinds(&b, vllm),
+        vec![
+            ("min_tokens".to_string(), "rule"),
+            ("n".to_string(), "rule")
+        ]
+    );
+}
