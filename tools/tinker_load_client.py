@@ -3,15 +3,17 @@
 Usage: tinker_load_client.py BASE_MODEL CLIENTS WARM_UP SECONDS...   (TINKER_BASE_URL,
 TINKER_API_KEY set)
 
-Each of CLIENTS threads has its own ServiceClient, a sampling client on the base model and a LoRA
-training client. First, with nothing else running, each records its answers to a few seeded
+Each of CLIENTS threads has its own ServiceClient, a sampling client on the base model, a LoRA
+training client, and a sampling client on a snapshot of that LoRA model taken after one optimizer
+step (its adapters, swapped onto the server's one copy of the base between batches, so the load
+mixes batches of different weights). First, with nothing else running, each records its answers to a few seeded
 sample requests and the loss of a forward_backward; the script then prints READY and waits for a
 line on stdin. Then each client sends WARM_UP requests, the script prints WARM and waits for a
 line again (the test measures the server's memory meanwhile); then for each SECONDS, printing
 `PHASE n` after each and waiting for a line before the next. The clients
-alternate sample and forward_backward, checking every answer against its recorded one (tokens
+cycle through base samples, snapshot samples and forward_backward, checking every answer against its recorded one (tokens
 exactly, logprobs and losses to 1e-4: the answer must not depend on what else the server is
-doing). No optim_step, so the weights never change. Prints `requests N errors E mismatches M`
+doing). No optim_step after the first, so the weights never change during the load. Prints `requests N errors E mismatches M`
 (all phases) and exits 0 only when both are 0.
 """
 import sys
@@ -51,7 +53,19 @@ class Client:
         sc = tinker.ServiceClient()
         self.sampler = sc.create_sampling_client(base_model=BASE).result()
         self.tc = sc.create_lora_training_client(base_model=BASE, rank=4, seed=1).result()
+        self.tc.forward_backward([datum()], "cross_entropy").result()
+        self.tc.optim_step(types.AdamParams(learning_rate=0.1)).result()
+        self.snapshot = self.tc.save_weights_and_get_sampling_client().result()
         self.refs = [sample(self.sampler, k) for k in range(len(PROMPTS))]
+        self.snapshot_refs = [sample(self.snapshot, k) for k in range(len(PROMPTS))]
+        # The snapshot samples other weights than the base (else a swap that went wrong could
+        # not show).
+        moved = max((float(np.abs(a[1] - b[1]).max())
+                     for ra, rb in zip(self.refs, self.snapshot_refs) for a, b in zip(ra, rb)
+                     if a[0] == b[0]), default=0.0)
+        if all(a[0] == b[0] for ra, rb in zip(self.refs, self.snapshot_refs)
+               for a, b in zip(ra, rb)) and moved < 1e-3:
+            sys.exit(f"the LoRA snapshot samples like the base (max logprob change {moved})")
         self.ref_loss = loss(self.tc)
         self.requests = self.errors = self.mismatches = 0
 
@@ -60,11 +74,13 @@ class Client:
         while time.monotonic() < deadline and (count is None or i < count):
             i += 1
             try:
-                if i % 2:
+                if i % 3 != 0:
                     k = i % len(PROMPTS)
-                    got = sample(self.sampler, k)
+                    sampler, refs = ((self.sampler, self.refs) if i % 3 == 1
+                                     else (self.snapshot, self.snapshot_refs))
+                    got = sample(sampler, k)
                     same = all(t == rt and np.allclose(lp, rlp, atol=1e-4)
-                               for (t, lp), (rt, rlp) in zip(got, self.refs[k]))
+                               for (t, lp), (rt, rlp) in zip(got, refs[k]))
                 else:
                     same = abs(loss(self.tc) - self.ref_loss) <= 1e-4 * max(1.0, abs(self.ref_loss))
                 self.requests += 1

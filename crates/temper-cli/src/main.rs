@@ -36,7 +36,7 @@ enum Command {
     Report(cmd::report::Args),
     /// Benchmarks (not tests): `temper bench train`.
     Bench(cmd::bench::Args),
-    /// Serve a model over HTTP (OpenAI-compatible /v1/completions with token ids and logprobs).
+    /// Serve a model over HTTP: OpenAI-compatible /v1/*, SGLang's /generate and Tinker's API.
     Serve(cmd::serve::Args),
 }
 

@@ -1,10 +1,10 @@
 //! 10,000 random and mutated request bodies over every route of `temper serve` (OpenAI, SGLang,
 //! reload, Tinker JSON and protobuf), from valid seeds: fields replaced by wrong types, huge,
 //! negative and non-finite numbers, empty and absurdly long arrays, invalid UTF-8, truncated and
-//! bit-flipped bytes, and plain noise. The server must answer every one (no crash, no dropped
-//! connection), never with a 5xx (every one is a client error or a valid request), and a Tinker
-//! future's result is never a `server` failure; `/health` answers throughout, and a valid
-//! request still gets the same answer at the end.
+//! bit-flipped bytes, and plain noise; GET routes and path parameters with hostile ids. The server
+//! must answer every one (no crash, no dropped connection), never with a 5xx (every one is a client
+//! error or a valid request), and a Tinker future's result is never a `server` failure; `/health`
+//! answers throughout, and a valid request still gets the same answer at the end.
 #[path = "../../temper-train/tests/common/mod.rs"]
 mod common;
 mod serve_util;
@@ -223,6 +223,10 @@ fn ten_thousand_hostile_bodies_get_client_errors_and_the_server_keeps_serving() 
         .unwrap()
         .to_string();
 
+    // A second session, which the fuzz may finish (the first one's model serves every seed).
+    let (_, b) = post("/api/v1/create_session", br#"{"tags": []}"#.to_vec());
+    let spare = json_of(&b)["session_id"].as_str().unwrap().to_string();
+
     let completion = json!({"prompt": [1, 2, 3], "max_tokens": 4, "n": 2, "seed": 5, "logprobs": 0,
                             "temperature": 1.0});
     let seeds: Vec<(&str, Value)> = vec![
@@ -288,6 +292,31 @@ fn ten_thousand_hostile_bodies_get_client_errors_and_the_server_keeps_serving() 
         ),
         ("/api/v1/retrieve_future", json!({"request_id": "nope"})),
         ("/api/v1/client/config", json!({"sdk_version": "0.38.0"})),
+        (
+            "/reload_weights",
+            json!({"weights_path": "/nonexistent/folder"}),
+        ),
+        ("/reset_prefix_cache", json!({})),
+        ("/flush_cache", json!({})),
+        (
+            "/api/v1/save_weights_for_sampler",
+            json!({"model_id": model, "seq_id": 5, "path": "snap", "sampling_session_seq_id": 3}),
+        ),
+        (
+            "/api/v1/sessions/spare/finish",
+            json!({"session_id": spare}),
+        ),
+        ("/api/v1/client/dynamic_config", json!({})),
+        ("/api/v1/telemetry", json!({"events": [{"event": "x"}]})),
+    ];
+    // GET routes, and the path parameters of every route, with hostile ids.
+    let gets = ["/v1/models", "/health", "/api/v1/samplers/"];
+    let path_ids = [
+        sampler.clone(),
+        "nope".to_string(),
+        "%00%ff".to_string(),
+        "..%2F..%2Fetc".to_string(),
+        "x".repeat(5000),
     ];
     let fb = forward_backward(&model);
     let before = post("/v1/completions", serde_json::to_vec(&completion).unwrap());
@@ -346,6 +375,33 @@ fn ten_thousand_hostile_bodies_get_client_errors_and_the_server_keeps_serving() 
                     break;
                 }
             }
+        }
+        if i % 50 == 0 {
+            let route = gets[rng.below(gets.len())];
+            let path = if route.ends_with('/') {
+                format!("{route}{}", path_ids[rng.below(path_ids.len())])
+            } else {
+                route.to_string()
+            };
+            let r = http
+                .get(format!("{url}{path}"))
+                .header("X-API-Key", "tml-local")
+                .send()
+                .unwrap_or_else(|e| panic!("GET {path}: no answer: {e}"));
+            let status = r.status().as_u16();
+            assert!(status < 500, "GET {path} answered {status}");
+            *statuses.entry(status).or_default() += 1;
+            // A finish of an unknown or hostile session id is refused or a no-op, never a 5xx.
+            let finish = format!(
+                "/api/v1/sessions/{}/finish",
+                path_ids[rng.below(path_ids.len())]
+            );
+            let (status, answer) = post(&finish, b"{}".to_vec());
+            assert!(
+                status < 500,
+                "{finish} answered {status}: {}",
+                String::from_utf8_lossy(&answer)
+            );
         }
         if i % 1000 == 0 {
             let health = http.get(format!("{url}/health")).send().unwrap();

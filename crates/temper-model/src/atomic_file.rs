@@ -72,6 +72,31 @@ impl Drop for AtomicFile {
     }
 }
 
+/// Writes `target` atomically through a writer that takes a path (libtorch's safetensors
+/// writer, an image encoder): `write` fills a temporary file beside it that keeps the target's
+/// extension (encoders pick the format from it), which is flushed and renamed into place; on an
+/// error it is removed and the old `target` stays.
+pub fn write_atomic_with(target: &Path, write: impl FnOnce(&Path) -> Result<()>) -> Result<()> {
+    let mut temp = temp_path_for(target);
+    if let Some(ext) = target.extension() {
+        let mut name = temp.file_name().unwrap_or_default().to_os_string();
+        name.push(".");
+        name.push(ext);
+        temp.set_file_name(name);
+    }
+    let written = write(&temp).and_then(|()| {
+        File::open(&temp)
+            .and_then(|f| f.sync_all())
+            .with_context(|| format!("cannot flush {}", temp.display()))?;
+        fs::rename(&temp, target)
+            .with_context(|| format!("cannot rename {} to {}", temp.display(), target.display()))
+    });
+    if written.is_err() {
+        let _ = fs::remove_file(&temp);
+    }
+    written
+}
+
 /// Writes `bytes` to `target` atomically.
 pub fn write_atomic(target: &Path, bytes: &[u8]) -> Result<()> {
     let mut f = AtomicFile::create(target)?;

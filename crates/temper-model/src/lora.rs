@@ -206,10 +206,11 @@ impl CausalLm {
             .into_iter()
             .map(|(name, t)| (format!("base_model.model.{name}"), t.detach().contiguous()))
             .collect();
-        let tmp = dir.join(".adapter_model.safetensors.tmp");
-        Tensor::write_safetensors(&tensors, &tmp)
-            .with_context(|| format!("writing {}", tmp.display()))?;
-        std::fs::rename(&tmp, dir.join("adapter_model.safetensors"))?;
+        let weights = dir.join("adapter_model.safetensors");
+        crate::atomic_file::write_atomic_with(&weights, |tmp| {
+            Tensor::write_safetensors(&tensors, tmp)
+                .with_context(|| format!("writing {}", weights.display()))
+        })?;
         let config = json!({
             "peft_type": "LORA",
             "task_type": "CAUSAL_LM",
@@ -223,10 +224,6 @@ impl CausalLm {
             "init_lora_weights": true,
             "base_model_name_or_path": self.source_dir().map(|d| d.display().to_string()),
         });
-        let path = dir.join("adapter_config.json");
-        let tmp = dir.join(".adapter_config.json.tmp");
-        std::fs::write(&tmp, serde_json::to_string_pretty(&config)? + "\n")
-            .with_context(|| format!("writing {}", tmp.display()))?;
-        std::fs::rename(&tmp, &path).with_context(|| format!("writing {}", path.display()))
+        crate::atomic_file::write_json_atomic(&dir.join("adapter_config.json"), &config)
     }
 }

@@ -81,6 +81,12 @@ pub struct Worker {
 pub struct Pruner(mpsc::Sender<Job>);
 
 impl Pruner {
+    /// A pruner with no worker behind it (tests of the Tinker model threads).
+    #[cfg(test)]
+    pub fn detached() -> Pruner {
+        Pruner(mpsc::channel().0)
+    }
+
     /// Unload the models that none of the folders in `keep` needs (they stay loaded while the
     /// worker samples them, and are loaded again if asked for).
     pub fn prune(&self, keep: Vec<PathBuf>) {
@@ -312,6 +318,40 @@ fn run(mut models: Models, max_batch_rows: usize, rx: mpsc::Receiver<Job>) {
                 Err(_) => return,
             },
         };
+        // The backstop: a panic anywhere in a job (loading weights, attaching adapters) drops
+        // that job's reply channels, which its clients see as a failed request (500 / a Tinker
+        // server error), and the worker goes on with the next job.
+        let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            run_job(
+                job,
+                linger,
+                &mut models,
+                max_batch_rows,
+                &mut seeds,
+                &mut pending,
+                &rx,
+            )
+        }));
+        if let Err(panic) = ran {
+            tracing::error!(
+                "serving worker: a job failed inside the server: {}",
+                panic_message(&panic)
+            );
+        }
+    }
+}
+
+/// One job of the worker's loop.
+fn run_job(
+    job: Job,
+    linger: bool,
+    models: &mut Models,
+    max_batch_rows: usize,
+    seeds: &mut ChaCha20Rng,
+    pending: &mut VecDeque<Job>,
+    rx: &mpsc::Receiver<Job>,
+) {
+    {
         match job {
             Job::Sample {
                 weights,
@@ -325,7 +365,7 @@ fn run(mut models: Models, max_batch_rows: usize, rx: mpsc::Receiver<Job>) {
                     max_batch_rows,
                     seed: seeds.random(),
                 };
-                batch.run(&mut models, &mut pending, &rx);
+                batch.run(models, pending, rx);
             }
             Job::Logprobs {
                 weights,
@@ -333,7 +373,7 @@ fn run(mut models: Models, max_batch_rows: usize, rx: mpsc::Receiver<Job>) {
                 reply,
             } => {
                 if reply.is_closed() {
-                    continue;
+                    return;
                 }
                 let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
                     models

@@ -210,13 +210,13 @@ pub fn render_report(run_dir: &Path, out: Option<&Path>) -> Result<PathBuf> {
             continue;
         }
         let png = out.join(format!("{}.png", p.file));
-        let tmp = out.join(format!(".{}.png.tmp.png", p.file));
-        draw(
-            BitMapBackend::new(&tmp, (w, h)).into_drawing_area(),
-            p.title,
-            &data,
-        )?;
-        std::fs::rename(&tmp, &png).with_context(|| format!("writing {}", png.display()))?;
+        temper_model::atomic_file::write_atomic_with(&png, |tmp| {
+            draw(
+                BitMapBackend::new(tmp, (w, h)).into_drawing_area(),
+                p.title,
+                &data,
+            )
+        })?;
         let mut svg = String::new();
         draw(
             SVGBackend::with_string(&mut svg, (w, h)).into_drawing_area(),

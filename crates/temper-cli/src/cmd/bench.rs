@@ -116,8 +116,7 @@ pub(crate) struct ScratchDir(pub std::path::PathBuf);
 
 impl ScratchDir {
     pub(crate) fn new(name: &str) -> std::io::Result<Self> {
-        let dir =
-            std::env::temp_dir().join(format!("temper-bench-{name}-{}", std::process::id()));
+        let dir = std::env::temp_dir().join(format!("temper-bench-{name}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir)?;
         Ok(ScratchDir(dir))

@@ -16,7 +16,7 @@ pub struct Args {
     /// 0 picks a free port (printed on start).
     #[arg(long, default_value_t = 30000)]
     port: u16,
-    /// Require `Authorization: Bearer KEY`.
+    /// Require the key on every API: `Authorization: Bearer KEY` or `X-API-Key: KEY`.
     #[arg(long)]
     api_key: Option<String>,
     /// The name clients use (`/v1/models`, the `model` field); default: the --model argument.
@@ -112,7 +112,15 @@ pub fn run(args: Args) -> Result<()> {
         worker,
         model_name: args.served_model_name.unwrap_or(args.model),
         api_key: args.api_key,
-        tokenizer: Tokenizer::from_dir(&dir).ok(),
+        // As Policy::load reads it for the worker: a tokenizer.json that does not load is an
+        // error, never a server without a tokenizer.
+        tokenizer: match dir.join("tokenizer.json").is_file() {
+            true => Some(
+                Tokenizer::from_dir(&dir)
+                    .with_context(|| format!("tokenizer of {}", dir.display()))?,
+            ),
+            false => None,
+        },
         tinker: temper_serve::tinker::Tinker::new(
             args.root,
             device,

@@ -161,15 +161,40 @@ pub fn sampling_params(v: &Value, context_left: usize) -> Result<TinkerSamplingP
         }
         _ => bail!("sampling_params.stop: not a string or a list"),
     }
+    let max_tokens = match &v["max_tokens"] {
+        Value::Null => context_left,
+        x => x
+            .as_u64()
+            .map(|m| m.min(usize::MAX as u64) as usize)
+            .with_context(|| {
+                format!("sampling_params.max_tokens: {x} is not a non-negative integer")
+            })?,
+    };
+    let top_k = match &v["top_k"] {
+        Value::Null => d.top_k,
+        x => x
+            .as_i64()
+            .with_context(|| format!("sampling_params.top_k: {x} is not an integer"))?,
+    };
+    // Any integer seeds (a negative one by its two's-complement bits); anything else is refused,
+    // never dropped.
+    let seed = match &v["seed"] {
+        Value::Null => None,
+        x => Some(
+            x.as_u64()
+                .or_else(|| x.as_i64().map(|i| i as u64))
+                .with_context(|| format!("sampling_params.seed: {x} is not an integer"))?,
+        ),
+    };
     Ok(TinkerSamplingParams {
-        max_tokens: num("max_tokens")?.map_or(context_left, |x| x.max(0.0) as usize),
+        max_tokens,
         temperature: num("temperature")?.unwrap_or(d.temperature),
         top_p: num("top_p")?.unwrap_or(d.top_p),
-        top_k: num("top_k")?.map_or(d.top_k, |x| x as i64),
+        top_k,
         stop_tokens,
         stop_strings,
         ignore_eos,
-        seed: v["seed"].as_u64(),
+        seed,
     })
 }
 
@@ -227,6 +252,29 @@ mod path_tests {
             "file:///etc",
         ] {
             assert!(parse_tinker_path(bad).is_err(), "{bad}");
+        }
+    }
+}
+
+#[cfg(test)]
+mod sampling_tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn sampling_params_refuse_what_they_cannot_represent() {
+        let p = sampling_params(&json!({"max_tokens": 7, "seed": -1, "top_k": 5}), 100).unwrap();
+        assert_eq!((p.max_tokens, p.seed, p.top_k), (7, Some(u64::MAX), 5));
+        assert_eq!(sampling_params(&json!({}), 100).unwrap().max_tokens, 100);
+        for (bad, field) in [
+            (json!({"max_tokens": -5}), "sampling_params.max_tokens"),
+            (json!({"max_tokens": 2.5}), "sampling_params.max_tokens"),
+            (json!({"top_k": "ten"}), "sampling_params.top_k"),
+            (json!({"seed": 1.5}), "sampling_params.seed"),
+            (json!({"seed": "x"}), "sampling_params.seed"),
+        ] {
+            let e = sampling_params(&bad, 100).unwrap_err().to_string();
+            assert!(e.starts_with(field), "{bad}: {e}");
         }
     }
 }

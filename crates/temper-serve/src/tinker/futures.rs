@@ -52,10 +52,34 @@ impl Outcome {
         }
     }
 
-    /// A job's result: a failure is the user's (bad input is what the checks catch).
+    /// A job's result. A failure is the user's (bad input is what the checks catch) unless it
+    /// came from the server's own resources: a file system error other than a missing or
+    /// invalid path (a full disk, a permission), or libtorch (an allocation that failed). Those
+    /// are server errors, which the SDK retries.
     pub fn from_result(r: anyhow::Result<Outcome>) -> Outcome {
-        r.unwrap_or_else(|e| Outcome::user_error(format!("{e:#}")))
+        r.unwrap_or_else(|e| {
+            let message = format!("{e:#}");
+            if is_server_fault(&e) {
+                Outcome::server_error(message)
+            } else {
+                Outcome::user_error(message)
+            }
+        })
     }
+}
+
+/// Whether `e` was caused by the server's resources rather than by the request.
+fn is_server_fault(e: &anyhow::Error) -> bool {
+    use std::io::ErrorKind;
+    e.chain().any(|cause| {
+        if let Some(io) = cause.downcast_ref::<std::io::Error>() {
+            return !matches!(
+                io.kind(),
+                ErrorKind::NotFound | ErrorKind::InvalidInput | ErrorKind::InvalidFilename
+            );
+        }
+        cause.is::<tch::TchError>()
+    })
 }
 
 /// One request's result, once there, and when it was first retrieved.
@@ -192,6 +216,26 @@ mod tests {
             .enable_all()
             .build()
             .unwrap()
+    }
+
+    /// A bad request is the user's fault; a full disk or a failed libtorch call the server's.
+    #[test]
+    fn failures_are_the_users_unless_the_servers_resources_failed() {
+        let category = |e: anyhow::Error| match Outcome::from_result(Err(e)) {
+            Outcome::Error { user, .. } => user,
+            _ => unreachable!(),
+        };
+        assert!(category(anyhow::anyhow!("path: not a checkpoint name")));
+        let missing = std::io::Error::new(std::io::ErrorKind::NotFound, "no such file");
+        assert!(category(
+            anyhow::Error::new(missing).context("path: no saved state")
+        ));
+        let full = std::io::Error::other("No space left on device");
+        assert!(!category(anyhow::Error::new(full).context("save_state")));
+        let torch = tch::Tensor::zeros([2], (tch::Kind::Float, tch::Device::Cpu))
+            .f_reshape([3])
+            .unwrap_err();
+        assert!(!category(anyhow::Error::new(torch)));
     }
 
     /// A result is dropped KEEP_RETRIEVED after it was first retrieved, one never retrieved

@@ -97,6 +97,18 @@ fn direct(f: impl FnOnce() -> Result<Value>) -> Response {
     }
 }
 
+/// [`direct`] on a blocking thread (for calls that read model or checkpoint folders).
+async fn direct_blocking(f: impl FnOnce() -> Result<Value> + Send + 'static) -> Response {
+    match tokio::task::spawn_blocking(f).await {
+        Ok(r) => direct(|| r),
+        Err(e) => (
+            StatusCode::INTERNAL_SERVER_ERROR,
+            Json(json!({"error": format!("the request failed inside the server: {e}"), "category": "server"})),
+        )
+            .into_response(),
+    }
+}
+
 /// How a future-style call hands its promise to the job that completes it.
 type Dispatch = Box<dyn FnOnce(super::futures::Promise) + Send>;
 
@@ -107,6 +119,38 @@ fn future(state: &AppState, extra: Value, prepare: impl FnOnce() -> Result<Dispa
     match prepare() {
         Ok(dispatch) => dispatch(promise),
         Err(e) => promise.complete(Outcome::user_error(format!("{e:#}"))),
+    }
+    let mut body = json!({"request_id": id});
+    if let (Some(b), Some(e)) = (body.as_object_mut(), extra.as_object()) {
+        b.extend(e.clone());
+    }
+    Json(body).into_response()
+}
+
+/// [`future`] with `prepare` on a blocking thread: decoding a forward_backward body (up to
+/// `--max-request-bytes` of protobuf), reading checkpoint folders and building sampling requests
+/// stay off the async runtime's threads, which keep answering every other client. A panic in
+/// `prepare` fails this request as a server error.
+async fn future_blocking(
+    state: &AppState,
+    extra: Value,
+    prepare: impl FnOnce() -> Result<Dispatch> + Send + 'static,
+) -> Response {
+    let (id, promise) = state.tinker.futures.create();
+    let prepared = tokio::task::spawn_blocking(move || {
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(prepare))
+    })
+    .await;
+    match prepared {
+        Ok(Ok(Ok(dispatch))) => dispatch(promise),
+        Ok(Ok(Err(e))) => promise.complete(Outcome::user_error(format!("{e:#}"))),
+        Ok(Err(panic)) => promise.complete(Outcome::server_error(format!(
+            "the request failed inside the server: {}",
+            crate::worker::panic_message(&panic)
+        ))),
+        Err(e) => promise.complete(Outcome::server_error(format!(
+            "the request failed inside the server: {e}"
+        ))),
     }
     let mut body = json!({"request_id": id});
     if let (Some(b), Some(e)) = (body.as_object_mut(), extra.as_object()) {
@@ -359,17 +403,36 @@ async fn get_info(State(state): S, body: Bytes) -> Response {
 
 async fn forward_backward(State(state): S, body: Bytes) -> Response {
     let t = state.tinker.clone();
-    future(&state, json!({}), || {
+    let max_model_len = state.worker.limits.max_model_len;
+    future_blocking(&state, json!({}), move || {
         let r = proto::ForwardBackwardRequest::decode(body.as_ref())
             .map_err(|e| anyhow!("request body: not a ForwardBackwardRequest protobuf: {e}"))?;
+        let data = convert::datums(&r.data)?;
+        check_datum_lengths(&data, max_model_len)?;
         let job = Job::ForwardBackward {
-            data: convert::datums(&r.data)?,
+            data,
             config: convert::loss_config(&r)?,
             loss_fn: r.loss_fn.clone(),
             forward_only: r.forward_only,
         };
         to_model(&t, &r.model_id, r.seq_id as i64, job)
     })
+    .await
+}
+
+/// Each datum's tokens within `--max-model-len`: a pass holds at least one whole datum, so one
+/// longer than any context the server admits is refused (naming it) before it is run.
+fn check_datum_lengths(data: &[temper_tinker::Datum], max_model_len: usize) -> Result<()> {
+    for (i, d) in data.iter().enumerate() {
+        let len = d.model_input.len();
+        if len > max_model_len {
+            bail!(
+                "datum {i}: model_input has {len} tokens, more than the model's maximum context \
+                 length of {max_model_len} tokens (--max-model-len)"
+            );
+        }
+    }
+    Ok(())
 }
 
 /// `model_id` and `seq_id` of a JSON training request.
@@ -438,7 +501,7 @@ async fn save_weights_for_sampler(State(state): S, body: Bytes) -> Response {
 
 async fn load_weights(State(state): S, body: Bytes) -> Response {
     let t = state.tinker.clone();
-    future(&state, json!({}), || {
+    future_blocking(&state, json!({}), move || {
         let v = parse_json(&body)?;
         let path = v["path"].as_str().context("path: missing")?.to_string();
         let dir = convert::checkpoint_dir(&t.root, &path)?;
@@ -486,11 +549,12 @@ async fn load_weights(State(state): S, body: Bytes) -> Response {
         };
         Ok(Box::new(move |promise| start_model(&t, spec, promise)))
     })
+    .await
 }
 
 async fn create_sampling_session(State(state): S, body: Bytes) -> Response {
     let t = state.tinker.clone();
-    direct(|| {
+    direct_blocking(move || {
         let v = parse_json(&body)?;
         let session = live_session(&t, &v)?;
         let k = v["sampling_session_seq_id"]
@@ -523,6 +587,7 @@ async fn create_sampling_session(State(state): S, body: Bytes) -> Response {
         }
         Ok(json!({"sampling_session_id": id, "type": "create_sampling_session"}))
     })
+    .await
 }
 
 async fn get_sampler(State(state): S, UrlPath(id): UrlPath<String>) -> Response {
@@ -552,7 +617,8 @@ async fn asample(State(state): S, body: Bytes) -> Response {
     let ids: Vec<String> = (0..admissible.unwrap_or(0))
         .map(|k| format!("seq-{rid}-{k}"))
         .collect();
-    future(&state, json!({"sample_sequence_ids": ids}), || {
+    let st = state.clone();
+    future_blocking(&state, json!({"sample_sequence_ids": ids}), move || {
         if v.is_null() {
             bail!("request body: not JSON");
         }
@@ -583,9 +649,9 @@ async fn asample(State(state): S, body: Bytes) -> Response {
             .check_sampling(&[prompt.len()], n, params.max_tokens, &TINKER_FIELDS)
             .map_err(|e| anyhow!(e))?;
         let prompt_logprobs = v["prompt_logprobs"].as_bool().unwrap_or(false);
-        let (weights, vocab, tokenizer) = if state.serves(&session.dir) {
-            let w = &state.worker;
-            (Weights::Served, w.vocab_size, state.tokenizer.is_some())
+        let (weights, vocab, tokenizer) = if st.serves(&session.dir) {
+            let w = &st.worker;
+            (Weights::Served, w.vocab_size, st.tokenizer.is_some())
         } else {
             let (vocab, tokenizer) = crate::models::folder_vocab(&session.dir)
                 .with_context(|| format!("sampling_session_id {id:?}"))?;
@@ -596,12 +662,13 @@ async fn asample(State(state): S, body: Bytes) -> Response {
         }
         let request = temper_tinker::engine_request(&prompt, n, &params, vocab)?;
         Ok(on_the_serving_worker(
-            state.clone(),
+            st.clone(),
             weights,
             request,
             prompt_logprobs,
         ))
     })
+    .await
 }
 
 /// A sample on the serving worker's engine, batched with every other request for the same

@@ -39,6 +39,9 @@ pub enum Job {
         path: String,
         optimizer: bool,
     },
+    /// A job whose work panics: the test that the model's thread outlives one.
+    #[cfg(test)]
+    Panic,
 }
 
 /// A job, its `seq_id` (0 = unordered) and where its result goes.
@@ -203,6 +206,8 @@ fn execute(
                 json!({"path": path, "model_id": info.model_id, "type": "load_weights"}),
             ))
         }
+        #[cfg(test)]
+        Job::Panic => panic!("a bug in one request's work"),
     }
 }
 
@@ -238,10 +243,20 @@ fn save_for_sampler(
     })
 }
 
-/// A checkpoint name becomes one path component of a `tinker://` path.
+/// A checkpoint name becomes one path component of a `tinker://` path (and a folder name).
 fn check_name(name: &str) -> Result<()> {
-    if name.is_empty() || name.contains('/') || name.contains("..") || name.starts_with('.') {
-        bail!("path: {name:?} is not a checkpoint name (no `/`, not empty)");
+    if name.is_empty()
+        || name.len() > 200
+        || name.contains('/')
+        || name.contains("..")
+        || name.starts_with('.')
+        || name.chars().any(char::is_control)
+    {
+        bail!(
+            "path: {:?} is not a checkpoint name (1 to 200 bytes, no `/`, no control characters, \
+             not starting with `.`)",
+            name.chars().take(80).collect::<String>()
+        );
     }
     Ok(())
 }
@@ -304,4 +319,125 @@ fn forward_output(logprobs: &[Vec<f32>], loss_sum: f64) -> Vec<u8> {
         metrics: [("loss:sum".to_string(), loss_sum)].into_iter().collect(),
     }
     .encode_to_vec()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::futures::Futures;
+    use super::*;
+    use temper_model::{CausalLm, ComputeKind, ModelConfig};
+    use temper_tinker::TensorData;
+
+    fn tiny_model() -> TrainingModel {
+        let cfg = ModelConfig::qwen2_like(61, 16, 24, 1, 2, 1, false);
+        TrainingModel::new(CausalLm::random(cfg, 7, tch::Device::Cpu, ComputeKind::F32))
+    }
+
+    fn fb() -> Job {
+        let datum = Datum {
+            model_input: vec![1, 5, 9, 12],
+            loss_fn_inputs: [
+                ("target_tokens".into(), TensorData::I64(vec![5, 9, 12, 3])),
+                ("weights".into(), TensorData::F32(vec![0.0, 1.0, 1.0, 1.0])),
+            ]
+            .into_iter()
+            .collect(),
+        };
+        Job::ForwardBackward {
+            data: vec![datum],
+            loss_fn: "cross_entropy".into(),
+            config: BTreeMap::new(),
+            forward_only: false,
+        }
+    }
+
+    /// Sends `(seq, job)`s to one model's thread in order; the outcome of each.
+    fn serve(jobs: Vec<(i64, Job)>) -> Vec<Outcome> {
+        let dir =
+            std::env::temp_dir().join(format!("temper-serve-training-{}", std::process::id()));
+        let info = ModelInfo {
+            model_id: "s:train:0".into(),
+            base_model: "tiny".into(),
+            base_dir: dir.clone(),
+            dir,
+        };
+        let (tx, rx) = mpsc::channel();
+        let thread = std::thread::spawn(move || {
+            run(
+                tiny_model(),
+                info,
+                Samplers::new(crate::worker::Pruner::detached()),
+                rx,
+            )
+        });
+        let futures = std::sync::Arc::new(Futures::default());
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let outcomes = jobs
+            .into_iter()
+            .map(|(seq, job)| {
+                let (id, promise) = futures.create();
+                tx.send(Queued { seq, job, promise }).unwrap();
+                runtime
+                    .block_on(futures.wait(&id, Duration::from_secs(60)))
+                    .expect("an answer")
+            })
+            .collect();
+        drop(tx);
+        thread.join().unwrap();
+        outcomes
+    }
+
+    fn grad_norm(o: &Outcome) -> f64 {
+        match o {
+            Outcome::Json(v) => v["metrics"]["optim/grad_norm"].as_f64().unwrap(),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    /// A retried forward_backward (its seq_id already run) answers its first result and adds no
+    /// gradient: the optimizer step sees the gradient norm of one application, not of two.
+    #[test]
+    fn a_retried_seq_id_returns_its_first_result_and_is_applied_once() {
+        let once = serve(vec![(1, fb()), (2, Job::OptimStep(AdamParams::default()))]);
+        let retried = serve(vec![
+            (1, fb()),
+            (1, fb()),
+            (2, Job::OptimStep(AdamParams::default())),
+        ]);
+        let (Outcome::Proto(first), Outcome::Proto(again)) = (&retried[0], &retried[1]) else {
+            panic!("{retried:?}");
+        };
+        assert_eq!(first, again);
+        let (a, b) = (grad_norm(&once[1]), grad_norm(&retried[2]));
+        assert!(a > 0.0 && a == b, "grad norm once {a}, with the retry {b}");
+        let twice = serve(vec![
+            (1, fb()),
+            (2, fb()),
+            (3, Job::OptimStep(AdamParams::default())),
+        ]);
+        assert!(
+            (grad_norm(&twice[2]) - 2.0 * a).abs() < 1e-6 * a,
+            "the check can fail"
+        );
+    }
+
+    /// A panic inside one request's work fails that request as a server error; the model's
+    /// thread keeps serving the requests after it.
+    #[test]
+    fn a_panicking_request_fails_alone_and_the_model_keeps_serving() {
+        let out = serve(vec![(1, Job::Panic), (2, fb())]);
+        match &out[0] {
+            Outcome::Error { message, user } => {
+                assert!(
+                    !user && message.contains("a bug in one request's work"),
+                    "{message}"
+                )
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(matches!(out[1], Outcome::Proto(_)), "{:?}", out[1]);
+    }
 }
