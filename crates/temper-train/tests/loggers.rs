@@ -116,7 +116,7 @@ fn an_unknown_logger_is_an_error_listing_the_known_ones() {
         msg.contains("trainer.logger") && msg.contains("mlflow"),
         "{msg}"
     );
-    for known in temper_train::loggers::KNOWN {
+    for known in temper_train::config::Logger::known_names() {
         assert!(msg.contains(known), "{msg}");
     }
 }

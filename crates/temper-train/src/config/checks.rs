@@ -30,12 +30,6 @@ impl Config {
 
     pub fn validate(&self) -> anyhow::Result<()> {
         use anyhow::bail;
-        let one_of = |key: &str, v: &str, allowed: &[&str]| -> anyhow::Result<()> {
-            if !allowed.contains(&v) {
-                bail!("{key} = {v:?}: expected one of {}", allowed.join(", "));
-            }
-            Ok(())
-        };
         if self.model.path.is_empty() {
             bail!("model.path is required (a model folder, `smollm2`, or `random:<config.json>`)");
         }
@@ -53,14 +47,7 @@ impl Config {
         if d.task.is_none() && d.train_files.is_empty() && !self.env.enabled() {
             bail!("data.train_files is empty and data.task is not set: nothing to train on");
         }
-        if !["chat", "r1_zero", "raw"].contains(&d.prompt_template.as_str())
-            && !d.prompt_template.contains("{prompt}")
-        {
-            bail!(
-                "data.prompt_template = {:?}: expected chat, r1_zero, raw or a template containing {{prompt}}",
-                d.prompt_template
-            );
-        }
+        crate::data::PromptTemplate::from_config(&d.prompt_template, None)?;
         for (k, v) in [
             ("data.train_batch_size", d.train_batch_size),
             ("data.max_response_length", d.max_response_length),
@@ -123,9 +110,6 @@ impl Config {
                     ob.penalty_factor
                 );
             }
-        }
-        for logger in &self.trainer.logger {
-            one_of("trainer.logger", logger, crate::loggers::KNOWN)?;
         }
         let o = &self.actor.optim;
         if o.lr.is_nan() || o.lr < 0.0 || !o.lr.is_finite() {

@@ -110,3 +110,16 @@ named_enum! {
         None => "none",
     }
 }
+
+named_enum! {
+    /// `trainer.logger` (verl's key and names): where each step's metrics go besides
+    /// metrics.jsonl.
+    pub enum Logger ("logger") {
+        /// The progress line.
+        Console => "console",
+        /// Event files in `<run>/tensorboard/`.
+        Tensorboard => "tensorboard",
+        /// An offline W&B run in `<run>/wandb/`.
+        Wandb => "wandb",
+    }
+}

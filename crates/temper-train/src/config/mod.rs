@@ -12,8 +12,8 @@ mod sweep;
 pub mod verl_keys;
 
 pub use choices::{
-    AnswerExtract, GroupMetric, ModelDtype, OnError, RolloutBackend, TrainerDevice, Truncation,
-    WeightSync,
+    AnswerExtract, GroupMetric, Logger, ModelDtype, OnError, RolloutBackend, TrainerDevice,
+    Truncation, WeightSync,
 };
 pub use env::EnvConfig;
 pub use load::{
@@ -457,7 +457,7 @@ pub struct TrainerConfig {
     /// Where metrics go besides metrics.jsonl (verl's key and names): `console` (the progress
     /// line), `tensorboard` (event files in `<run>/tensorboard/`), `wandb` (an offline W&B run in
     /// `<run>/wandb/`).
-    pub logger: Vec<String>,
+    pub logger: Vec<Logger>,
 }
 
 impl Default for TrainerConfig {
@@ -479,7 +479,7 @@ impl Default for TrainerConfig {
             device: TrainerDevice::Cpu,
             rollout_log_freq: 1,
             progress: true,
-            logger: vec!["console".into()],
+            logger: vec![Logger::Console],
         }
     }
 }

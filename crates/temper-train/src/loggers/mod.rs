@@ -15,10 +15,7 @@ use anyhow::{Context, Result};
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use crate::config::Config;
-
-/// The values `trainer.logger` accepts.
-pub const KNOWN: &[&str] = &["console", "tensorboard", "wandb"];
+use crate::config::{Config, Logger};
 
 /// The sinks a run writes to besides metrics.jsonl.
 #[derive(Default)]
@@ -30,14 +27,14 @@ pub struct Loggers {
 impl Loggers {
     /// Starts the loggers `cfg.trainer.logger` names for the run in `run_dir`.
     pub fn start(cfg: &Config, run_dir: &Path) -> Result<Self> {
-        let wants = |name: &str| cfg.trainer.logger.iter().any(|l| l == name);
+        let wants = |logger: Logger| cfg.trainer.logger.contains(&logger);
         let mut loggers = Loggers::default();
-        if wants("tensorboard") {
+        if wants(Logger::Tensorboard) {
             let w = tensorboard::EventWriter::create(&run_dir.join("tensorboard"))
                 .context("trainer.logger = tensorboard")?;
             loggers.tensorboard = Some(w);
         }
-        if wants("wandb") {
+        if wants(Logger::Wandb) {
             loggers.wandb = Some(wandb::WandbLogger::start(cfg, run_dir)?);
         }
         Ok(loggers)
