@@ -293,4 +293,10 @@ int temper_cuda_peak_allocated(int device, int reset, int64_t* peak, char** err)
   });
 }
 
+// Drops the gradient of `t` (PyTorch's `p.grad = None`, what `optimizer.zero_grad()` does by
+// default since 2.0): its memory is freed at once, and the next backward writes a fresh one.
+int temper_clear_grad(at::Tensor* t, char** err) {
+  return guarded(err, [&] { t->mutable_grad().reset(); });
+}
+
 }  // extern "C"

@@ -28,6 +28,7 @@ use tch::{Device, Kind, Tensor};
 
 extern "C" {
     fn temper_kernels_free_error(err: *mut c_char);
+    fn temper_clear_grad(t: *mut c_void, err: *mut *mut c_char) -> c_int;
     fn temper_kernels_have_packed_linear() -> c_int;
     fn temper_pack_linear_weight(
         w: *const c_void,
@@ -82,6 +83,25 @@ fn finish(status: c_int, out: *mut c_void, err: *mut c_char, what: &str) -> Resu
     }
     // SAFETY: on success the C++ side stored a heap-allocated at::Tensor, which tch now owns.
     Ok(unsafe { Tensor::from_ptr(out as _) })
+}
+
+/// Drops every parameter's gradient (PyTorch's `optimizer.zero_grad(set_to_none=True)`, its
+/// default): between optimizer steps no gradient memory is held (the rollouts and the log-prob
+/// passes run without it), and the next backward writes fresh gradients, equal to what it would
+/// have added to zeros.
+pub fn clear_grads(params: &[(String, Tensor)]) -> Result<()> {
+    for (name, p) in params {
+        let mut err = std::ptr::null_mut();
+        // SAFETY: `p` is a live tensor for the call; err is written by the callee on failure.
+        let status = unsafe { temper_clear_grad(p.as_ptr() as _, &mut err) };
+        if status != 0 {
+            // SAFETY: on failure err is a NUL-terminated string malloc'ed by the C++ side.
+            let msg = unsafe { CStr::from_ptr(err) }.to_string_lossy().into_owned();
+            unsafe { temper_kernels_free_error(err) };
+            bail!("clearing the gradient of {name}: {msg}");
+        }
+    }
+    Ok(())
 }
 
 type PackFn = unsafe extern "C" fn(*const c_void, *mut *mut c_void, *mut *mut c_char) -> c_int;

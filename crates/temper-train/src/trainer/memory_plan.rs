@@ -2,10 +2,10 @@
 //! model's shape (no weights loaded yet), printed, and a config that cannot fit this machine
 //! refused with the numbers, rather than killed by the kernel at its first update.
 //!
-//! The peak is what stays (f32 master weights, gradients and AdamW's two moments of what
-//! trains, the reference policy, a sampling copy on `rollout.device`) plus the larger of the two
-//! phases: the rollout (the in-process engine's frozen compute copy of the weights, its KV cache
-//! for the rows in flight) and the update (one micro-batch's activations, about
+//! The peak is what stays (f32 master weights and AdamW's two moments of what trains, the
+//! reference policy, a sampling copy on `rollout.device`) plus the larger of the two phases: the
+//! rollout (the in-process engine's frozen compute copy of the weights, its KV cache for the rows
+//! in flight) and the update (the gradients, one micro-batch's activations, about
 //! [`ModelConfig::activation_bytes_per_token`] per token, and one chunk of the unembedding's
 //! logits, and attention's length-squared matrices). The per-token figure is measured on SmolLM2
 //! in f32 and taken for bf16 too, so the estimate leans high there; BENCHMARKS.md compares it
@@ -111,7 +111,6 @@ pub(crate) fn estimate(cfg: &Config, m: &ModelConfig, world: usize) -> MemoryEst
     let n = cfg.rollout.n.max(1) as u64;
     let resident = vec![
         ("weights", params * f32),
-        ("gradients", trainable * f32),
         ("AdamW moments", 2 * trainable * f32),
         ("reference", if needs_reference { params * f32 } else { 0 }),
         (
@@ -178,6 +177,9 @@ pub(crate) fn estimate(cfg: &Config, m: &ModelConfig, world: usize) -> MemoryEst
         (tokens * m.activation_bytes_per_token(), attention)
     };
     let update = vec![
+        // Gradients exist from a mini-batch's first backward to its optimizer step; they are
+        // dropped after it (`clear_grads`), so the rollouts never hold them.
+        ("gradients", trainable * f32),
         ("activations", activations),
         ("attention", attention),
         // A chunk's logits, their softmax and their gradient.
@@ -286,7 +288,7 @@ mod tests {
             &smollm2(),
             1,
         );
-        let grads = |e: &MemoryEstimate| e.resident.iter().find(|p| p.0 == "gradients").unwrap().1;
+        let grads = |e: &MemoryEstimate| e.update.iter().find(|p| p.0 == "gradients").unwrap().1;
         // all-linear at rank 32 on SmolLM2: 32 x (in + out) per linear, 30 layers.
         let adapters = 30 * 32 * (2 * (576 + 576) + 2 * (576 + 192) + 3 * (576 + 1536)) as u64;
         assert_eq!(grads(&lora), 4 * adapters);

@@ -155,7 +155,7 @@ impl Trainer {
                     );
                     skipped += 1;
                 }
-                temper_algo::optim::zero_grad(&self.params);
+                temper_kernels::clear_grads(&self.params)?;
             }
         }
         acc.all_reduce(&self.dist, &ADDITIVE)?;
