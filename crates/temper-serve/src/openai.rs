@@ -123,6 +123,10 @@ struct CompletionRequest {
     echo: bool,
     #[serde(default)]
     skip_special_tokens: Option<bool>,
+    /// vLLM's: text prompts get the tokenizer's special tokens (a BOS where it adds one), as
+    /// `tokenizer(text)` does; default true.
+    #[serde(default)]
+    add_special_tokens: Option<bool>,
 }
 
 /// A `model` field naming another model is a 404, as vLLM answers.
@@ -153,7 +157,36 @@ async fn completions(
     handle(&state, &headers, &body, |req| complete(&state, req)).await
 }
 
-async fn complete(state: &AppState, req: CompletionRequest) -> Result<Value, Failure> {
+/// Text prompts as token ids, on a blocking thread (a body of long texts keeps the tokenizer busy
+/// a while, and the runtime's threads answer every other client meanwhile).
+async fn encode_texts(
+    state: &Arc<AppState>,
+    texts: Vec<String>,
+    add_special_tokens: bool,
+) -> Result<Vec<Vec<i64>>, Failure> {
+    let state = state.clone();
+    tokio::task::spawn_blocking(move || {
+        let t = state.tokenizer.as_ref().ok_or_else(|| {
+            bad("prompt: a text prompt needs the model's tokenizer, and it has none; send token ids")
+        })?;
+        texts
+            .iter()
+            .map(|text| {
+                t.encode(text, add_special_tokens)
+                    .map_err(|e| bad(format!("prompt: {e}")))
+            })
+            .collect()
+    })
+    .await
+    .map_err(|e| {
+        (
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("the request failed inside the server: {e}"),
+        )
+    })?
+}
+
+async fn complete(state: &Arc<AppState>, req: CompletionRequest) -> Result<Value, Failure> {
     check_model(state, req.model.as_deref())?;
     if req.echo {
         return Err(bad("echo: not supported (prompt logprobs come from prompt_logprobs in vLLM; temper does not echo)"));
@@ -164,16 +197,12 @@ async fn complete(state: &AppState, req: CompletionRequest) -> Result<Value, Fai
         ));
     }
     let tok = state.tokenizer.as_ref();
-    let encode = |text: &str| -> Result<Vec<i64>, Failure> {
-        let t = tok.ok_or_else(|| bad("prompt: a text prompt needs the model's tokenizer, and it has none; send token ids"))?;
-        t.encode(text, false)
-            .map_err(|e| bad(format!("prompt: {e}")))
-    };
-    let prompts: Vec<Vec<i64>> = match &req.prompt {
-        Prompt::Ids(ids) => vec![ids.clone()],
-        Prompt::ManyIds(rows) => rows.clone(),
-        Prompt::Text(t) => vec![encode(t)?],
-        Prompt::ManyTexts(ts) => ts.iter().map(|t| encode(t)).collect::<Result<_, _>>()?,
+    let add_special = req.add_special_tokens.unwrap_or(true);
+    let prompts: Vec<Vec<i64>> = match req.prompt {
+        Prompt::Ids(ids) => vec![ids],
+        Prompt::ManyIds(rows) => rows,
+        Prompt::Text(t) => encode_texts(state, vec![t], add_special).await?,
+        Prompt::ManyTexts(ts) => encode_texts(state, ts, add_special).await?,
     };
     check_prompts(&prompts, state.worker.vocab_size, "prompt")?;
     let params = req.sampling.params(

@@ -44,18 +44,32 @@ pub fn authorized(state: &AppState, headers: &HeaderMap) -> bool {
 }
 
 /// Authorize, parse `body` as `T`, run `f`, and answer its JSON or its failure.
-pub async fn handle<T, F, Fut>(state: &AppState, headers: &HeaderMap, body: &[u8], f: F) -> Response
+pub async fn handle<T, F, Fut>(
+    state: &AppState,
+    headers: &HeaderMap,
+    body: &axum::body::Bytes,
+    f: F,
+) -> Response
 where
-    T: DeserializeOwned,
+    T: DeserializeOwned + Send + 'static,
     F: FnOnce(T) -> Fut,
     Fut: Future<Output = Result<Value, Failure>>,
 {
     if !authorized(state, headers) {
         return error(StatusCode::UNAUTHORIZED, "missing or wrong API key");
     }
-    let req: T = match serde_json::from_slice(body) {
-        Ok(r) => r,
-        Err(e) => return error(StatusCode::BAD_REQUEST, format!("request body: {e}")),
+    // Parsed on a blocking thread: a body can be tens of MiB (--max-request-bytes).
+    let body = body.clone();
+    let parsed = tokio::task::spawn_blocking(move || serde_json::from_slice::<T>(&body)).await;
+    let req: T = match parsed {
+        Ok(Ok(r)) => r,
+        Ok(Err(e)) => return error(StatusCode::BAD_REQUEST, format!("request body: {e}")),
+        Err(e) => {
+            return error(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                format!("the request failed inside the server: {e}"),
+            )
+        }
     };
     match f(req).await {
         Ok(v) => Json(v).into_response(),
