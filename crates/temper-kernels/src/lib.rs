@@ -96,7 +96,9 @@ pub fn clear_grads(params: &[(String, Tensor)]) -> Result<()> {
         let status = unsafe { temper_clear_grad(p.as_ptr() as _, &mut err) };
         if status != 0 {
             // SAFETY: on failure err is a NUL-terminated string malloc'ed by the C++ side.
-            let msg = unsafe { CStr::from_ptr(err) }.to_string_lossy().into_owned();
+            let msg = unsafe { CStr::from_ptr(err) }
+                .to_string_lossy()
+                .into_owned();
             unsafe { temper_kernels_free_error(err) };
             bail!("clearing the gradient of {name}: {msg}");
         }
