@@ -92,18 +92,6 @@ pub struct Comm {
 // c10d's Gloo group is itself thread-safe for sequential collectives.
 unsafe impl Send for Comm {}
 
-fn message(err: *mut c_char) -> String {
-    if err.is_null() {
-        return "no message".into();
-    }
-    // SAFETY: a NUL-terminated string malloc'ed by the C++ side, freed here once.
-    let s = unsafe { std::ffi::CStr::from_ptr(err) }
-        .to_string_lossy()
-        .into_owned();
-    unsafe { crate::temper_kernels_free_error(err) };
-    s
-}
-
 impl Comm {
     /// Rendezvous and join the group; fails (does not hang) when the others do not come within
     /// the timeout.
@@ -165,7 +153,7 @@ impl Comm {
                 r.host,
                 r.port,
                 r.world,
-                first_line(&message(err))
+                first_line(&crate::take_error(err))
             );
         }
         Ok(Comm {
@@ -188,7 +176,7 @@ impl Comm {
             bail!(
                 "rank {}: {what} failed: {}",
                 self.rank,
-                first_line(&message(err))
+                first_line(&crate::take_error(err))
             );
         }
         Ok(())

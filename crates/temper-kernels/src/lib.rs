@@ -69,17 +69,7 @@ extern "C" {
 /// Turn a C status + out pointer into a Tensor or an error.
 fn finish(status: c_int, out: *mut c_void, err: *mut c_char, what: &str) -> Result<Tensor> {
     if status != 0 {
-        let msg = if err.is_null() {
-            "no message".to_string()
-        } else {
-            // SAFETY: err is a NUL-terminated string malloc'ed by the C++ side.
-            let s = unsafe { CStr::from_ptr(err) }
-                .to_string_lossy()
-                .into_owned();
-            unsafe { temper_kernels_free_error(err) };
-            s
-        };
-        bail!("{what}: {msg}");
+        bail!("{what}: {}", take_error(err));
     }
     // SAFETY: on success the C++ side stored a heap-allocated at::Tensor, which tch now owns.
     Ok(unsafe { Tensor::from_ptr(out as _) })
@@ -95,15 +85,23 @@ pub fn clear_grads(params: &[(String, Tensor)]) -> Result<()> {
         // SAFETY: `p` is a live tensor for the call; err is written by the callee on failure.
         let status = unsafe { temper_clear_grad(p.as_ptr() as _, &mut err) };
         if status != 0 {
-            // SAFETY: on failure err is a NUL-terminated string malloc'ed by the C++ side.
-            let msg = unsafe { CStr::from_ptr(err) }
-                .to_string_lossy()
-                .into_owned();
-            unsafe { temper_kernels_free_error(err) };
-            bail!("clearing the gradient of {name}: {msg}");
+            bail!("clearing the gradient of {name}: {}", take_error(err));
         }
     }
     Ok(())
+}
+
+/// The message of a failed C++ call (freed here): every binding's one reader of it.
+pub(crate) fn take_error(err: *mut c_char) -> String {
+    if err.is_null() {
+        return "no message".to_string();
+    }
+    // SAFETY: err is a NUL-terminated string malloc'ed by the C++ side, read once and freed.
+    let s = unsafe { CStr::from_ptr(err) }
+        .to_string_lossy()
+        .into_owned();
+    unsafe { temper_kernels_free_error(err) };
+    s
 }
 
 type PackFn = unsafe extern "C" fn(*const c_void, *mut *mut c_void, *mut *mut c_char) -> c_int;

@@ -41,13 +41,13 @@ impl Policy {
     ) -> Result<Policy> {
         let model = CausalLm::load(dir, device, compute)
             .with_context(|| format!("loading model {}", dir.display()))?;
-        let tokenizer = if need_tokenizer || tokenizer_dir.join("tokenizer.json").is_file() {
+        let tokenizer = if need_tokenizer {
             Some(
                 Tokenizer::from_dir(tokenizer_dir)
                     .with_context(|| format!("tokenizer of {}", tokenizer_dir.display()))?,
             )
         } else {
-            None
+            Tokenizer::from_dir_if_present(tokenizer_dir)?
         };
         let gen = GenerationConfig::from_dir(dir, Some(model.config()), tokenizer.as_ref())?;
         let pad_id = gen

@@ -47,6 +47,17 @@ fn read_json(path: &Path) -> Result<Value> {
 }
 
 impl Tokenizer {
+    /// `dir`'s tokenizer when the folder has a `tokenizer.json`, else None. One that exists but
+    /// does not load is an error, never a model without a tokenizer.
+    pub fn from_dir_if_present(dir: &Path) -> Result<Option<Self>> {
+        if !dir.join("tokenizer.json").is_file() {
+            return Ok(None);
+        }
+        Self::from_dir(dir)
+            .map(Some)
+            .with_context(|| format!("tokenizer of {}", dir.display()))
+    }
+
     /// Load `tokenizer.json`, plus `tokenizer_config.json` / `special_tokens_map.json` /
     /// `chat_template.jinja` when present.
     pub fn from_dir(dir: &Path) -> Result<Self> {

@@ -527,36 +527,24 @@ fn every_key_sent_is_a_field_the_server_accepts_with_its_type() {
     );
 }
 
-#[test]
-fn vllm_values_are_within_what_vllm_accepts() {
-    let s = schemas();
-    let lines = report(
-        "vLLM /v1/completions",
-        &s["vllm_completions"],
-        &vllm_bodies(),
-        false,
-    );
+/// Every value of `bodies` within what the server's schema (`key` in the fixture) accepts.
+fn assert_values_within(server: &str, key: &str, bodies: &[(Request, Value)]) {
+    let lines = report(server, &schemas()[key], bodies, false);
     assert!(
         lines.is_empty(),
-        "vLLM would refuse these requests that temper accepts:\n{}",
+        "{server} would refuse these requests that temper accepts:\n{}",
         lines.join("\n")
     );
 }
 
 #[test]
+fn vllm_values_are_within_what_vllm_accepts() {
+    assert_values_within("vLLM /v1/completions", "vllm_completions", &vllm_bodies());
+}
+
+#[test]
 fn sglang_values_are_within_what_sglang_accepts() {
-    let s = schemas();
-    let lines = report(
-        "SGLang /generate",
-        &s["sglang_generate"],
-        &sglang_bodies(),
-        false,
-    );
-    assert!(
-        lines.is_empty(),
-        "SGLang would refuse these requests that temper accepts:\n{}",
-        lines.join("\n")
-    );
+    assert_values_within("SGLang /generate", "sglang_generate", &sglang_bodies());
 }
 
 /// The checks themselves: hand-made bodies that a server refuses must fail them, naming the field.

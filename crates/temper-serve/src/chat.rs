@@ -68,7 +68,7 @@ fn message(i: usize, m: &Value) -> Result<ChatMessage, Failure> {
     Ok(ChatMessage::new(role, content))
 }
 
-async fn run(state: &Arc<AppState>, req: ChatRequest) -> Result<Value, Failure> {
+async fn run(state: &AppState, req: ChatRequest) -> Result<Value, Failure> {
     check_model(state, req.model.as_deref())?;
     if req.stream {
         return Err(bad("stream: not supported; send stream: false"));
@@ -76,31 +76,22 @@ async fn run(state: &Arc<AppState>, req: ChatRequest) -> Result<Value, Failure> 
     if req.messages.is_empty() {
         return Err(bad("messages: empty"));
     }
-    let no_tokenizer =
-        || bad("messages: the model has no tokenizer; use /v1/completions with token ids");
-    let tok = state.tokenizer.as_ref().ok_or_else(no_tokenizer)?;
+    let tok = state.tokenizer.clone().ok_or_else(|| {
+        bad("messages: the model has no tokenizer; use /v1/completions with token ids")
+    })?;
     let messages = req
         .messages
         .iter()
         .enumerate()
         .map(|(i, m)| message(i, m))
         .collect::<Result<Vec<_>, _>>()?;
-    // Rendered and tokenized on a blocking thread, off the runtime's threads.
-    let st = state.clone();
-    let prompt = tokio::task::spawn_blocking(move || {
-        st.tokenizer
-            .as_ref()
-            .ok_or_else(no_tokenizer)?
+    let encoder = tok.clone();
+    let prompt = crate::reply::off_runtime(move || {
+        encoder
             .encode_chat(&messages)
             .map_err(|e| bad(format!("messages: {e:#}")))
     })
-    .await
-    .map_err(|e| {
-        (
-            axum::http::StatusCode::INTERNAL_SERVER_ERROR,
-            format!("the request failed inside the server: {e}"),
-        )
-    })??;
+    .await??;
     let prompts = vec![prompt];
     check_prompts(&prompts, state.worker.vocab_size, "messages")?;
     // Without max_tokens, as vLLM: the rest of the context.

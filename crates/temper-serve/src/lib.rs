@@ -35,7 +35,7 @@ pub struct AppState {
     /// When set, requests must send `Authorization: Bearer <key>`.
     pub api_key: Option<String>,
     /// For text prompts and completion text.
-    pub tokenizer: Option<temper_model::Tokenizer>,
+    pub tokenizer: Option<std::sync::Arc<temper_model::Tokenizer>>,
     /// The Tinker API's models, sampling sessions and futures.
     pub tinker: Arc<tinker::Tinker>,
 }

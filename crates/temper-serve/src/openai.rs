@@ -160,15 +160,14 @@ async fn completions(
 /// Text prompts as token ids, on a blocking thread (a body of long texts keeps the tokenizer busy
 /// a while, and the runtime's threads answer every other client meanwhile).
 async fn encode_texts(
-    state: &Arc<AppState>,
+    state: &AppState,
     texts: Vec<String>,
     add_special_tokens: bool,
 ) -> Result<Vec<Vec<i64>>, Failure> {
-    let state = state.clone();
-    tokio::task::spawn_blocking(move || {
-        let t = state.tokenizer.as_ref().ok_or_else(|| {
-            bad("prompt: a text prompt needs the model's tokenizer, and it has none; send token ids")
-        })?;
+    let t = state.tokenizer.clone().ok_or_else(|| {
+        bad("prompt: a text prompt needs the model's tokenizer, and it has none; send token ids")
+    })?;
+    crate::reply::off_runtime(move || {
         texts
             .iter()
             .map(|text| {
@@ -177,16 +176,10 @@ async fn encode_texts(
             })
             .collect()
     })
-    .await
-    .map_err(|e| {
-        (
-            StatusCode::INTERNAL_SERVER_ERROR,
-            format!("the request failed inside the server: {e}"),
-        )
-    })?
+    .await?
 }
 
-async fn complete(state: &Arc<AppState>, req: CompletionRequest) -> Result<Value, Failure> {
+async fn complete(state: &AppState, req: CompletionRequest) -> Result<Value, Failure> {
     check_model(state, req.model.as_deref())?;
     if req.echo {
         return Err(bad("echo: not supported (prompt logprobs come from prompt_logprobs in vLLM; temper does not echo)"));

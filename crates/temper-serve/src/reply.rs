@@ -43,6 +43,25 @@ pub fn authorized(state: &AppState, headers: &HeaderMap) -> bool {
         || header("x-api-key") == Some(key.as_str())
 }
 
+/// Runs `f` on a blocking thread, off the async runtime's threads (which keep answering every
+/// other client): parsing a body of up to `--max-request-bytes`, tokenizing, reading folders. A
+/// panic in `f` fails this request only, as a 500 saying so.
+pub async fn off_runtime<T: Send + 'static>(
+    f: impl FnOnce() -> T + Send + 'static,
+) -> Result<T, Failure> {
+    tokio::task::spawn_blocking(f).await.map_err(|e| {
+        let why = if e.is_panic() {
+            crate::worker::panic_message(&e.into_panic())
+        } else {
+            e.to_string()
+        };
+        (
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("the request failed inside the server: {why}"),
+        )
+    })
+}
+
 /// Authorize, parse `body` as `T`, run `f`, and answer its JSON or its failure.
 pub async fn handle<T, F, Fut>(
     state: &AppState,
@@ -58,18 +77,11 @@ where
     if !authorized(state, headers) {
         return error(StatusCode::UNAUTHORIZED, "missing or wrong API key");
     }
-    // Parsed on a blocking thread: a body can be tens of MiB (--max-request-bytes).
     let body = body.clone();
-    let parsed = tokio::task::spawn_blocking(move || serde_json::from_slice::<T>(&body)).await;
-    let req: T = match parsed {
+    let req: T = match off_runtime(move || serde_json::from_slice::<T>(&body)).await {
         Ok(Ok(r)) => r,
         Ok(Err(e)) => return error(StatusCode::BAD_REQUEST, format!("request body: {e}")),
-        Err(e) => {
-            return error(
-                StatusCode::INTERNAL_SERVER_ERROR,
-                format!("the request failed inside the server: {e}"),
-            )
-        }
+        Err((code, msg)) => return error(code, msg),
     };
     match f(req).await {
         Ok(v) => Json(v).into_response(),

@@ -351,52 +351,50 @@ fn run_job(
     pending: &mut VecDeque<Job>,
     rx: &mpsc::Receiver<Job>,
 ) {
-    {
-        match job {
-            Job::Sample {
+    match job {
+        Job::Sample {
+            weights,
+            request,
+            reply,
+        } => {
+            let batch = Batch {
                 weights,
-                request,
-                reply,
-            } => {
-                let batch = Batch {
-                    weights,
-                    first: (request, reply),
-                    linger,
-                    max_batch_rows,
-                    seed: seeds.random(),
-                };
-                batch.run(models, pending, rx);
+                first: (request, reply),
+                linger,
+                max_batch_rows,
+                seed: seeds.random(),
+            };
+            batch.run(models, pending, rx);
+        }
+        Job::Logprobs {
+            weights,
+            tokens,
+            reply,
+        } => {
+            if reply.is_closed() {
+                return;
             }
-            Job::Logprobs {
-                weights,
-                tokens,
-                reply,
-            } => {
-                if reply.is_closed() {
-                    return;
-                }
-                let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                    models
-                        .select(&weights)
-                        .and_then(|m| temper_tinker::prompt_logprobs(&m.policy.model, &tokens))
-                        .map_err(|e| format!("{e:#}"))
-                }))
-                .unwrap_or_else(|panic| {
-                    Err(format!(
-                        "the request failed inside the server: {}",
-                        panic_message(&panic)
-                    ))
-                });
-                let _ = reply.send(result);
-            }
-            Job::Reload { dir, reply } => {
-                let result = reload(models.served_model_mut(), &dir);
-                let _ = reply.send(result.map_err(|e| format!("{e:#}")));
-            }
-            Job::Prune { keep } => {
-                if models.prune(&keep) {
-                    temper_kernels::memory::release_free_memory();
-                }
+            let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                models
+                    .select(&weights)
+                    .and_then(|m| temper_tinker::prompt_logprobs(&m.policy.model, &tokens))
+                    .map_err(|e| format!("{e:#}"))
+            }))
+            .unwrap_or_else(|panic| {
+                Err(format!(
+                    "the request failed inside the server: {}",
+                    panic_message(&panic)
+                ))
+            });
+            let _ = reply.send(result);
+        }
+        Job::Reload { dir, reply } => {
+            let result = reload(models.served_model_mut(), &dir);
+            let _ = reply.send(result.map_err(|e| format!("{e:#}")));
+        }
+        Job::Prune { keep } => {
+            if models.prune(&keep) {
+                temper_kernels::memory::release_free_memory();
             }
         }
     }

@@ -112,15 +112,7 @@ pub fn run(args: Args) -> Result<()> {
         worker,
         model_name: args.served_model_name.unwrap_or(args.model),
         api_key: args.api_key,
-        // As Policy::load reads it for the worker: a tokenizer.json that does not load is an
-        // error, never a server without a tokenizer.
-        tokenizer: match dir.join("tokenizer.json").is_file() {
-            true => Some(
-                Tokenizer::from_dir(&dir)
-                    .with_context(|| format!("tokenizer of {}", dir.display()))?,
-            ),
-            false => None,
-        },
+        tokenizer: Tokenizer::from_dir_if_present(&dir)?.map(std::sync::Arc::new),
         tinker: temper_serve::tinker::Tinker::new(
             args.root,
             device,

@@ -24,7 +24,7 @@ use super::futures::{Outcome, POLL_HOLD};
 use super::training::{self, Job, ModelInfo, Queued};
 use super::{convert, proto, ModelHandle, Tinker};
 use crate::limits::TINKER_FIELDS;
-use crate::reply::authorized;
+use crate::reply::{authorized, off_runtime};
 use crate::worker::Weights;
 use crate::AppState;
 
@@ -99,11 +99,11 @@ fn direct(f: impl FnOnce() -> Result<Value>) -> Response {
 
 /// [`direct`] on a blocking thread (for calls that read model or checkpoint folders).
 async fn direct_blocking(f: impl FnOnce() -> Result<Value> + Send + 'static) -> Response {
-    match tokio::task::spawn_blocking(f).await {
+    match off_runtime(f).await {
         Ok(r) => direct(|| r),
-        Err(e) => (
-            StatusCode::INTERNAL_SERVER_ERROR,
-            Json(json!({"error": format!("the request failed inside the server: {e}"), "category": "server"})),
+        Err((status, message)) => (
+            status,
+            Json(json!({"error": message, "category": "server"})),
         )
             .into_response(),
     }
@@ -120,6 +120,11 @@ fn future(state: &AppState, extra: Value, prepare: impl FnOnce() -> Result<Dispa
         Ok(dispatch) => dispatch(promise),
         Err(e) => promise.complete(Outcome::user_error(format!("{e:#}"))),
     }
+    request_id_answer(id, extra)
+}
+
+/// `{"request_id": id}` with the fields of `extra`.
+fn request_id_answer(id: String, extra: Value) -> Response {
     let mut body = json!({"request_id": id});
     if let (Some(b), Some(e)) = (body.as_object_mut(), extra.as_object()) {
         b.extend(e.clone());
@@ -137,26 +142,12 @@ async fn future_blocking(
     prepare: impl FnOnce() -> Result<Dispatch> + Send + 'static,
 ) -> Response {
     let (id, promise) = state.tinker.futures.create();
-    let prepared = tokio::task::spawn_blocking(move || {
-        std::panic::catch_unwind(std::panic::AssertUnwindSafe(prepare))
-    })
-    .await;
-    match prepared {
-        Ok(Ok(Ok(dispatch))) => dispatch(promise),
-        Ok(Ok(Err(e))) => promise.complete(Outcome::user_error(format!("{e:#}"))),
-        Ok(Err(panic)) => promise.complete(Outcome::server_error(format!(
-            "the request failed inside the server: {}",
-            crate::worker::panic_message(&panic)
-        ))),
-        Err(e) => promise.complete(Outcome::server_error(format!(
-            "the request failed inside the server: {e}"
-        ))),
+    match off_runtime(prepare).await {
+        Ok(Ok(dispatch)) => dispatch(promise),
+        Ok(Err(e)) => promise.complete(Outcome::user_error(format!("{e:#}"))),
+        Err((_, message)) => promise.complete(Outcome::server_error(message)),
     }
-    let mut body = json!({"request_id": id});
-    if let (Some(b), Some(e)) = (body.as_object_mut(), extra.as_object()) {
-        b.extend(e.clone());
-    }
-    Json(body).into_response()
+    request_id_answer(id, extra)
 }
 
 /// A dispatch that queues `job` on model `model_id` in `seq` order.
