@@ -6,7 +6,7 @@ no KL term as temper's side, and prints one JSON object:
     {"step_s": [...], "peak_rss_mb": float, "trl": version, "torch": version, "threads": int}
 
 Usage: trl_grpo_bench.py --model DIR --prompts FILE.json --n 8 --max-tokens 12 --steps 3 [--warmup 1]
-       [--min-tokens N] [--reward arith|digits] [--micro N] [--gradient-checkpointing]
+       [--min-tokens N] [--reward arith|digits|letters] [--micro N] [--gradient-checkpointing]
 FILE.json is a list of {"prompt": [{"role", "content"}...], "answer": "7"} in the order used.
 TRL version pinned by the project: trl==1.16.0 (scripts/setup-env.sh).
 """
@@ -28,7 +28,7 @@ p.add_argument("--n", type=int, default=8)
 p.add_argument("--prompts-per-step", type=int, default=8)
 p.add_argument("--max-tokens", type=int, default=12)
 p.add_argument("--min-tokens", type=int, default=0)
-p.add_argument("--reward", choices=["arith", "digits"], default="arith")
+p.add_argument("--reward", choices=["arith", "digits", "letters"], default="arith")
 p.add_argument("--micro", type=int, default=0, help="responses per forward/backward (default: all)")
 p.add_argument("--gradient-checkpointing", action="store_true")
 p.add_argument("--steps", type=int, default=3)
@@ -53,6 +53,15 @@ def digits(completions, **_):
     for c in completions:
         text = c[-1]["content"] if isinstance(c, list) else c
         out.append(sum(ch in "0123456789" for ch in text) / max(len(text), 1))
+    return out
+
+
+def letters(completions, **_):
+    """The fraction of the completion's characters that are ASCII letters (temper's `--reward letters`)."""
+    out = []
+    for c in completions:
+        text = c[-1]["content"] if isinstance(c, list) else c
+        out.append(sum(("a" <= ch <= "z") or ("A" <= ch <= "Z") for ch in text) / max(len(text), 1))
     return out
 
 
@@ -115,7 +124,7 @@ cfg = GRPOConfig(
     seed=0,
 )
 timer = Timer()
-reward_fn = digits if args.reward == "digits" else reward
+reward_fn = {"digits": digits, "letters": letters, "arith": reward}[args.reward]
 trainer = GRPOTrainer(model=args.model, reward_funcs=[reward_fn], args=cfg, train_dataset=ds, callbacks=[timer])
 trainer.train()
 print(

@@ -69,6 +69,38 @@ pub struct DtypeChoice {
     pub warning: Option<String>,
 }
 
+/// What `model.dtype` or a command's `--dtype` asks for, parsed once where it is read;
+/// [`resolve_compute_kind`] decides what it computes in on a device.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DtypeRequest {
+    Float32,
+    Bfloat16,
+    /// bf16 on CUDA, and on CPUs where bf16 linears measure faster; f32 elsewhere.
+    Auto,
+}
+
+impl std::str::FromStr for DtypeRequest {
+    type Err = anyhow::Error;
+    fn from_str(s: &str) -> Result<Self> {
+        match s {
+            "float32" | "f32" | "fp32" => Ok(DtypeRequest::Float32),
+            "bfloat16" | "bf16" => Ok(DtypeRequest::Bfloat16),
+            "auto" => Ok(DtypeRequest::Auto),
+            other => bail!("unknown dtype `{other}` (float32, bfloat16 or auto)"),
+        }
+    }
+}
+
+impl std::fmt::Display for DtypeRequest {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            DtypeRequest::Float32 => "float32",
+            DtypeRequest::Bfloat16 => "bfloat16",
+            DtypeRequest::Auto => "auto",
+        })
+    }
+}
+
 /// `auto` picks bf16 on a CPU only when its bf16 linears measure at least this much faster than
 /// f32: below it the gain is within the probe's noise and f32 is the exact choice.
 pub const AUTO_BF16_MIN_SPEEDUP: f64 = 1.15;
@@ -91,7 +123,7 @@ enum Bf16Here {
 /// when bf16 linears measure at least [`AUTO_BF16_MIN_SPEEDUP`] times f32's speed there
 /// ([`bf16_linear_speedup`], about a tenth of a second); else f32. An explicit `bfloat16` is kept,
 /// with a warning giving the measured slowdown where it is slower than f32.
-pub fn resolve_compute_kind(dtype: &str, device: Device) -> Result<DtypeChoice> {
+pub fn resolve_compute_kind(dtype: DtypeRequest, device: Device) -> Result<DtypeChoice> {
     let here = match device {
         Device::Cpu if bf16_is_native(device) => Bf16Here::CpuDotProduct,
         Device::Cpu => Bf16Here::CpuEmulated,
@@ -101,7 +133,11 @@ pub fn resolve_compute_kind(dtype: &str, device: Device) -> Result<DtypeChoice> 
 }
 
 /// [`resolve_compute_kind`] with the machine's answers passed in (tests give the other CPUs').
-fn resolve_with(dtype: &str, here: Bf16Here, speedup: impl FnOnce() -> f64) -> Result<DtypeChoice> {
+fn resolve_with(
+    dtype: DtypeRequest,
+    here: Bf16Here,
+    speedup: impl FnOnce() -> f64,
+) -> Result<DtypeChoice> {
     let cpu = || CpuFeatures::get().summary();
     let choice = |compute, note, warning| DtypeChoice {
         compute,
@@ -109,10 +145,12 @@ fn resolve_with(dtype: &str, here: Bf16Here, speedup: impl FnOnce() -> f64) -> R
         warning,
     };
     Ok(match (dtype, here) {
-        ("float32" | "f32" | "fp32", _) => choice(ComputeKind::F32, None, None),
-        ("auto" | "bfloat16" | "bf16", Bf16Here::Gpu) => choice(ComputeKind::Bf16, None, None),
-        ("auto", Bf16Here::CpuEmulated) => choice(ComputeKind::F32, None, None),
-        ("auto", Bf16Here::CpuDotProduct) => {
+        (DtypeRequest::Float32, _) => choice(ComputeKind::F32, None, None),
+        (DtypeRequest::Auto | DtypeRequest::Bfloat16, Bf16Here::Gpu) => {
+            choice(ComputeKind::Bf16, None, None)
+        }
+        (DtypeRequest::Auto, Bf16Here::CpuEmulated) => choice(ComputeKind::F32, None, None),
+        (DtypeRequest::Auto, Bf16Here::CpuDotProduct) => {
             let s = speedup();
             if s >= AUTO_BF16_MIN_SPEEDUP {
                 let note = format!(
@@ -131,7 +169,7 @@ fn resolve_with(dtype: &str, here: Bf16Here, speedup: impl FnOnce() -> f64) -> R
                 choice(ComputeKind::F32, Some(note), None)
             }
         }
-        ("bfloat16" | "bf16", Bf16Here::CpuEmulated) => {
+        (DtypeRequest::Bfloat16, Bf16Here::CpuEmulated) => {
             let warning = format!(
                 "model.dtype = \"bfloat16\" on a CPU without a bf16 dot product ({}): libtorch emulates \
                  bf16 matmuls here, measured {:.1}x slower than float32 (a linear layer's forward and \
@@ -141,7 +179,7 @@ fn resolve_with(dtype: &str, here: Bf16Here, speedup: impl FnOnce() -> f64) -> R
             );
             choice(ComputeKind::Bf16, None, Some(warning))
         }
-        ("bfloat16" | "bf16", Bf16Here::CpuDotProduct) => {
+        (DtypeRequest::Bfloat16, Bf16Here::CpuDotProduct) => {
             let s = speedup();
             let warning = (s < 1.0).then(|| {
                 format!(
@@ -154,7 +192,6 @@ fn resolve_with(dtype: &str, here: Bf16Here, speedup: impl FnOnce() -> f64) -> R
             });
             choice(ComputeKind::Bf16, None, warning)
         }
-        (other, _) => bail!("model.dtype: unknown dtype `{other}` (float32, bfloat16 or auto)"),
     })
 }
 
@@ -243,13 +280,13 @@ mod tests {
 
     #[test]
     fn auto_is_bf16_where_native_and_measured_faster_and_explicit_bf16_warns_where_slower() {
-        let kind = |d: &str, here, s: f64| resolve_with(d, here, || s).unwrap();
+        let kind = |d: &str, here, s: f64| resolve_with(d.parse().unwrap(), here, || s).unwrap();
         // CUDA: bf16 without a measurement; a CPU without a bf16 dot product: f32.
         assert_eq!(
             kind("auto", Bf16Here::Gpu, f64::NAN).compute,
             ComputeKind::Bf16
         );
-        let emulated = resolve_with("auto", Bf16Here::CpuEmulated, never).unwrap();
+        let emulated = resolve_with(DtypeRequest::Auto, Bf16Here::CpuEmulated, never).unwrap();
         assert_eq!(
             emulated,
             DtypeChoice {
@@ -271,10 +308,10 @@ mod tests {
             ComputeKind::F32
         );
         // float32 never measures; bfloat16 is kept, with a warning only where it is slower.
-        let f32 = resolve_with("float32", Bf16Here::CpuDotProduct, never).unwrap();
+        let f32 = resolve_with(DtypeRequest::Float32, Bf16Here::CpuDotProduct, never).unwrap();
         assert_eq!(f32.compute, ComputeKind::F32);
         assert_eq!(
-            resolve_with("bfloat16", Bf16Here::Gpu, never)
+            resolve_with(DtypeRequest::Bfloat16, Bf16Here::Gpu, never)
                 .unwrap()
                 .warning,
             None
@@ -292,15 +329,25 @@ mod tests {
             kind("bfloat16", Bf16Here::CpuEmulated, 0.3).compute,
             ComputeKind::Bf16
         );
-        let e = resolve_with("float16", Bf16Here::Gpu, never)
-            .unwrap_err()
-            .to_string();
-        assert!(e.contains("model.dtype") && e.contains("float16"), "{e}");
+        // Aliases parse to the same request; anything else is refused when it is read.
+        assert_eq!(
+            "bf16".parse::<DtypeRequest>().unwrap(),
+            DtypeRequest::Bfloat16
+        );
+        assert_eq!(
+            "fp32".parse::<DtypeRequest>().unwrap(),
+            DtypeRequest::Float32
+        );
+        let e = "float16".parse::<DtypeRequest>().unwrap_err().to_string();
+        assert!(
+            e.contains("float16") && e.contains("bfloat16 or auto"),
+            "{e}"
+        );
     }
 
     #[test]
     fn auto_on_this_machine_follows_the_cpu_and_the_measurement() {
-        let auto = resolve_compute_kind("auto", Device::Cpu).unwrap();
+        let auto = resolve_compute_kind(DtypeRequest::Auto, Device::Cpu).unwrap();
         if !bf16_is_native(Device::Cpu) {
             assert_eq!(auto.compute, ComputeKind::F32);
         } else {

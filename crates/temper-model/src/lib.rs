@@ -74,7 +74,7 @@ pub use chat_template::{ChatMessage, ChatTemplate};
 pub use config::{Arch, ModelConfig, RopeScaling};
 pub use dtype::{
     bf16_is_native, bf16_linear_speedup, kernel_report, resolve_compute_kind, ComputeKind,
-    DtypeChoice, AUTO_BF16_MIN_SPEEDUP,
+    DtypeChoice, DtypeRequest, AUTO_BF16_MIN_SPEEDUP,
 };
 pub use generation_config::GenerationConfig;
 pub use head::{TokenScores, DEFAULT_UNEMBED_CHUNK};

@@ -400,6 +400,60 @@ fn run_job(
     }
 }
 
+/// The serving worker behind the one sampling seam: the requests join the worker's continuous
+/// batch on the served model, as any API's do, within the same [`Limits`] and queue, and the call
+/// blocks until every sample is done. For callers outside the async runtime (a trainer's thread,
+/// a test); request handlers await [`Worker::generate_on`] instead.
+impl temper_rollout::Sampler for Worker {
+    fn sample(&self, requests: &[Request]) -> Result<Vec<Sample>> {
+        const FIELDS: FieldNames = FieldNames {
+            prompt: "prompt_ids",
+            n: "params.n",
+            max_tokens: "params.max_tokens",
+        };
+        for (i, r) in requests.iter().enumerate() {
+            self.limits
+                .check_sampling(
+                    &[r.prompt_ids.len()],
+                    r.params.n,
+                    r.params.max_tokens,
+                    &FIELDS,
+                )
+                .map_err(|e| anyhow::anyhow!("request {i}: {e}"))?;
+        }
+        let _queued = self
+            .reserve(requests.len())
+            .map_err(|(_, message)| anyhow::anyhow!(message))?;
+        let mut pending = Vec::with_capacity(requests.len());
+        for request in requests {
+            let (reply, rx) = tokio::sync::oneshot::channel();
+            let job = Job::Sample {
+                weights: Weights::Served,
+                request: request.clone(),
+                reply,
+            };
+            self.tx
+                .send(job)
+                .map_err(|_| anyhow::anyhow!("the model worker has stopped"))?;
+            pending.push(rx);
+        }
+        let mut samples = Vec::new();
+        for (i, rx) in pending.into_iter().enumerate() {
+            let answered = rx
+                .blocking_recv()
+                .map_err(|_| anyhow::anyhow!("request {i}: the model worker dropped it"))?;
+            let mut mine = answered.map_err(|e| anyhow::anyhow!("request {i}: {e}"))?;
+            // The worker numbers requests in its own admission order; the seam numbers them in
+            // the caller's.
+            for s in &mut mine {
+                s.request_index = i;
+            }
+            samples.extend(mine);
+        }
+        Ok(samples)
+    }
+}
+
 /// One engine call over one set of weights: the request that started it, the requests for the
 /// same weights queued before the next reload, and those that arrive while it runs, until a job
 /// for anything else is queued.

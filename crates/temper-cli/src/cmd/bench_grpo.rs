@@ -42,9 +42,10 @@ pub struct Args {
     /// (the long shape: `--prompt-filler 450 --max-tokens 512 --min-tokens 512`).
     #[arg(long, default_value_t = 0)]
     pub prompt_filler: usize,
-    /// The reward: `arith` (the answer's correctness) or `digits` (the fraction of digit
+    /// The reward: `arith` (the answer's correctness), `digits` (the fraction of digit
     /// characters in the completion, never equal over a group of long completions, so that every
-    /// step updates on both sides).
+    /// step updates on both sides) or `letters` (the fraction of ASCII letters: spread over the
+    /// answers of a model with random weights, which hold no digits).
     #[arg(long, default_value = "arith")]
     pub reward: String,
     /// Responses per forward/backward on both sides (temper's `actor.ppo_micro_batch_size_per_gpu`,
@@ -80,12 +81,32 @@ fn system_prompt(filler_tokens: usize) -> String {
     format!("{SYSTEM}{}", FILLER.repeat(sentences))
 }
 
-/// `--reward digits`: the fraction of the completion's characters that are ASCII digits.
-struct DigitFraction;
+/// `--reward digits` and `--reward letters`: the fraction of the completion's characters
+/// (Unicode scalar values, Python's `len(str)`) that are ASCII digits, or ASCII letters.
+struct CharFraction {
+    name: &'static str,
+    counts: fn(&char) -> bool,
+}
 
-impl temper_reward::Reward for DigitFraction {
+impl CharFraction {
+    fn named(reward: &str) -> Option<CharFraction> {
+        match reward {
+            "digits" => Some(CharFraction {
+                name: "digits",
+                counts: char::is_ascii_digit,
+            }),
+            "letters" => Some(CharFraction {
+                name: "letters",
+                counts: char::is_ascii_alphabetic,
+            }),
+            _ => None,
+        }
+    }
+}
+
+impl temper_reward::Reward for CharFraction {
     fn name(&self) -> &str {
-        "digits"
+        self.name
     }
     fn score(
         &self,
@@ -94,8 +115,8 @@ impl temper_reward::Reward for DigitFraction {
         _ground_truth: &str,
         _metadata: &serde_json::Value,
     ) -> temper_reward::RewardOutput {
-        let digits = completion.chars().filter(char::is_ascii_digit).count();
-        temper_reward::RewardOutput::new(digits as f64 / completion.chars().count().max(1) as f64)
+        let counted = completion.chars().filter(self.counts).count();
+        temper_reward::RewardOutput::new(counted as f64 / completion.chars().count().max(1) as f64)
     }
 }
 
@@ -121,8 +142,11 @@ pub fn run(args: Args) -> Result<()> {
     if args.steps == 0 {
         bail!("--steps must be at least 1");
     }
-    if !["arith", "digits"].contains(&args.reward.as_str()) {
-        bail!("--reward {:?}: expected arith or digits", args.reward);
+    if args.reward != "arith" && CharFraction::named(&args.reward).is_none() {
+        bail!(
+            "--reward {:?}: expected arith, digits or letters",
+            args.reward
+        );
     }
     let system = system_prompt(args.prompt_filler);
     let responses = args.prompts * args.n;
@@ -173,8 +197,8 @@ pub fn run(args: Args) -> Result<()> {
         ov.push(format!("trainer.experiment_name=\"temper-{round}\""));
         let cfg = load_config(None, &ov)?.config;
         let mut t = Trainer::create(cfg, "bench", &[])?;
-        if args.reward == "digits" {
-            t.reward = Box::new(DigitFraction);
+        if let Some(reward) = CharFraction::named(&args.reward) {
+            t.reward = Box::new(reward);
         }
         eprintln!(
             "bench grpo: round {round}: temper, {total} steps ({} warm-up) ...",

@@ -45,7 +45,7 @@ pub fn run(args: Args) -> Result<()> {
     let cfg = load_config(Some(&args.config), &base)?.config;
     let model_dir = temper_model::resolve::resolve_model(&cfg.model.path)?;
     let compute =
-        temper_model::resolve_compute_kind(cfg.model.dtype.name(), tch::Device::Cpu)?.compute;
+        temper_model::resolve_compute_kind(cfg.model.dtype.into(), tch::Device::Cpu)?.compute;
     let model = model_dir.display().to_string();
     let serve = |threads: Option<usize>| {
         let mut a = vec![

@@ -19,7 +19,7 @@ pub struct Args {
     pub model: String,
     /// Compute dtype on both servers: auto (temper's choice for this CPU), f32 or bf16.
     #[arg(long, default_value = "auto")]
-    pub dtype: String,
+    pub dtype: temper_model::DtypeRequest,
     /// Concurrent clients per level, comma-separated.
     #[arg(long, value_delimiter = ',', default_value = "1,8,32")]
     pub clients: Vec<usize>,
@@ -64,7 +64,7 @@ pub fn run(args: Args) -> Result<()> {
         bail!("--clients, --requests-per-client and --max-tokens must be at least 1");
     }
     let dir = temper_model::resolve::resolve_model(&args.model).context("--model")?;
-    let compute = temper_model::resolve_compute_kind(&args.dtype, tch::Device::Cpu)
+    let compute = temper_model::resolve_compute_kind(args.dtype, tch::Device::Cpu)
         .context("--dtype")?
         .compute;
     let vocab = temper_model::ModelConfig::from_file(&dir.join("config.json"))?.vocab_size;

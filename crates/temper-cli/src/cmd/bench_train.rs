@@ -250,7 +250,10 @@ pub fn run(args: Args) -> Result<()> {
             temper_model::kernel_report(kind, device_of(&args.device)?, head_dim)
         );
     }
-    let auto = temper_model::resolve_compute_kind("auto", device_of(&args.device)?)?;
+    let auto = temper_model::resolve_compute_kind(
+        temper_model::DtypeRequest::Auto,
+        device_of(&args.device)?,
+    )?;
     // What the trainer's `auto` takes here, with the measurement behind it where one decides.
     let auto_line = format!("model.dtype = \"auto\": {}", auto.compute);
     println!("{}", auto.note.unwrap_or(auto_line));

@@ -2,7 +2,7 @@
 use std::net::{IpAddr, SocketAddr};
 
 use anyhow::{Context, Result};
-use temper_model::{resolve_compute_kind, Tokenizer};
+use temper_model::{resolve_compute_kind, DtypeRequest, Tokenizer};
 use temper_serve::{limits::Limits, serve_blocking, worker::Worker, AppState};
 
 #[derive(clap::Args)]
@@ -30,7 +30,7 @@ pub struct Args {
     /// as `model.dtype`),
     /// `float32` or `bfloat16`.
     #[arg(long, default_value = "auto")]
-    dtype: String,
+    dtype: DtypeRequest,
     /// Torch intra-op threads (default: libtorch's, one per core). Give the server and a trainer
     /// on the same machine a share each.
     #[arg(long)]
@@ -70,7 +70,7 @@ pub fn run(args: Args) -> Result<()> {
         tch::set_num_threads(n.max(1) as i32);
     }
     let device = temper_train::config::parse_device_for("--device", &args.device)?;
-    let dtype = resolve_compute_kind(&args.dtype, device).context("--dtype")?;
+    let dtype = resolve_compute_kind(args.dtype, device).context("--dtype")?;
     if let Some(note) = &dtype.note {
         eprintln!("temper serve: {note}");
     }

@@ -18,6 +18,17 @@ named_enum! {
     }
 }
 
+/// The one conversion of `model.dtype` into what temper-model resolves on a device.
+impl From<ModelDtype> for temper_model::DtypeRequest {
+    fn from(d: ModelDtype) -> Self {
+        match d {
+            ModelDtype::Float32 => temper_model::DtypeRequest::Float32,
+            ModelDtype::Bfloat16 => temper_model::DtypeRequest::Bfloat16,
+            ModelDtype::Auto => temper_model::DtypeRequest::Auto,
+        }
+    }
+}
+
 named_enum! {
     /// `data.truncation`: what a prompt longer than `data.max_prompt_length` gets.
     #[derive(Default)]

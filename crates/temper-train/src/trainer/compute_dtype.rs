@@ -8,7 +8,7 @@ use crate::dist::Dist;
 use anyhow::{Context, Result};
 use std::path::Path;
 use tch::Device;
-use temper_model::{resolve_compute_kind, ComputeKind};
+use temper_model::{resolve_compute_kind, ComputeKind, DtypeRequest};
 
 /// The compute dtype a run recorded when it started (`None` for a run folder without one).
 pub(super) fn recorded_compute(metadata: &Path) -> Result<Option<ComputeKind>> {
@@ -36,13 +36,13 @@ pub(super) fn recorded_compute(metadata: &Path) -> Result<Option<ComputeKind>> {
 /// What `dtype` (the config's `model.dtype`) computes in for this run on `device`. `recorded` is
 /// the resumed run's choice, kept when the config still says `auto`.
 pub(super) fn run_compute(
-    dtype: &str,
+    dtype: DtypeRequest,
     device: Device,
     dist: &Dist,
     recorded: Option<ComputeKind>,
 ) -> Result<ComputeKind> {
     let root = dist.is_root();
-    if let (Some(kind), "auto") = (recorded, dtype) {
+    if let (Some(kind), DtypeRequest::Auto) = (recorded, dtype) {
         if root {
             eprintln!(
                 "temper: resuming in {kind}, which model.dtype = \"auto\" chose when the run started"
@@ -95,11 +95,16 @@ mod tests {
         // The recorded choice is kept without measuring, whatever this CPU would pick now.
         for kind in [ComputeKind::Bf16, ComputeKind::F32] {
             assert_eq!(
-                run_compute("auto", Device::Cpu, &one, Some(kind)).unwrap(),
+                run_compute(DtypeRequest::Auto, Device::Cpu, &one, Some(kind)).unwrap(),
                 kind
             );
         }
-        let explicit = run_compute("float32", Device::Cpu, &one, Some(ComputeKind::Bf16));
+        let explicit = run_compute(
+            DtypeRequest::Float32,
+            Device::Cpu,
+            &one,
+            Some(ComputeKind::Bf16),
+        );
         assert_eq!(explicit.unwrap(), ComputeKind::F32);
     }
 }

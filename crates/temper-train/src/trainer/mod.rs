@@ -256,7 +256,7 @@ impl Trainer {
             dist.is_root(),
         )?;
         let compute =
-            compute_dtype::run_compute(cfg.model.dtype.name(), device, &dist, recorded_compute)?;
+            compute_dtype::run_compute(cfg.model.dtype.into(), device, &dist, recorded_compute)?;
         let tok_dir = cfg
             .model
             .tokenizer_path
