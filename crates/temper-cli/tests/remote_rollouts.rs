@@ -10,7 +10,7 @@ mod serve_util;
 
 use std::path::{Path, PathBuf};
 
-use common::{tiny_config, weights, AsciiFraction};
+use common::{tiny_config, weights, ASCII_FRACTION};
 use serde_json::Value;
 use temper_train::trainer::Trainer;
 
@@ -36,7 +36,7 @@ fn trainer(tag: &str, extra: &[&str]) -> Trainer {
     let mut args = vec!["trainer.total_training_steps=3"];
     args.extend(extra);
     let mut t = Trainer::create(tiny_config(&root, &args), "remote", &[]).unwrap();
-    t.reward = Box::new(AsciiFraction);
+    t.reward = Box::new(ASCII_FRACTION);
     t
 }
 

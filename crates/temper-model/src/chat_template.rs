@@ -98,6 +98,21 @@ fn raise_exception(msg: String) -> Result<Value, Error> {
     Err(Error::new(ErrorKind::InvalidOperation, msg))
 }
 
+/// (year, month 1-12, day 1-31) of the day `days` after 1970-01-01, proleptic Gregorian
+/// (Howard Hinnant's civil-from-days). The one calendar: templates' `strftime_now` and the run
+/// folders' timestamps use it.
+pub fn civil_from_days(days: i64) -> (i64, i64, i64) {
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    (yoe + era * 400 + i64::from(m <= 2), m, d)
+}
+
 /// Python's `datetime.now().strftime(fmt)` for the directives chat templates use (UTC).
 fn strftime_now(fmt: String) -> String {
     let secs = std::time::SystemTime::now()
@@ -132,16 +147,7 @@ pub(crate) fn strftime(unix_secs: i64, fmt: &str) -> String {
     ];
     let days = unix_secs.div_euclid(86400);
     let rem = unix_secs.rem_euclid(86400);
-    // Civil-from-days (Howard Hinnant).
-    let z = days + 719468;
-    let era = z.div_euclid(146097);
-    let doe = z - era * 146097;
-    let yoe = (doe - doe / 1460 + doe / 36524 - doe / 146096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + i64::from(m <= 2);
+    let (y, m, d) = civil_from_days(days);
     let weekday = (days + 3).rem_euclid(7) as usize; // 1970-01-01 was a Thursday
     let (hh, mm, ss) = (rem / 3600, rem / 60 % 60, rem % 60);
     let mut out = String::new();

@@ -169,15 +169,7 @@ pub fn run_metadata(seed: u64, command_line: &[String]) -> Value {
 pub fn utc_timestamp(secs: u64) -> String {
     let days = (secs / 86_400) as i64;
     let rem = secs % 86_400;
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + i64::from(m <= 2);
+    let (y, m, d) = temper_model::chat_template::civil_from_days(days);
     format!(
         "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z",
         rem / 3600,
@@ -197,4 +189,20 @@ pub fn compact_timestamp() -> String {
         .replace('T', "-")
         .trim_end_matches('Z')
         .to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    /// Against Python's `datetime.fromtimestamp(t, timezone.utc)`.
+    #[test]
+    fn utc_timestamps_match_python() {
+        for (t, want) in [
+            (0, "1970-01-01T00:00:00Z"),
+            (1709210096, "2024-02-29T12:34:56Z"),
+            (1795700000, "2026-11-26T13:33:20Z"),
+            (4102444799, "2099-12-31T23:59:59Z"),
+        ] {
+            assert_eq!(super::utc_timestamp(t), want);
+        }
+    }
 }

@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use common::{tiny_config, weights, AsciiFraction};
+use common::{tiny_config, weights, OfResponse, ASCII_FRACTION};
 use temper_kernels::{Comm, Rendezvous};
 use temper_train::dist::Dist;
 use temper_train::trainer::Trainer;
@@ -44,21 +44,12 @@ fn run(world: usize, root: &Path) -> (PathBuf, Vec<Weights>) {
 
 /// A reward that is 1 when the completion starts with an ASCII character: often equal across a
 /// group, so DAPO's filter has groups to drop.
-struct FirstCharAscii;
-impl temper_reward::Reward for FirstCharAscii {
-    fn name(&self) -> &str {
-        "first_char_ascii"
-    }
-    fn score(
-        &self,
-        _: &str,
-        c: &str,
-        _: &str,
-        _: &serde_json::Value,
-    ) -> temper_reward::RewardOutput {
+const FIRST_CHAR_ASCII: OfResponse = OfResponse {
+    name: "first_char_ascii",
+    score: |c| {
         temper_reward::RewardOutput::new(c.chars().next().is_some_and(|x| x.is_ascii()) as u8 as f64)
-    }
-}
+    },
+};
 
 fn run_with(world: usize, root: &Path, extra: &[&str], binary: bool) -> (PathBuf, Vec<Weights>) {
     let extra: Vec<String> = EXTRA.iter().chain(extra).map(|s| s.to_string()).collect();
@@ -77,9 +68,9 @@ fn run_with(world: usize, root: &Path, extra: &[&str], binary: bool) -> (PathBuf
                 let mut t =
                     Trainer::create_with(tiny_config(&root, &extra), "dp", &[], dist).unwrap();
                 t.reward = if binary {
-                    Box::new(FirstCharAscii)
+                    Box::new(FIRST_CHAR_ASCII)
                 } else {
-                    Box::new(AsciiFraction)
+                    Box::new(ASCII_FRACTION)
                 };
                 t.fit().unwrap();
                 (t.run.root.clone(), weights(&t))
@@ -143,7 +134,7 @@ fn two_ranks_train_like_one() {
         Dist::single(),
     )
     .unwrap();
-    t.reward = Box::new(AsciiFraction);
+    t.reward = Box::new(ASCII_FRACTION);
     t.fit().unwrap();
     assert_eq!(metrics(&two_dir).len(), 4);
 }
@@ -212,7 +203,7 @@ fn a_rank_that_goes_away_stops_the_other_with_a_message() {
     // Found missing at the config check or at the first step's gather, whichever comes first.
     let e = Trainer::create_with(tiny_config(&root, &EXTRA), "dp", &[], dist)
         .and_then(|mut t| {
-            t.reward = Box::new(AsciiFraction);
+            t.reward = Box::new(ASCII_FRACTION);
             t.fit()
         })
         .map(|_| ())

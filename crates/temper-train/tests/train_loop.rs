@@ -1,6 +1,6 @@
 //! End-to-end loop tests on a tiny random model (seconds each).
 mod common;
-use common::{same_weights, tiny_config, weights, AsciiFraction};
+use common::{same_weights, tiny_config, weights, OfResponse, ASCII_FRACTION};
 use std::collections::BTreeMap;
 use temper_train::trainer::Trainer;
 
@@ -23,7 +23,7 @@ fn a_run_trains_and_fills_its_folder() {
         ],
     );
     let mut t = Trainer::create(cfg, "t", &["temper".into(), "train".into()]).unwrap();
-    t.reward = Box::new(AsciiFraction);
+    t.reward = Box::new(ASCII_FRACTION);
     let before = weights(&t);
     t.fit().unwrap();
     assert!(
@@ -152,20 +152,20 @@ fn resume_continues_bitwise() {
     ];
     let root_a = common::temp_dir("resume-a");
     let mut a = Trainer::create(tiny_config(&root_a, &extra), "a", &[]).unwrap();
-    a.reward = Box::new(AsciiFraction);
+    a.reward = Box::new(ASCII_FRACTION);
     a.stop_after = Some(2);
     a.fit().unwrap();
     assert_eq!(a.state.step, 2);
     let run_a = a.run.root.clone();
     drop(a);
     let mut a = Trainer::resume(&run_a, &[]).unwrap();
-    a.reward = Box::new(AsciiFraction);
+    a.reward = Box::new(ASCII_FRACTION);
     assert_eq!(a.state.step, 2);
     a.fit().unwrap();
 
     let root_b = common::temp_dir("resume-b");
     let mut b = Trainer::create(tiny_config(&root_b, &extra), "b", &[]).unwrap();
-    b.reward = Box::new(AsciiFraction);
+    b.reward = Box::new(ASCII_FRACTION);
     b.fit().unwrap();
     assert!(
         same_weights(&weights(&a), &weights(&b)),
@@ -186,32 +186,23 @@ fn resume_continues_bitwise() {
     assert_eq!(ma, mb);
 }
 
-struct Constant;
-impl temper_reward::Reward for Constant {
-    fn name(&self) -> &str {
-        "constant"
-    }
-    fn score(
-        &self,
-        _: &str,
-        _: &str,
-        _: &str,
-        _: &serde_json::Value,
-    ) -> temper_reward::RewardOutput {
-        temper_reward::RewardOutput::new(1.0)
-    }
+/// A trainer on the tiny config with `extra` overrides in a fresh folder, scoring with `reward`.
+fn trainer_with(folder: &str, extra: &[&str], reward: OfResponse) -> Trainer {
+    let root = common::temp_dir(folder);
+    let mut t = Trainer::create(tiny_config(&root, extra), folder, &[]).unwrap();
+    t.reward = Box::new(reward);
+    t
 }
+
+/// Every response scores 1.
+const CONSTANT: OfResponse = OfResponse {
+    name: "constant",
+    score: |_| temper_reward::RewardOutput::new(1.0),
+};
 
 #[test]
 fn all_zero_advantages_skip_the_update() {
-    let root = common::temp_dir("zero");
-    let mut t = Trainer::create(
-        tiny_config(&root, &["trainer.total_training_steps=1"]),
-        "z",
-        &[],
-    )
-    .unwrap();
-    t.reward = Box::new(Constant);
+    let mut t = trainer_with("zero", &["trainer.total_training_steps=1"], CONSTANT);
     let before = weights(&t);
     t.fit().unwrap();
     assert!(same_weights(&before, &weights(&t)));
@@ -220,35 +211,20 @@ fn all_zero_advantages_skip_the_update() {
     assert_eq!(m[0]["batch/zero_adv_groups"].as_f64(), Some(4.0));
 }
 
-struct Crashes;
-impl temper_reward::Reward for Crashes {
-    fn name(&self) -> &str {
-        "crashes"
-    }
-    fn score(
-        &self,
-        _: &str,
-        c: &str,
-        _: &str,
-        _: &serde_json::Value,
-    ) -> temper_reward::RewardOutput {
+/// Panics on responses of even length; scores the others by their length.
+const CRASHES: OfResponse = OfResponse {
+    name: "crashes",
+    score: |c| {
         if c.len().is_multiple_of(2) {
             panic!("grader exploded");
         }
         temper_reward::RewardOutput::new(c.len() as f64)
-    }
-}
+    },
+};
 
 #[test]
 fn a_crashing_reward_stops_or_scores_zero_as_configured() {
-    let root = common::temp_dir("crash");
-    let mut t = Trainer::create(
-        tiny_config(&root, &["trainer.total_training_steps=1"]),
-        "c",
-        &[],
-    )
-    .unwrap();
-    t.reward = Box::new(Crashes);
+    let mut t = trainer_with("crash", &["trainer.total_training_steps=1"], CRASHES);
     let e = format!("{:#}", t.fit().unwrap_err());
     assert!(
         e.contains("reward `crashes` failed")
@@ -257,17 +233,11 @@ fn a_crashing_reward_stops_or_scores_zero_as_configured() {
         "{e}"
     );
     assert!(!t.run.root.join("checkpoints").exists());
-    let root = common::temp_dir("crash-zero");
-    let mut t = Trainer::create(
-        tiny_config(
-            &root,
-            &["trainer.total_training_steps=1", "reward.on_error=zero"],
-        ),
-        "c",
-        &[],
-    )
-    .unwrap();
-    t.reward = Box::new(Crashes);
+    let mut t = trainer_with(
+        "crash-zero",
+        &["trainer.total_training_steps=1", "reward.on_error=zero"],
+        CRASHES,
+    );
     t.fit().unwrap();
     assert!(metrics(&t)[0]["reward/errors"].as_f64().unwrap() > 0.0);
 }
@@ -275,35 +245,19 @@ fn a_crashing_reward_stops_or_scores_zero_as_configured() {
 /// A grader that gives up on every other response (as the math grader does on a timeout or
 /// unbalanced braces): reward 0, counted in `reward/errors`, the run goes on even with
 /// `on_error = "fail"`, and the rollout log says why.
-struct GivesUp;
-impl temper_reward::Reward for GivesUp {
-    fn name(&self) -> &str {
-        "gives_up"
-    }
-    fn score(
-        &self,
-        _: &str,
-        c: &str,
-        _: &str,
-        _: &serde_json::Value,
-    ) -> temper_reward::RewardOutput {
+const GIVES_UP: OfResponse = OfResponse {
+    name: "gives_up",
+    score: |c| {
         if c.len().is_multiple_of(2) {
             return temper_reward::RewardOutput::failed("too_deep");
         }
         temper_reward::RewardOutput::new(c.len() as f64)
-    }
-}
+    },
+};
 
 #[test]
 fn unscorable_responses_score_zero_and_are_counted() {
-    let root = common::temp_dir("gives-up");
-    let mut t = Trainer::create(
-        tiny_config(&root, &["trainer.total_training_steps=1"]),
-        "g",
-        &[],
-    )
-    .unwrap();
-    t.reward = Box::new(GivesUp);
+    let mut t = trainer_with("gives-up", &["trainer.total_training_steps=1"], GIVES_UP);
     t.fit().unwrap();
     let rollouts = std::fs::read_to_string(t.run.root.join("rollouts/step_1.jsonl")).unwrap();
     let (mut even, mut flagged) = (0, 0);
@@ -336,7 +290,7 @@ fn dapo_filtering_and_off_policy_epochs_run() {
         ],
     );
     let mut t = Trainer::create(cfg, "d", &[]).unwrap();
-    t.reward = Box::new(AsciiFraction);
+    t.reward = Box::new(ASCII_FRACTION);
     t.fit().unwrap();
     let m = metrics(&t);
     assert_eq!(m[1]["actor/optimizer_steps"].as_f64(), Some(6.0));
@@ -359,7 +313,7 @@ fn a_single_minibatch_reuses_the_first_forward() {
         ],
     );
     let mut t = Trainer::create(cfg, "s", &[]).unwrap();
-    t.reward = Box::new(AsciiFraction);
+    t.reward = Box::new(ASCII_FRACTION);
     let before = weights(&t);
     t.fit().unwrap();
     assert!(!same_weights(&before, &weights(&t)));
@@ -445,7 +399,7 @@ fn check_on_policy_runs_a_separate_pass_and_can_fail() {
             &[&single[..], &[&dtype, "trainer.threads=2"]].concat(),
         );
         let mut t = Trainer::create(cfg, "s", &[]).unwrap();
-        t.reward = Box::new(AsciiFraction);
+        t.reward = Box::new(ASCII_FRACTION);
         t.fit().unwrap();
         let m = metrics(&t);
         assert_eq!(m[0]["actor/ppo_kl"].as_f64(), Some(0.0));
@@ -454,7 +408,7 @@ fn check_on_policy_runs_a_separate_pass_and_can_fail() {
 
     let root = common::temp_dir("on-policy-perturbed");
     let mut t = Trainer::create(tiny_config(&root, &single), "s", &[]).unwrap();
-    t.reward = Box::new(AsciiFraction);
+    t.reward = Box::new(ASCII_FRACTION);
     t.before_update = Some(Box::new(|params| {
         tch::no_grad(|| {
             let (_, w) = params
@@ -491,7 +445,7 @@ fn shared_prefix_and_packed_updates_match_padded_full_rows() {
         ];
         let cfg = tiny_config(&root, &extra);
         let mut t = Trainer::create(cfg, "s", &[]).unwrap();
-        t.reward = Box::new(AsciiFraction);
+        t.reward = Box::new(ASCII_FRACTION);
         let before = weights(&t);
         t.fit().unwrap();
         (metrics(&t).remove(0), before, weights(&t))
@@ -544,7 +498,7 @@ fn lora_trains_only_adapters_and_resumes_bitwise() {
     ];
     let root_a = common::temp_dir("lora-a");
     let mut a = Trainer::create(tiny_config(&root_a, &extra), "a", &[]).unwrap();
-    a.reward = Box::new(AsciiFraction);
+    a.reward = Box::new(ASCII_FRACTION);
     assert_eq!(a.params.len(), 2 * 3 * 2, "adapters only");
     let base = weights(&a);
     a.stop_after = Some(2);
@@ -570,12 +524,12 @@ fn lora_trains_only_adapters_and_resumes_bitwise() {
     let run_a = a.run.root.clone();
     drop(a);
     let mut a = Trainer::resume(&run_a, &[]).unwrap();
-    a.reward = Box::new(AsciiFraction);
+    a.reward = Box::new(ASCII_FRACTION);
     a.fit().unwrap();
 
     let root_b = common::temp_dir("lora-b");
     let mut b = Trainer::create(tiny_config(&root_b, &extra), "b", &[]).unwrap();
-    b.reward = Box::new(AsciiFraction);
+    b.reward = Box::new(ASCII_FRACTION);
     b.fit().unwrap();
     assert!(
         same_weights(&lora(&a), &lora(&b)),
@@ -595,7 +549,7 @@ fn sampling_from_a_copy_on_rollout_device_matches_sampling_from_the_policy() {
             let mut ov = vec!["trainer.total_training_steps=3"];
             ov.extend(extra.iter());
             let mut t = Trainer::create(tiny_config(&root, &ov), "rd", &[]).unwrap();
-            t.reward = Box::new(AsciiFraction);
+            t.reward = Box::new(ASCII_FRACTION);
             t.fit().unwrap();
             let rollouts: Vec<String> = (1..=3)
                 .map(|s| {
@@ -716,7 +670,7 @@ fn gradient_checkpointing_trains_like_the_plain_backward() {
                 &["trainer.total_training_steps=1", shared, checkpointing],
             );
             let mut t = Trainer::create(cfg, "c", &[]).unwrap();
-            t.reward = Box::new(AsciiFraction);
+            t.reward = Box::new(ASCII_FRACTION);
             t.fit().unwrap();
             (metrics(&t).remove(0), weights(&t))
         };

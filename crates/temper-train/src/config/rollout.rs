@@ -50,13 +50,15 @@ pub struct RolloutConfig {
 
 impl Default for RolloutConfig {
     fn default() -> Self {
+        // The sampling keys default as the sampler's parameters do (vLLM's).
+        let sampling = temper_rollout::SamplingParams::default();
         Self {
-            n: 1,
-            temperature: 1.0,
-            top_p: 1.0,
-            top_k: -1,
-            stop: vec![],
-            min_tokens: 0,
+            n: sampling.n,
+            temperature: sampling.temperature,
+            top_p: sampling.top_p,
+            top_k: sampling.top_k,
+            stop: sampling.stop,
+            min_tokens: sampling.min_tokens,
             max_num_seqs: 256,
             backend: RolloutBackend::Local,
             base_urls: vec![],

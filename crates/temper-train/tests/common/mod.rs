@@ -108,12 +108,15 @@ pub fn tiny_model_dir() -> PathBuf {
     .clone()
 }
 
-/// A reward with a spread on random text: the fraction of ASCII characters in the completion.
-pub struct AsciiFraction;
+/// A test reward: a name and a score of the response alone.
+pub struct OfResponse {
+    pub name: &'static str,
+    pub score: fn(&str) -> temper_reward::RewardOutput,
+}
 
-impl temper_reward::Reward for AsciiFraction {
+impl temper_reward::Reward for OfResponse {
     fn name(&self) -> &str {
-        "ascii_fraction"
+        self.name
     }
     fn score(
         &self,
@@ -122,12 +125,20 @@ impl temper_reward::Reward for AsciiFraction {
         _: &str,
         _: &serde_json::Value,
     ) -> temper_reward::RewardOutput {
+        (self.score)(completion)
+    }
+}
+
+/// A reward with a spread on random text: the fraction of ASCII characters in the completion.
+pub const ASCII_FRACTION: OfResponse = OfResponse {
+    name: "ascii_fraction",
+    score: |completion| {
         let n = completion.chars().count().max(1) as f64;
         temper_reward::RewardOutput::new(
             completion.chars().filter(|c| c.is_ascii()).count() as f64 / n,
         )
-    }
-}
+    },
+};
 
 /// A config for a few fast steps of GRPO on the tiny model (arith prompts, raw template).
 pub fn tiny_config(root: &std::path::Path, extra: &[&str]) -> temper_train::config::Config {
