@@ -90,14 +90,57 @@ pub trait Environment: Send {
 /// Builds an environment from its settings.
 pub type EnvBuilder = fn(EnvSettings<'_>) -> Result<Box<dyn Environment>>;
 
+/// How long a training datum of an environment is, for estimates made before anything runs
+/// (the trainer's memory plan): one-turn environments' datums are a prompt and one answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DatumShape {
+    /// Answers in one datum (a debater's: its own three and the opponent's two earlier ones).
+    pub answers: u64,
+    /// Further tokens in it (a debate's two round instructions, about 64 tokens each).
+    pub extra_tokens: u64,
+    /// Whether a question's datums share their prompt (a debater's prompt names its side).
+    pub shared_prompt: bool,
+}
+
+impl DatumShape {
+    pub const ONE_TURN: DatumShape = DatumShape {
+        answers: 1,
+        extra_tokens: 0,
+        shared_prompt: true,
+    };
+}
+
+/// A registered environment: its name, builder and datum shape.
+pub struct EnvEntry {
+    pub name: &'static str,
+    pub build: EnvBuilder,
+    pub datum: DatumShape,
+}
+
 /// The environments besides the one-turn tasks, by name.
-pub const ENVIRONMENTS: &[(&str, EnvBuilder)] = &[("debate", crate::debate::env::build)];
+pub const ENVIRONMENTS: &[EnvEntry] = &[EnvEntry {
+    name: "debate",
+    build: crate::debate::env::build,
+    datum: DatumShape {
+        answers: 5,
+        extra_tokens: 2 * 64,
+        shared_prompt: false,
+    },
+}];
+
+/// The datum shape of environment `name` (one-turn for a task's name or an unknown one).
+pub fn datum_shape(name: &str) -> DatumShape {
+    ENVIRONMENTS
+        .iter()
+        .find(|e| e.name == name)
+        .map_or(DatumShape::ONE_TURN, |e| e.datum)
+}
 
 /// Every `env.name`: the environments and the tasks.
 pub fn environment_names() -> Vec<&'static str> {
     ENVIRONMENTS
         .iter()
-        .map(|(n, _)| *n)
+        .map(|e| e.name)
         .chain(crate::tasks::task_names())
         .collect()
 }
@@ -105,13 +148,13 @@ pub fn environment_names() -> Vec<&'static str> {
 /// Whether environment `name` asks its questions of another task (`env.task`), as debate does;
 /// one-turn environments are their task.
 pub fn takes_a_task(name: &str) -> bool {
-    ENVIRONMENTS.iter().any(|(n, _)| *n == name)
+    ENVIRONMENTS.iter().any(|e| e.name == name)
 }
 
 /// The environment `name` (a registered one, or a task run one turn).
 pub fn build_environment(name: &str, settings: EnvSettings<'_>) -> Result<Box<dyn Environment>> {
-    if let Some((_, build)) = ENVIRONMENTS.iter().find(|(n, _)| *n == name) {
-        return build(settings);
+    if let Some(e) = ENVIRONMENTS.iter().find(|e| e.name == name) {
+        return (e.build)(settings);
     }
     if crate::tasks::task_names().contains(&name) {
         return Ok(Box::new(crate::single_turn::OneTurnEnv {

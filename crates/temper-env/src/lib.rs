@@ -18,8 +18,8 @@ pub mod transcript;
 pub use chat::{ChatTurns, Codec};
 pub use driver::{run_groups, Answer, Ask, EnvGroup, Responder, Responders};
 pub use environment::{
-    build_environment, environment_names, takes_a_task, EnvRun, EnvSettings, Environment,
-    GroupContext, GroupOutcome, ENVIRONMENTS,
+    build_environment, datum_shape, environment_names, takes_a_task, DatumShape, EnvEntry, EnvRun,
+    EnvSettings, Environment, GroupContext, GroupOutcome, ENVIRONMENTS,
 };
 pub use tasks::{task_by_name, task_names, Question, Scored, Task, TASKS};
 pub use train_data::{advantage_stats, Datum, DebateTrain};

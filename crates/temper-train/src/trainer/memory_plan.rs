@@ -144,16 +144,18 @@ pub(crate) fn estimate(cfg: &Config, m: &ModelConfig, world: usize) -> MemoryEst
         .unwrap_or(mini_rows)
         .min(mini_rows)
         .max(1) as u64;
-    // A debater's datum is its whole transcript: three answers, the opponent's two earlier
-    // answers and two round instructions (about 64 tokens each) after the question; and each
-    // debater's prompt names its side, so no two rows share a prompt.
-    let debate = cfg.env.is_debate();
-    let (response, prompt_rows) = if debate {
-        (5 * response + 2 * 64, micro)
-    } else if cfg.actor.shared_prefix {
-        (response, micro.div_ceil(n))
+    // An environment's datum may be a whole transcript (a debater's: five answers and two round
+    // instructions after the question, its prompt naming its side): the registry says.
+    let shape = if cfg.env.enabled() {
+        temper_env::datum_shape(&cfg.env.name)
     } else {
-        (response, micro)
+        temper_env::DatumShape::ONE_TURN
+    };
+    let response = shape.answers * response + shape.extra_tokens;
+    let prompt_rows = if shape.shared_prompt && cfg.actor.shared_prefix {
+        micro.div_ceil(n)
+    } else {
+        micro
     };
     let tokens = micro * response + prompt_rows * prompt;
     let chunk = (cfg.actor.unembed_chunk as u64)
@@ -293,6 +295,29 @@ mod tests {
         let adapters = 30 * 32 * (2 * (576 + 576) + 2 * (576 + 192) + 3 * (576 + 1536)) as u64;
         assert_eq!(grads(&lora), 4 * adapters);
         assert!(grads(&full) > 10 * grads(&lora));
+    }
+
+    /// An environment's datum shape comes from temper-env's registry: a debater's datum is its
+    /// transcript (five answers and two instructions, no shared prompt), a one-turn task's a
+    /// prompt and one answer.
+    #[test]
+    fn a_debates_datums_are_estimated_as_its_transcripts() {
+        let tokens = |name: &str| {
+            let cfg = config(&[
+                &format!("env.name={name}"),
+                "data.max_prompt_length=100",
+                "data.max_response_length=10",
+                "rollout.n=4",
+                "actor.ppo_micro_batch_size_per_gpu=4",
+            ]);
+            let e = estimate(&cfg, &smollm2(), 1);
+            e.update.iter().find(|p| p.0 == "activations").unwrap().1
+                / smollm2().activation_bytes_per_token()
+        };
+        // qa: 4 answers of 10 tokens after one shared 100-token prompt; debate: 4 transcripts of
+        // 5 x 10 + 128 tokens after 4 prompts.
+        assert_eq!(tokens("qa"), 4 * 10 + 100);
+        assert_eq!(tokens("debate"), 4 * (5 * 10 + 128) + 4 * 100);
     }
 
     #[test]
