@@ -24,10 +24,22 @@ use tch::{Kind, Tensor};
 use crate::logprobs::logprobs_and_entropy;
 use crate::model::CausalLm;
 
-/// Tokens per chunk of logits when the config names none. With SmolLM2's 49,152-token vocabulary a
-/// chunk of 1,024 is 200 MB of f32 logits (a few times that with softmax and gradient);
-/// BENCHMARKS.md ("chunked unembedding") measures the speed against smaller and larger chunks.
+/// The most tokens per chunk of logits when the config names none. With SmolLM2's 49,152-token
+/// vocabulary a chunk of 1,024 is 200 MB of f32 logits (a few times that with softmax and
+/// gradient); BENCHMARKS.md ("chunked unembedding") measures the speed against smaller and larger
+/// chunks.
 pub const DEFAULT_UNEMBED_CHUNK: i64 = 1024;
+
+/// Bytes of f32 logits one default chunk may hold: 1,024 tokens of SmolLM2's vocabulary.
+const DEFAULT_CHUNK_LOGIT_BYTES: i64 = 1024 * 49_152 * 4;
+
+/// Tokens per chunk of logits when the config names none, for a vocabulary of `vocab_size`: as
+/// many as keep one chunk's logits within [`DEFAULT_CHUNK_LOGIT_BYTES`], at most
+/// [`DEFAULT_UNEMBED_CHUNK`], at least 64. So a larger vocabulary gets shorter chunks, not larger
+/// ones (Qwen2.5's 151,936 tokens: 331 per chunk, 201 MB instead of 622 MB).
+pub fn default_unembed_chunk(vocab_size: i64) -> i64 {
+    (DEFAULT_CHUNK_LOGIT_BYTES / (vocab_size.max(1) * 4)).clamp(64, DEFAULT_UNEMBED_CHUNK)
+}
 
 /// Log-probabilities and entropies of some tokens, with the second half of their backward pending
 /// when they were computed with autograd (see the module docs).
@@ -210,7 +222,18 @@ fn spans(n: i64, chunk: i64) -> impl Iterator<Item = (i64, i64)> {
 
 #[cfg(test)]
 mod tests {
-    use super::spans;
+    use super::{default_unembed_chunk, spans};
+
+    #[test]
+    fn the_default_chunk_keeps_a_chunks_logits_within_smollm2s_1024_tokens() {
+        // SmolLM2 keeps 1,024; larger vocabularies get shorter chunks of the same bytes; a tiny
+        // vocabulary is capped at 1,024 and a huge one floored at 64.
+        assert_eq!(default_unembed_chunk(49_152), 1024);
+        assert_eq!(default_unembed_chunk(151_936), 331);
+        assert_eq!(default_unembed_chunk(128_256), 392);
+        assert_eq!(default_unembed_chunk(260), 1024);
+        assert_eq!(default_unembed_chunk(10_000_000), 64);
+    }
 
     #[test]
     fn spans_cover_everything_in_near_equal_parts() {

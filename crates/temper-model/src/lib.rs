@@ -77,7 +77,7 @@ pub use dtype::{
     DtypeChoice, DtypeRequest, AUTO_BF16_MIN_SPEEDUP,
 };
 pub use generation_config::GenerationConfig;
-pub use head::{TokenScores, DEFAULT_UNEMBED_CHUNK};
+pub use head::{default_unembed_chunk, TokenScores, DEFAULT_UNEMBED_CHUNK};
 pub use kv_cache::KvCache;
 pub use logprobs::{logprobs_and_entropy, logprobs_of};
 pub use lora::{LoraConfig, LORA_HEAD};

@@ -608,7 +608,7 @@ impl CausalLm {
 
     /// Per-token log-probabilities of `targets` (B, T) under softmax(logits / temperature), and the
     /// entropy of that distribution, both (B, T) f32, the unembedding computed
-    /// [`crate::head::DEFAULT_UNEMBED_CHUNK`] positions at a time ([`CausalLm::score_tokens`]; with
+    /// [`crate::head::default_unembed_chunk`] positions at a time ([`CausalLm::score_tokens`]; with
     /// autograd, finish a `loss.backward()` with [`crate::TokenScores::backward`]). Usually
     /// `targets` is `input_ids` shifted left by one (the caller masks the last position and
     /// padding).
@@ -625,7 +625,7 @@ impl CausalLm {
             &hidden,
             targets,
             temperature,
-            crate::head::DEFAULT_UNEMBED_CHUNK,
+            crate::head::default_unembed_chunk(self.config.vocab_size),
         )
     }
 }

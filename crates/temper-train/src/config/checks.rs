@@ -54,7 +54,7 @@ impl Config {
             ("data.max_prompt_length", d.max_prompt_length),
             ("actor.ppo_mini_batch_size", self.actor.ppo_mini_batch_size),
             ("actor.ppo_epochs", self.actor.ppo_epochs),
-            ("actor.unembed_chunk", self.actor.unembed_chunk),
+            ("actor.unembed_chunk", self.actor.unembed_chunk.unwrap_or(1)),
             ("rollout.n", self.rollout.n),
             ("rollout.max_num_seqs", self.rollout.max_num_seqs),
             ("eval.n", self.eval.n),

@@ -167,7 +167,9 @@ pub struct ActorConfig {
     /// Tokens whose logits are computed at a time (the unembedding runs chunk by chunk in the
     /// update and the old / reference passes, so at most one chunk of (tokens, vocabulary)
     /// logits exists at once; the gradients are exact). Larger is not faster: BENCHMARKS.md.
-    pub unembed_chunk: usize,
+    /// Unset: by the vocabulary ([`temper_model::default_unembed_chunk`]: 1,024 for SmolLM2's,
+    /// 331 for Qwen2.5's).
+    pub unembed_chunk: Option<usize>,
     /// Activation checkpointing per decoder layer: the update keeps each layer's input only and
     /// runs the layer again in the backward (less memory, about one more forward of time; the
     /// same gradients to float rounding). verl's `model.enable_gradient_checkpointing`.
@@ -203,7 +205,7 @@ impl Default for ActorConfig {
             ppo_epochs: 1,
             shuffle: false,
             shared_prefix: true,
-            unembed_chunk: temper_model::DEFAULT_UNEMBED_CHUNK as usize,
+            unembed_chunk: None,
             gradient_checkpointing: false,
             grad_clip: 1.0,
             clip_ratio: 0.2,
