@@ -6,7 +6,7 @@ no KL term as temper's side, and prints one JSON object:
     {"step_s": [...], "peak_rss_mb": float, "trl": version, "torch": version, "threads": int}
 
 Usage: trl_grpo_bench.py --model DIR --prompts FILE.json --n 8 --max-tokens 12 --steps 3 [--warmup 1]
-       [--min-tokens N] [--reward arith|digits|letters] [--micro N] [--gradient-checkpointing]
+       [--min-tokens N] [--reward arith|digits|letters] [--micro N] [--gradient-checkpointing] [--bf16]
 FILE.json is a list of {"prompt": [{"role", "content"}...], "answer": "7"} in the order used.
 TRL version pinned by the project: trl==1.16.0 (scripts/setup-env.sh).
 """
@@ -31,6 +31,7 @@ p.add_argument("--min-tokens", type=int, default=0)
 p.add_argument("--reward", choices=["arith", "digits", "letters"], default="arith")
 p.add_argument("--micro", type=int, default=0, help="responses per forward/backward (default: all)")
 p.add_argument("--gradient-checkpointing", action="store_true")
+p.add_argument("--bf16", action="store_true", help="bf16 autocast (transformers' bf16=True; f32 master weights)")
 p.add_argument("--steps", type=int, default=3)
 p.add_argument("--warmup", type=int, default=1)
 p.add_argument("--lr", type=float, default=1e-5)
@@ -99,7 +100,7 @@ micro = args.micro or responses
 cfg = GRPOConfig(
     output_dir=args.out,
     use_cpu=True,
-    bf16=False,
+    bf16=args.bf16,
     per_device_train_batch_size=micro,
     gradient_accumulation_steps=responses // micro,
     gradient_checkpointing=args.gradient_checkpointing,

@@ -60,7 +60,8 @@ pub struct Args {
     /// Model folder or name (`smollm2`).
     #[arg(long, default_value = "smollm2")]
     pub model: String,
-    /// temper's compute dtype (`float32` matches TRL on CPU; `bfloat16` for information).
+    /// The compute dtype of both sides: `float32`, or `bfloat16` (temper's bf16 matmuls with f32
+    /// master weights; TRL's `bf16=True`, autocast with f32 master weights).
     #[arg(long, default_value = "float32")]
     pub dtype: String,
     /// Only time temper.
@@ -141,6 +142,13 @@ struct Side {
 pub fn run(args: Args) -> Result<()> {
     if args.steps == 0 {
         bail!("--steps must be at least 1");
+    }
+    // Both sides must compute alike: `auto` could pick either on temper's side only.
+    if args.dtype != "float32" && args.dtype != "bfloat16" {
+        bail!(
+            "--dtype {:?}: expected float32 or bfloat16 (both sides use it)",
+            args.dtype
+        );
     }
     if args.reward != "arith" && CharFraction::named(&args.reward).is_none() {
         bail!(
@@ -258,6 +266,7 @@ pub fn run(args: Args) -> Result<()> {
                 args.gradient_checkpointing
                     .then_some("--gradient-checkpointing"),
             )
+            .args((args.dtype == "bfloat16").then_some("--bf16"))
             .args([
                 "--steps",
                 &args.steps.to_string(),
@@ -322,7 +331,12 @@ pub fn run(args: Args) -> Result<()> {
     };
     row(&format!("temper ({})", args.dtype), &ours);
     if !args.no_python {
-        row(&format!("{trl_version}, f32"), &theirs);
+        let theirs_dtype = if args.dtype == "bfloat16" {
+            "bf16 autocast"
+        } else {
+            "f32"
+        };
+        row(&format!("{trl_version}, {theirs_dtype}"), &theirs);
         println!(
             "\ntemper is {:.2}x TRL's speed per step (median TRL s/step / median temper s/step; {} timed steps each)",
             median(&theirs.steps) / median(&ours.steps),
