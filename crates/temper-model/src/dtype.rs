@@ -81,12 +81,15 @@ pub enum DtypeRequest {
 
 impl std::str::FromStr for DtypeRequest {
     type Err = anyhow::Error;
+    /// `auto`, or a compute dtype in any of [`ComputeKind`]'s spellings.
     fn from_str(s: &str) -> Result<Self> {
-        match s {
-            "float32" | "f32" | "fp32" => Ok(DtypeRequest::Float32),
-            "bfloat16" | "bf16" => Ok(DtypeRequest::Bfloat16),
-            "auto" => Ok(DtypeRequest::Auto),
-            other => bail!("unknown dtype `{other}` (float32, bfloat16 or auto)"),
+        if s == "auto" {
+            return Ok(DtypeRequest::Auto);
+        }
+        match s.parse::<ComputeKind>() {
+            Ok(ComputeKind::F32) => Ok(DtypeRequest::Float32),
+            Ok(ComputeKind::Bf16) => Ok(DtypeRequest::Bfloat16),
+            Err(_) => bail!("unknown dtype `{s}` (float32, bfloat16 or auto)"),
         }
     }
 }

@@ -184,17 +184,30 @@ impl Worker {
         weights: Weights,
         request: Request,
     ) -> impl std::future::Future<Output = Result<Vec<Sample>, String>> {
-        let (reply, rx) = tokio::sync::oneshot::channel();
-        let sent = self.tx.send(Job::Sample {
-            weights,
-            request,
-            reply,
-        });
+        let queued = self.queue_sample(weights, request);
         async move {
-            sent.map_err(|_| "the model worker has stopped".to_string())?;
-            rx.await
+            queued?
+                .await
                 .map_err(|_| "the model worker dropped the request".to_string())?
         }
+    }
+
+    /// Queue one sampling job; the receiver gets its samples (awaited by [`Worker::submit`],
+    /// blocked on by the [`temper_rollout::Sampler`] implementation).
+    fn queue_sample(
+        &self,
+        weights: Weights,
+        request: Request,
+    ) -> Result<tokio::sync::oneshot::Receiver<Result<Vec<Sample>, String>>, String> {
+        let (reply, rx) = tokio::sync::oneshot::channel();
+        self.tx
+            .send(Job::Sample {
+                weights,
+                request,
+                reply,
+            })
+            .map_err(|_| "the model worker has stopped".to_string())?;
+        Ok(rx)
     }
 
     /// [`Worker::generate_on`] the served model.
@@ -424,24 +437,16 @@ impl temper_rollout::Sampler for Worker {
         let _queued = self
             .reserve(requests.len())
             .map_err(|(_, message)| anyhow::anyhow!(message))?;
-        let mut pending = Vec::with_capacity(requests.len());
-        for request in requests {
-            let (reply, rx) = tokio::sync::oneshot::channel();
-            let job = Job::Sample {
-                weights: Weights::Served,
-                request: request.clone(),
-                reply,
-            };
-            self.tx
-                .send(job)
-                .map_err(|_| anyhow::anyhow!("the model worker has stopped"))?;
-            pending.push(rx);
-        }
+        let pending = requests
+            .iter()
+            .map(|r| self.queue_sample(Weights::Served, r.clone()))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(anyhow::Error::msg)?;
         let mut samples = Vec::new();
         for (i, rx) in pending.into_iter().enumerate() {
-            let answered = rx
-                .blocking_recv()
-                .map_err(|_| anyhow::anyhow!("request {i}: the model worker dropped it"))?;
+            let answered = rx.blocking_recv().map_err(|_| {
+                anyhow::anyhow!("request {i}: the model worker dropped the request")
+            })?;
             let mut mine = answered.map_err(|e| anyhow::anyhow!("request {i}: {e}"))?;
             // The worker numbers requests in its own admission order; the seam numbers them in
             // the caller's.

@@ -10,6 +10,7 @@ use super::bench::median;
 use anyhow::{bail, Context, Result};
 use std::path::PathBuf;
 use std::process::Command;
+use temper_model::DtypeRequest;
 use temper_train::config::load_config;
 use temper_train::trainer::Trainer;
 
@@ -63,7 +64,7 @@ pub struct Args {
     /// The compute dtype of both sides: `float32`, or `bfloat16` (temper's bf16 matmuls with f32
     /// master weights; TRL's `bf16=True`, autocast with f32 master weights).
     #[arg(long, default_value = "float32")]
-    pub dtype: String,
+    pub dtype: DtypeRequest,
     /// Only time temper.
     #[arg(long)]
     pub no_python: bool,
@@ -144,12 +145,10 @@ pub fn run(args: Args) -> Result<()> {
         bail!("--steps must be at least 1");
     }
     // Both sides must compute alike: `auto` could pick either on temper's side only.
-    if args.dtype != "float32" && args.dtype != "bfloat16" {
-        bail!(
-            "--dtype {:?}: expected float32 or bfloat16 (both sides use it)",
-            args.dtype
-        );
+    if args.dtype == DtypeRequest::Auto {
+        bail!("--dtype auto: expected float32 or bfloat16 (both sides use it)");
     }
+    let bf16 = args.dtype == DtypeRequest::Bfloat16;
     if args.reward != "arith" && CharFraction::named(&args.reward).is_none() {
         bail!(
             "--reward {:?}: expected arith, digits or letters",
@@ -168,7 +167,7 @@ pub fn run(args: Args) -> Result<()> {
     let total = args.steps + args.warmup;
     let overrides: Vec<String> = vec![
         format!("model.path={:?}", model_dir.display().to_string()),
-        format!("model.dtype={:?}", args.dtype),
+        format!("model.dtype=\"{}\"", args.dtype),
         "data.task=arith".into(),
         "data.task_args={ digits = 1, template = \"What is {expr}?\", answer_mode = \"last_number\" }".into(),
         format!("data.task_train_size={}", args.prompts * total),
@@ -266,7 +265,7 @@ pub fn run(args: Args) -> Result<()> {
                 args.gradient_checkpointing
                     .then_some("--gradient-checkpointing"),
             )
-            .args((args.dtype == "bfloat16").then_some("--bf16"))
+            .args(bf16.then_some("--bf16"))
             .args([
                 "--steps",
                 &args.steps.to_string(),
@@ -331,11 +330,7 @@ pub fn run(args: Args) -> Result<()> {
     };
     row(&format!("temper ({})", args.dtype), &ours);
     if !args.no_python {
-        let theirs_dtype = if args.dtype == "bfloat16" {
-            "bf16 autocast"
-        } else {
-            "f32"
-        };
+        let theirs_dtype = if bf16 { "bf16 autocast" } else { "f32" };
         row(&format!("{trl_version}, {theirs_dtype}"), &theirs);
         println!(
             "\ntemper is {:.2}x TRL's speed per step (median TRL s/step / median temper s/step; {} timed steps each)",

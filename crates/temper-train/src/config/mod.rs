@@ -197,6 +197,17 @@ pub struct ActorConfig {
     pub optim: OptimConfig,
 }
 
+impl ActorConfig {
+    /// Tokens per chunk of logits for a model with `vocab_size` tokens: `actor.unembed_chunk`, or
+    /// when unset [`temper_model::default_unembed_chunk`].
+    pub fn unembed_chunk_for(&self, vocab_size: i64) -> i64 {
+        self.unembed_chunk.map_or_else(
+            || temper_model::default_unembed_chunk(vocab_size),
+            |c| c as i64,
+        )
+    }
+}
+
 impl Default for ActorConfig {
     fn default() -> Self {
         Self {

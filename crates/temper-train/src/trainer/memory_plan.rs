@@ -158,10 +158,7 @@ pub(crate) fn estimate(cfg: &Config, m: &ModelConfig, world: usize) -> MemoryEst
         micro
     };
     let tokens = micro * response + prompt_rows * prompt;
-    let chunk = (cfg.actor.unembed_chunk.map_or_else(
-        || temper_model::default_unembed_chunk(m.vocab_size),
-        |c| c as i64,
-    ) as u64)
+    let chunk = (cfg.actor.unembed_chunk_for(m.vocab_size) as u64)
         .min(micro * response)
         .max(1);
     // Attention keeps (query x key) matrices per layer and head for the backward, which grow

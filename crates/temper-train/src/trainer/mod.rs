@@ -580,9 +580,8 @@ impl Trainer {
 impl Trainer {
     /// Tokens per chunk of logits in every pass over the batch (`actor.unembed_chunk`).
     pub(crate) fn unembed_chunk(&self) -> i64 {
-        self.cfg.actor.unembed_chunk.map_or_else(
-            || temper_model::default_unembed_chunk(self.model.config().vocab_size),
-            |c| c as i64,
-        )
+        self.cfg
+            .actor
+            .unembed_chunk_for(self.model.config().vocab_size)
     }
 }
