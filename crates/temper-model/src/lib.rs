@@ -79,7 +79,7 @@ pub use dtype::{
 pub use generation_config::GenerationConfig;
 pub use head::{default_unembed_chunk, TokenScores, DEFAULT_UNEMBED_CHUNK};
 pub use kv_cache::KvCache;
-pub use logprobs::{logprobs_and_entropy, logprobs_of};
+pub use logprobs::{logprobs_and_entropy, logprobs_and_entropy_backward, logprobs_of};
 pub use lora::{LoraConfig, LORA_HEAD};
 pub use model::{CausalLm, LayerCheckpoints};
 pub use padded::PaddedRows;

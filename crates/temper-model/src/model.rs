@@ -606,6 +606,29 @@ impl CausalLm {
         logits.to_kind(Kind::Float)
     }
 
+    /// The unembedding's weight and its copy in the compute dtype, when [`CausalLm::logits`] is
+    /// that one matmul and the weight takes a gradient (no LoRA on the head, no sampling copy in
+    /// place): the chunked head's backward then adds each chunk's weight gradient into `.grad`
+    /// in place instead of through a full-size temporary ([`crate::TokenScores::backward`]).
+    pub(crate) fn plain_head(&self) -> Option<(&Tensor, Tensor)> {
+        if self.head_lora.is_some() || self.sampling.borrow().is_some() {
+            return None;
+        }
+        let w = self.lm_head.as_ref().unwrap_or(&self.embed_tokens);
+        if !w.requires_grad() {
+            return None;
+        }
+        let kind = self.compute.kind();
+        let wk = tch::no_grad(|| {
+            if kind == Kind::Float {
+                w.shallow_clone()
+            } else {
+                w.to_kind(kind)
+            }
+        });
+        Some((w, wk))
+    }
+
     /// Per-token log-probabilities of `targets` (B, T) under softmax(logits / temperature), and the
     /// entropy of that distribution, both (B, T) f32, the unembedding computed
     /// [`crate::head::default_unembed_chunk`] positions at a time ([`CausalLm::score_tokens`]; with

@@ -73,22 +73,26 @@ impl AdamW {
                 if !g.defined() {
                     continue;
                 }
-                let mut p = p.shallow_clone();
-                if self.weight_decay != 0.0 {
-                    let _ = p.f_mul_scalar_(1.0 - lr * self.weight_decay)?;
+                // Every operation is elementwise, so a slice at a time gives the same bits while
+                // the temporaries stay a slice's size, not a parameter's (an embedding is 113 MB).
+                for (p, g, exp_avg, exp_avg_sq) in
+                    slices(&[p, &g, &self.exp_avg[i], &self.exp_avg_sq[i]])
+                {
+                    let (mut p, mut exp_avg, mut exp_avg_sq) = (p, exp_avg, exp_avg_sq);
+                    if self.weight_decay != 0.0 {
+                        let _ = p.f_mul_scalar_(1.0 - lr * self.weight_decay)?;
+                    }
+                    let _ = exp_avg.f_lerp_(&g, 1.0 - beta1)?;
+                    // exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1 - beta2): tch's addcmul_
+                    // has no `value`, so the scalar is folded into the first factor, which is
+                    // exactly what the kernel computes first (`self + value * t1 * t2`).
+                    let _ = exp_avg_sq.f_mul_scalar_(beta2)?;
+                    let _ = exp_avg_sq.f_addcmul_(&g.f_mul_scalar(1.0 - beta2)?, &g)?;
+                    let mut denom = exp_avg_sq.f_sqrt()?.f_div_scalar(bias_correction2_sqrt)?;
+                    let _ = denom.f_add_scalar_(self.eps)?;
+                    // param.addcdiv_(exp_avg, denom, value=-step_size), folded the same way.
+                    let _ = p.f_addcdiv_(&exp_avg.f_mul_scalar(-step_size)?, &denom)?;
                 }
-                let _ = self.exp_avg[i].f_lerp_(&g, 1.0 - beta1)?;
-                // exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1 - beta2): tch's addcmul_ has no
-                // `value`, so the scalar is folded into the first factor, which is exactly what the
-                // kernel computes first (`self + value * t1 * t2`).
-                let _ = self.exp_avg_sq[i].f_mul_scalar_(beta2)?;
-                let _ = self.exp_avg_sq[i].f_addcmul_(&g.f_mul_scalar(1.0 - beta2)?, &g)?;
-                let mut denom = self.exp_avg_sq[i]
-                    .f_sqrt()?
-                    .f_div_scalar(bias_correction2_sqrt)?;
-                let _ = denom.f_add_scalar_(self.eps)?;
-                // param.addcdiv_(exp_avg, denom, value=-step_size), folded the same way.
-                let _ = p.f_addcdiv_(&self.exp_avg[i].f_mul_scalar(-step_size)?, &denom)?;
             }
             Ok(())
         })
@@ -138,4 +142,29 @@ impl AdamW {
         self.step = get("step")?.to_kind(Kind::Int64).int64_value(&[0]) as u64;
         Ok(())
     }
+}
+
+/// Elements per slice of a parameter in [`AdamW::step`]: 4 Mi f32 values, 16 MiB.
+const STEP_SLICE: i64 = 4 << 20;
+
+/// The same rows of `p`, its gradient and its two moments (all shaped alike), in slices along the
+/// first dimension of at most [`STEP_SLICE`] elements (at least one row); views, so in-place
+/// operations on them update the tensors.
+fn slices(t: &[&Tensor; 4]) -> Vec<(Tensor, Tensor, Tensor, Tensor)> {
+    let [p, g, m, v] = t;
+    let size = p.size();
+    if size.is_empty() || p.numel() as i64 <= STEP_SLICE {
+        let c = |t: &Tensor| t.shallow_clone();
+        return vec![(c(p), c(g), c(m), c(v))];
+    }
+    let row = (p.numel() as i64 / size[0]).max(1);
+    let rows = (STEP_SLICE / row).max(1);
+    (0..size[0])
+        .step_by(rows as usize)
+        .map(|start| {
+            let len = rows.min(size[0] - start);
+            let n = |t: &Tensor| t.narrow(0, start, len);
+            (n(p), n(g), n(m), n(v))
+        })
+        .collect()
 }

@@ -253,6 +253,25 @@ impl LayerCheckpoints<'_> {
         if !m.embed_tokens.requires_grad() {
             return;
         }
+        let grad = m.embed_tokens.grad();
+        if grad.defined() {
+            // Added row by row in place: autograd's embedding backward would first build a
+            // vocabulary-sized dense gradient per call (2 x 113 MB for SmolLM2).
+            let add = |ids: &Tensor, g: &Tensor| {
+                let h = g.size()[g.dim() - 1];
+                let rows = g.reshape([-1, h]).to_kind(grad.kind());
+                let _ = grad
+                    .shallow_clone()
+                    .index_add_(0, &ids.reshape([-1]), &rows);
+            };
+            tch::no_grad(|| {
+                add(&p.input_ids, &g_prompts);
+                if let (Some((s, _)), Some(g)) = (&self.responses, &g_responses) {
+                    add(&s.input_ids, g);
+                }
+            });
+            return;
+        }
         let embed = |ids: &Tensor| Tensor::embedding(&m.embed_tokens, ids, -1, false, false);
         let mut total = surrogate(&embed(&p.input_ids), &g_prompts);
         if let (Some((s, _)), Some(g)) = (&self.responses, &g_responses) {
