@@ -1,7 +1,9 @@
 //! Time one training forward + backward of a GRPO-shaped batch on a model folder in each layout:
 //! padded full rows, padded shared prompts, packed rows, packed shared prompts. Responses have
 //! lengths spread over R/4..R (as sampled ones do).
-//! `cargo run -p temper-model --example profile_update -- DIR [groups n P R [bf16]]`.
+//! `cargo run -p temper-model --example profile_update -- DIR [groups n P R [bf16|f32 [CHUNKS]]]`.
+//! With CHUNKS (comma-separated unembedding chunk sizes) only the default layout (packed shared
+//! prompts) is timed, once per chunk size.
 use std::time::Instant;
 
 use tch::{Device, Kind, Tensor};
@@ -69,6 +71,21 @@ fn main() -> anyhow::Result<()> {
         r / 4,
         lens.iter().sum::<i64>() as f64 / lens.len() as f64
     );
+    if let Some(list) = args.get(7) {
+        for round in 0..3 {
+            print!("round {round}: ");
+            for chunk in list.split(',').map(|c| c.parse::<i64>().unwrap()) {
+                time_one(&format!("chunk {chunk}"), &valid, &|| {
+                    let (hidden, _) = model
+                        .response_hidden_packed(&pairs, r, true, false)
+                        .unwrap();
+                    model.score_tokens(&hidden, &responses, 1.0, chunk)
+                });
+            }
+            println!();
+        }
+        return Ok(());
+    }
     for round in 0..3 {
         print!("round {round}: ");
         time_one("padded", &valid, &|| {

@@ -24,19 +24,19 @@ use tch::{Kind, Tensor};
 use crate::logprobs::{logprobs_and_entropy, logprobs_and_entropy_backward};
 use crate::model::CausalLm;
 
-/// The most tokens per chunk of logits when the config names none. With SmolLM2's 49,152-token
-/// vocabulary a chunk of 1,024 is 200 MB of f32 logits (a few times that with softmax and
-/// gradient); BENCHMARKS.md ("chunked unembedding") measures the speed against smaller and larger
-/// chunks.
+/// The most tokens per chunk of logits when the config names none.
 pub const DEFAULT_UNEMBED_CHUNK: i64 = 1024;
 
-/// Bytes of f32 logits one default chunk may hold: 1,024 tokens of SmolLM2's vocabulary.
-const DEFAULT_CHUNK_LOGIT_BYTES: i64 = 1024 * 49_152 * 4;
+/// Bytes of f32 logits one default chunk may hold: 256 tokens of SmolLM2's 49,152-token
+/// vocabulary, 50 MB. The forward holds two such buffers per chunk and the backward two more (and
+/// bf16 copies); chunks of 128 to 1,024 tokens measured the same speed within noise
+/// (BENCHMARKS.md, "The unembedding's chunk").
+const DEFAULT_CHUNK_LOGIT_BYTES: i64 = 256 * 49_152 * 4;
 
 /// Tokens per chunk of logits when the config names none, for a vocabulary of `vocab_size`: as
 /// many as keep one chunk's logits within [`DEFAULT_CHUNK_LOGIT_BYTES`], at most
 /// [`DEFAULT_UNEMBED_CHUNK`], at least 64. So a larger vocabulary gets shorter chunks, not larger
-/// ones (Qwen2.5's 151,936 tokens: 331 per chunk, 201 MB instead of 622 MB).
+/// ones (SmolLM2: 256 tokens; Qwen2.5's 151,936 tokens: 82).
 pub fn default_unembed_chunk(vocab_size: i64) -> i64 {
     (DEFAULT_CHUNK_LOGIT_BYTES / (vocab_size.max(1) * 4)).clamp(64, DEFAULT_UNEMBED_CHUNK)
 }
@@ -266,12 +266,12 @@ mod tests {
     use super::{default_unembed_chunk, spans};
 
     #[test]
-    fn the_default_chunk_keeps_a_chunks_logits_within_smollm2s_1024_tokens() {
-        // SmolLM2 keeps 1,024; larger vocabularies get shorter chunks of the same bytes; a tiny
+    fn the_default_chunk_keeps_a_chunks_logits_within_256_smollm2_tokens() {
+        // SmolLM2 gets 256; larger vocabularies get shorter chunks of the same bytes; a tiny
         // vocabulary is capped at 1,024 and a huge one floored at 64.
-        assert_eq!(default_unembed_chunk(49_152), 1024);
-        assert_eq!(default_unembed_chunk(151_936), 331);
-        assert_eq!(default_unembed_chunk(128_256), 392);
+        assert_eq!(default_unembed_chunk(49_152), 256);
+        assert_eq!(default_unembed_chunk(151_936), 82);
+        assert_eq!(default_unembed_chunk(128_256), 98);
         assert_eq!(default_unembed_chunk(260), 1024);
         assert_eq!(default_unembed_chunk(10_000_000), 64);
     }

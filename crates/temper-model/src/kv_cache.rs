@@ -70,34 +70,37 @@ impl KvCache {
     /// number of zeros. Keys carry their rotary positions, so moving a row's slots does not change
     /// what it computes (every query attends by mask, not by slot). `capacity` (at least the merged
     /// length) reserves room for decoding. Both caches must come from the same model and hold at
-    /// least one forward.
-    pub fn merge_rows(a: &KvCache, b: &KvCache, capacity: i64) -> KvCache {
+    /// least one forward. They are consumed a layer at a time, so the merge holds one layer's
+    /// old buffers beside the merged cache, not two whole caches.
+    pub fn merge_rows(a: KvCache, b: KvCache, capacity: i64) -> KvCache {
         assert_eq!(a.layers.len(), b.layers.len(), "caches of different models");
         let len = a.len.max(b.len);
         let capacity = capacity.max(len);
+        let (a_len, b_len) = (a.len, b.len);
         let layers = a
             .layers
-            .iter()
-            .zip(&b.layers)
+            .into_iter()
+            .zip(b.layers)
             .map(|(la, lb)| {
-                let (ka, va) = la.as_ref().expect("merge_rows: empty cache");
-                let (kb, vb) = lb.as_ref().expect("merge_rows: empty cache");
+                let (ka, va) = la.expect("merge_rows: empty cache");
+                let (kb, vb) = lb.expect("merge_rows: empty cache");
                 let [rows_a, h, _, d] = ka.size()[..] else {
                     unreachable!("K is 4-D")
                 };
                 let rows_b = kb.size()[0];
                 let opts = (ka.kind(), ka.device());
-                let merged = |xa: &Tensor, xb: &Tensor| {
+                let merged = |xa: Tensor, xb: Tensor| {
                     let out = Tensor::zeros([rows_a + rows_b, h, capacity, d], opts);
                     out.narrow(0, 0, rows_a)
-                        .narrow(2, len - a.len, a.len)
-                        .copy_(&xa.narrow(2, 0, a.len));
+                        .narrow(2, len - a_len, a_len)
+                        .copy_(&xa.narrow(2, 0, a_len));
                     out.narrow(0, rows_a, rows_b)
-                        .narrow(2, len - b.len, b.len)
-                        .copy_(&xb.narrow(2, 0, b.len));
+                        .narrow(2, len - b_len, b_len)
+                        .copy_(&xb.narrow(2, 0, b_len));
                     out
                 };
-                Some((merged(ka, kb), merged(va, vb)))
+                let k = merged(ka, kb);
+                Some((k, merged(va, vb)))
             })
             .collect();
         KvCache {

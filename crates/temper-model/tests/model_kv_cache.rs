@@ -210,10 +210,10 @@ fn merge_rows_stacks_caches_of_different_lengths() {
             ca.len() < cb.len(),
             "the test needs caches of different lengths"
         );
-        let len = cb.len();
-        let mut cache = temper_model::KvCache::merge_rows(&ca, &cb, len + 2);
+        let (len, a_len) = (cb.len(), ca.len());
+        let mut cache = temper_model::KvCache::merge_rows(ca, cb, len + 2);
         assert_eq!(cache.len(), len);
-        let zeros = Tensor::zeros([1, len - ca.len()], (Kind::Int64, Device::Cpu));
+        let zeros = Tensor::zeros([1, len - a_len], (Kind::Int64, Device::Cpu));
         let mask = Tensor::cat(
             &[Tensor::cat(&[&zeros, &a.mask], 1), b.mask.shallow_clone()],
             0,

@@ -76,7 +76,7 @@ impl Batch {
             .map(|r| prepared[&r.request].max_new - r.completion.len())
             .max()
             .unwrap_or(0);
-        self.cache = Some(KvCache::merge_rows(&old, &new, len + remaining as i64));
+        self.cache = Some(KvCache::merge_rows(old, new, len + remaining as i64));
         let left_pad = |mask: &Tensor| {
             let (rows, width) = mask.size2().expect("mask is 2-D");
             let zeros = Tensor::zeros([rows, len - width], (Kind::Int64, self.device));

@@ -167,8 +167,8 @@ pub struct ActorConfig {
     /// Tokens whose logits are computed at a time (the unembedding runs chunk by chunk in the
     /// update and the old / reference passes, so at most one chunk of (tokens, vocabulary)
     /// logits exists at once; the gradients are exact). Larger is not faster: BENCHMARKS.md.
-    /// Unset: by the vocabulary ([`temper_model::default_unembed_chunk`]: 1,024 for SmolLM2's,
-    /// 331 for Qwen2.5's).
+    /// Unset: by the vocabulary ([`temper_model::default_unembed_chunk`]: 256 for SmolLM2's,
+    /// 82 for Qwen2.5's).
     pub unembed_chunk: Option<usize>,
     /// Activation checkpointing per decoder layer: the update keeps each layer's input only and
     /// runs the layer again in the backward (less memory, about one more forward of time; the
