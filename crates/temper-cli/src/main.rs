@@ -55,7 +55,6 @@ fn init_logging() {
 
 fn main() {
     init_logging();
-    temper_kernels::memory::return_large_frees_to_the_system();
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Score(a) => cmd::score::run(a),

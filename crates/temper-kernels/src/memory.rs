@@ -98,53 +98,8 @@ fn field_bytes(status: &str, field: &str) -> Option<u64> {
     Some(kib * 1024)
 }
 
-/// Blocks of at least this many bytes get their own mapping from glibc's malloc.
-const MMAP_THRESHOLD_BYTES: std::ffi::c_int = 4 << 20;
-
-/// Makes glibc's malloc give each block of 4 MiB or more its own mapping, returned to the system
-/// the moment libtorch frees the tensor. By default glibc raises that threshold to the largest
-/// block freed so far (up to 32 MiB), after which medium tensors come from its heaps, whose freed
-/// holes stay resident: one GRPO step of a 0.5B model peaked at 12.1 GiB resident for an 8.9 GiB
-/// peak of live allocations; with the threshold fixed at 4 MiB, 10.1 GiB at the same speed (1
-/// MiB gave 9.2 GiB but a 35% slower step at the main job's shape, each medium tensor then
-/// costing fresh page faults; BENCHMARKS.md, "Peak memory of the examples"). A
-/// `MALLOC_MMAP_THRESHOLD_` in the environment wins (glibc reads it itself). Returns whether the
-/// threshold was set: false off glibc and when the environment sets it.
-pub fn return_large_frees_to_the_system() -> bool {
-    if std::env::var_os("MALLOC_MMAP_THRESHOLD_").is_some() {
-        return false;
-    }
-    set_mmap_threshold(MMAP_THRESHOLD_BYTES)
-}
-
-#[cfg(all(target_os = "linux", target_env = "gnu"))]
-fn set_mmap_threshold(bytes: std::ffi::c_int) -> bool {
-    extern "C" {
-        fn mallopt(param: std::ffi::c_int, value: std::ffi::c_int) -> std::ffi::c_int;
-    }
-    /// glibc's malloc.h.
-    const M_MMAP_THRESHOLD: std::ffi::c_int = -3;
-    // SAFETY: mallopt only changes malloc's parameters; it returns 1 on success.
-    unsafe { mallopt(M_MMAP_THRESHOLD, bytes) == 1 }
-}
-
-#[cfg(not(all(target_os = "linux", target_env = "gnu")))]
-fn set_mmap_threshold(_bytes: std::ffi::c_int) -> bool {
-    false
-}
-
 #[cfg(test)]
 mod tests {
-    /// glibc takes the threshold (or the environment set it, and glibc read it itself).
-    #[test]
-    #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    fn glibc_accepts_the_mmap_threshold() {
-        assert_eq!(
-            super::return_large_frees_to_the_system(),
-            std::env::var_os("MALLOC_MMAP_THRESHOLD_").is_none()
-        );
-    }
-
     /// A 64 MiB buffer, touched then freed, stays in the peak. Linux keeps its resident counters
     /// per CPU and folds them in batches, so the two readings may differ by a few hundred KiB
     /// (128 KiB seen); 2 MiB of slack is far below the buffer.
