@@ -39,7 +39,8 @@ fn records(cfg: &Config) -> Result<Option<Vec<Value>>> {
     let mut rows = vec![];
     for f in &cfg.data.train_files {
         let path = Path::new(f);
-        let recs = read_records(path).with_context(|| format!("reading {}", path.display()))?;
+        // Its errors name the file (and the line or row).
+        let recs = read_records(path)?;
         rows.extend(recs.into_iter().map(|(_, v)| v));
     }
     Ok(Some(rows))
