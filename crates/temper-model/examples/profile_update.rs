@@ -71,16 +71,17 @@ fn main() -> anyhow::Result<()> {
         r / 4,
         lens.iter().sum::<i64>() as f64 / lens.len() as f64
     );
+    let packed = |shared: bool, chunk: i64| {
+        let (hidden, _) = model
+            .response_hidden_packed(&pairs, r, shared, false)
+            .unwrap();
+        model.score_tokens(&hidden, &responses, 1.0, chunk)
+    };
     if let Some(list) = args.get(7) {
         for round in 0..3 {
             print!("round {round}: ");
             for chunk in list.split(',').map(|c| c.parse::<i64>().unwrap()) {
-                time_one(&format!("chunk {chunk}"), &valid, &|| {
-                    let (hidden, _) = model
-                        .response_hidden_packed(&pairs, r, true, false)
-                        .unwrap();
-                    model.score_tokens(&hidden, &responses, 1.0, chunk)
-                });
+                time_one(&format!("chunk {chunk}"), &valid, &|| packed(true, chunk));
             }
             println!();
         }
@@ -109,12 +110,7 @@ fn main() -> anyhow::Result<()> {
         });
         for shared in [false, true] {
             let name = if shared { "packed shared" } else { "packed" };
-            time_one(name, &valid, &|| {
-                let (hidden, _) = model
-                    .response_hidden_packed(&pairs, r, shared, false)
-                    .unwrap();
-                model.score_tokens(&hidden, &responses, 1.0, chunk)
-            });
+            time_one(name, &valid, &|| packed(shared, chunk));
         }
         println!();
     }

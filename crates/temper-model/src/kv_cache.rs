@@ -99,8 +99,7 @@ impl KvCache {
                         .copy_(&xb.narrow(2, 0, b_len));
                     out
                 };
-                let k = merged(ka, kb);
-                Some((k, merged(va, vb)))
+                Some((merged(ka, kb), merged(va, vb)))
             })
             .collect();
         KvCache {

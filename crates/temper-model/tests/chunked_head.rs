@@ -64,22 +64,9 @@ fn loss(logp: &Tensor, ent: &Tensor, mask: &Tensor) -> Tensor {
         + (ent.narrow(1, 0, t - 1) * w.abs()).sum(Kind::Float) * 0.1
 }
 
+/// The gradients ([`peek`]), then zeroed in place.
 fn grads(m: &CausalLm) -> Vec<(String, Tensor)> {
-    let out: Vec<(String, Tensor)> = m
-        .trainable_parameters()
-        .into_iter()
-        .map(|(n, p)| {
-            let g = p.grad();
-            (
-                n,
-                if g.defined() {
-                    g.copy()
-                } else {
-                    p.zeros_like()
-                },
-            )
-        })
-        .collect();
+    let out = peek(m);
     for (_, p) in m.trainable_parameters() {
         let mut g = p.grad();
         if g.defined() {

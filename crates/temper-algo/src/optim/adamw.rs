@@ -75,10 +75,9 @@ impl AdamW {
                 }
                 // Every operation is elementwise, so a slice at a time gives the same bits while
                 // the temporaries stay a slice's size, not a parameter's (an embedding is 113 MB).
-                for (p, g, exp_avg, exp_avg_sq) in
+                for (mut p, g, mut exp_avg, mut exp_avg_sq) in
                     slices(&[p, &g, &self.exp_avg[i], &self.exp_avg_sq[i]])
                 {
-                    let (mut p, mut exp_avg, mut exp_avg_sq) = (p, exp_avg, exp_avg_sq);
                     if self.weight_decay != 0.0 {
                         let _ = p.f_mul_scalar_(1.0 - lr * self.weight_decay)?;
                     }
