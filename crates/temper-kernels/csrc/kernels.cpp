@@ -43,6 +43,20 @@ inline v16f vload(const float* p) {
 
 inline void vstore(float* p, v16f v) { std::memcpy(p, &v, sizeof v); }
 
+typedef uint16_t v16u16 __attribute__((vector_size(32)));
+typedef uint32_t v16u32 __attribute__((vector_size(64)));
+
+// 16 bf16 values widened to f32: a bf16 number is the upper half of the f32 with the same value,
+// so the conversion is exact (a bf16 KV cache read here gives the f32 kernel's result bit for bit).
+inline v16f vload(const c10::BFloat16* p) {
+  v16u16 h;
+  std::memcpy(&h, p, sizeof h);
+  const v16u32 w = __builtin_convertvector(h, v16u32) << 16;
+  v16f r;
+  std::memcpy(&r, &w, sizeof r);
+  return r;
+}
+
 inline v16f vsplat(float x) { return v16f{} + x; }
 
 typedef float v8f __attribute__((vector_size(32)));
@@ -92,12 +106,13 @@ inline v16f exp_nonpositive(v16f x) {
 // One (batch row, kv head) of decode attention: the `group` query heads that share this kv head,
 // one query each. The first query head pulls this head's keys and values from memory (decode
 // attention is bound by reading the cache); the others find them in L2. D, the head dim, is a
-// compile-time constant so that a query row and an output row live in registers.
+// compile-time constant so that a query row and an output row live in registers. `KV` is the
+// cache's element type (float, or c10::BFloat16 widened exactly as it is read).
 // `target_clones` builds AVX-512, AVX2 and baseline versions and picks one at load time.
 // `scores` has room for `s_len` rounded up to a multiple of 16.
-template <int D>
+template <int D, typename KV>
 __attribute__((target_clones("avx512f", "avx2", "default")))
-void attend_one(const float* q, int64_t group, const float* k, const float* v, int64_t s_len,
+void attend_one(const float* q, int64_t group, const KV* k, const KV* v, int64_t s_len,
                 int64_t s_stride, const float* bias, float scale, float* scores, float* out) {
   constexpr int N = D / 16;
   static_assert(D % 16 == 0, "head dim must be a multiple of 16");
@@ -106,7 +121,7 @@ void attend_one(const float* q, int64_t group, const float* k, const float* v, i
     v16f qv[N];
     for (int i = 0; i < N; ++i) qv[i] = vload(q + j * D + 16 * i);
     for (int64_t s = 0; s < s_len; ++s) {
-      const float* ks = k + s * s_stride;
+      const KV* ks = k + s * s_stride;
       v16f acc = qv[0] * vload(ks);
       for (int i = 1; i < N; ++i) acc += qv[i] * vload(ks + 16 * i);
       scores[s] = hsum(acc) * scale + bias[s];
@@ -128,7 +143,7 @@ void attend_one(const float* q, int64_t group, const float* k, const float* v, i
     const float inv = 1.f / hsum(sum);
     v16f o[N] = {};
     for (int64_t s = 0; s < s_len; ++s) {
-      const float* vs = v + s * s_stride;
+      const KV* vs = v + s * s_stride;
       const v16f p = vsplat(scores[s]);
       for (int i = 0; i < N; ++i) o[i] += p * vload(vs + 16 * i);
     }
@@ -136,20 +151,49 @@ void attend_one(const float* q, int64_t group, const float* k, const float* v, i
   }
 }
 
-using AttendFn = void (*)(const float*, int64_t, const float*, const float*, int64_t, int64_t,
+template <typename KV>
+using AttendFn = void (*)(const float*, int64_t, const KV*, const KV*, int64_t, int64_t,
                           const float*, float, float*, float*);
 
-AttendFn attend_for(int64_t d) {
+template <typename KV>
+AttendFn<KV> attend_for(int64_t d) {
   switch (d) {
-    case 16: return attend_one<16>;
-    case 32: return attend_one<32>;
-    case 64: return attend_one<64>;
-    case 80: return attend_one<80>;
-    case 96: return attend_one<96>;
-    case 128: return attend_one<128>;
-    case 256: return attend_one<256>;
+    case 16: return attend_one<16, KV>;
+    case 32: return attend_one<32, KV>;
+    case 64: return attend_one<64, KV>;
+    case 80: return attend_one<80, KV>;
+    case 96: return attend_one<96, KV>;
+    case 128: return attend_one<128, KV>;
+    case 256: return attend_one<256, KV>;
     default: return nullptr;
   }
+}
+
+// One decode attention call's shapes, pointers and strides, for either cache element type.
+template <typename KV>
+void attend_rows(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                 const at::Tensor& bias, double scale, at::Tensor& result) {
+  const int64_t b = q.size(0), hq = q.size(1), d = q.size(2);
+  const int64_t hkv = k.size(1), s_len = k.size(2);
+  const int64_t group = hq / hkv;
+  const AttendFn<KV> attend = attend_for<KV>(d);
+  TORCH_CHECK(attend != nullptr, "decode attention: head dim ", d,
+              " is not supported (16, 32, 64, 80, 96, 128, 256)");
+  const float* qp = q.data_ptr<float>();
+  const KV* kp = k.data_ptr<KV>();
+  const KV* vp = v.data_ptr<KV>();
+  const float* bp = bias.data_ptr<float>();
+  float* op = result.data_ptr<float>();
+  const int64_t kb = k.stride(0), kh = k.stride(1), ks = k.stride(2);
+  at::parallel_for(0, b * hkv, 1, [&](int64_t begin, int64_t end) {
+    std::vector<float> scores((s_len + 15) / 16 * 16);
+    for (int64_t i = begin; i < end; ++i) {
+      const int64_t bi = i / hkv, h = i % hkv;
+      attend(qp + (bi * hq + h * group) * d, group, kp + bi * kb + h * kh, vp + bi * kb + h * kh,
+             s_len, ks, bp + bi * s_len, static_cast<float>(scale), scores.data(),
+             op + (bi * hq + h * group) * d);
+    }
+  });
 }
 
 }  // namespace
@@ -232,11 +276,12 @@ int temper_fp16_linear(const at::Tensor* x, const at::Tensor* w, const at::Tenso
 }
 
 // 1 when temper_decode_attention has a kernel for head dim `d`.
-int temper_decode_attention_supports(int64_t d) { return attend_for(d) != nullptr; }
+int temper_decode_attention_supports(int64_t d) { return attend_for<float>(d) != nullptr; }
 
-// Attention of one new token per row over a cache, all f32 on CPU:
-//   q (B, Hq, d) contiguous, k and v (B, Hkv, S, d) with unit stride in d (views of a larger
-//   cache buffer are fine), bias (B, S) contiguous additive mask (0 or -inf);
+// Attention of one new token per row over a cache on CPU, computed in f32:
+//   q (B, Hq, d) f32 contiguous, k and v (B, Hkv, S, d) both f32 or both bf16, with unit stride
+//   in d (views of a larger cache buffer are fine), bias (B, S) f32 contiguous additive mask
+//   (0 or -inf);
 //   out (B, Hq, d) = softmax(q k^T * scale + bias) v, query head h reading kv head h / (Hq / Hkv).
 int temper_decode_attention(const at::Tensor* q, const at::Tensor* k, const at::Tensor* v,
                             const at::Tensor* bias, double scale, at::Tensor** out, char** err) {
@@ -244,9 +289,13 @@ int temper_decode_attention(const at::Tensor* q, const at::Tensor* k, const at::
     TORCH_CHECK(q->dim() == 3 && k->dim() == 4 && v->dim() == 4 && bias->dim() == 2,
                 "decode attention: q (B,Hq,d), k/v (B,Hkv,S,d), bias (B,S)");
     for (const at::Tensor* t : {q, k, v, bias}) {
-      TORCH_CHECK(t->scalar_type() == at::kFloat && t->device().is_cpu(),
-                  "decode attention: f32 CPU tensors only");
+      TORCH_CHECK(t->device().is_cpu(), "decode attention: CPU tensors only");
     }
+    TORCH_CHECK(q->scalar_type() == at::kFloat && bias->scalar_type() == at::kFloat,
+                "decode attention: q and bias f32");
+    TORCH_CHECK(k->scalar_type() == v->scalar_type() &&
+                    (k->scalar_type() == at::kFloat || k->scalar_type() == at::kBFloat16),
+                "decode attention: k and v both f32 or both bf16");
     TORCH_CHECK(q->is_contiguous() && bias->is_contiguous(), "decode attention: q, bias contiguous");
     TORCH_CHECK(k->sizes() == v->sizes() && k->strides() == v->strides(),
                 "decode attention: k and v differ in shape or strides");
@@ -256,26 +305,12 @@ int temper_decode_attention(const at::Tensor* q, const at::Tensor* k, const at::
                 "decode attention: shapes do not line up");
     TORCH_CHECK(k->stride(3) == 1, "decode attention: k/v need unit stride in the head dim");
     TORCH_CHECK(bias->size(0) == b && bias->size(1) == s_len, "decode attention: bias is (B, S)");
-    const int64_t group = hq / hkv;
-    const AttendFn attend = attend_for(d);
-    TORCH_CHECK(attend != nullptr, "decode attention: head dim ", d,
-                " is not supported (16, 32, 64, 80, 96, 128, 256)");
     at::Tensor result = at::empty({b, hq, d}, q->options());
-    const float* qp = q->data_ptr<float>();
-    const float* kp = k->data_ptr<float>();
-    const float* vp = v->data_ptr<float>();
-    const float* bp = bias->data_ptr<float>();
-    float* op = result.data_ptr<float>();
-    const int64_t kb = k->stride(0), kh = k->stride(1), ks = k->stride(2);
-    at::parallel_for(0, b * hkv, 1, [&](int64_t begin, int64_t end) {
-      std::vector<float> scores((s_len + 15) / 16 * 16);
-      for (int64_t i = begin; i < end; ++i) {
-        const int64_t bi = i / hkv, h = i % hkv;
-        attend(qp + (bi * hq + h * group) * d, group, kp + bi * kb + h * kh,
-               vp + bi * kb + h * kh, s_len, ks, bp + bi * s_len, static_cast<float>(scale),
-               scores.data(), op + (bi * hq + h * group) * d);
-      }
-    });
+    if (k->scalar_type() == at::kFloat) {
+      attend_rows<float>(*q, *k, *v, *bias, scale, result);
+    } else {
+      attend_rows<c10::BFloat16>(*q, *k, *v, *bias, scale, result);
+    }
     *out = new at::Tensor(result);
   });
 }

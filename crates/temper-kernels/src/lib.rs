@@ -199,12 +199,14 @@ pub fn decode_attention_supports(head_dim: i64) -> bool {
     unsafe { temper_decode_attention_supports(head_dim) != 0 }
 }
 
-/// Attention of one new token per row over a KV cache, f32 on CPU, for grouped-query heads:
-/// `softmax(q k^T * scale + bias) v` where query head `h` reads kv head `h / (Hq / Hkv)`.
+/// Attention of one new token per row over a KV cache on CPU, computed in f32, for grouped-query
+/// heads: `softmax(q k^T * scale + bias) v` where query head `h` reads kv head `h / (Hq / Hkv)`.
 ///
-/// - `q`: (B, Hq, d); `k`, `v`: (B, Hkv, S, d), views of a larger buffer allowed as long as the
-///   head dim has unit stride and k and v share strides; `bias`: (B, S) additive mask (0 or -inf;
-///   every row needs at least one finite entry). Returns (B, Hq, d).
+/// - `q`: (B, Hq, d) f32; `k`, `v`: (B, Hkv, S, d), both f32 or both bf16 (widened to f32 as
+///   they are read, exactly: the result is the f32 kernel's on the same values), views of a
+///   larger buffer allowed as long as the head dim has unit stride and k and v share strides;
+///   `bias`: (B, S) f32 additive mask (0 or -inf; every row needs at least one finite entry).
+///   Returns (B, Hq, d) f32.
 ///
 /// Each (row, kv head) streams its keys and values once for all its query heads; a decode step is
 /// bound by reading the cache, which `Tensor::matmul` at these shapes (3 x 64 x S per batch) does at
@@ -461,6 +463,21 @@ mod tests {
             let want = reference_attention(&q, &k, &v, &bias, scale);
             let diff = (&got - &want).abs().max().double_value(&[]);
             assert!(diff < 1e-5, "{hq}/{hkv} x {d}, {s} keys: max diff {diff}");
+            // A bf16 cache (views of a bf16 buffer) gives exactly what its values give in f32:
+            // the kernel widens bf16 exactly.
+            let (kb16, vb16) = (kbuf.to_kind(Kind::BFloat16), vbuf.to_kind(Kind::BFloat16));
+            let (k16, v16) = (kb16.narrow(2, 0, s), vb16.narrow(2, 0, s));
+            let got16 = decode_attention(&q, &k16, &v16, &bias, scale).unwrap();
+            let widened = decode_attention(
+                &q,
+                &k16.to_kind(Kind::Float),
+                &v16.to_kind(Kind::Float),
+                &bias,
+                scale,
+            )
+            .unwrap();
+            assert_eq!(got16.kind(), Kind::Float);
+            assert!(got16.equal(&widened), "{hq}/{hkv} x {d}: bf16 cache");
             // Masked keys have no influence: changing them changes nothing.
             let _ = vbuf.get(1).narrow(1, 0, 4).fill_(1e3);
             let again = decode_attention(&q, &k, &v, &bias, scale).unwrap();
@@ -479,9 +496,12 @@ mod tests {
         let bias = Tensor::zeros([1, 5], opts);
         let e = decode_attention(&q, &k, &k, &bias, 1.0).unwrap_err();
         assert!(e.to_string().contains("do not line up"), "{e}");
-        let k = Tensor::zeros([1, 1, 5, 8], (Kind::BFloat16, Device::Cpu));
-        let e = decode_attention(&q, &k, &k, &bias, 1.0).unwrap_err();
-        assert!(e.to_string().contains("f32"), "{e}");
+        let k = Tensor::zeros([1, 1, 5, 8], opts);
+        let v = Tensor::zeros([1, 1, 5, 8], (Kind::BFloat16, Device::Cpu));
+        let e = decode_attention(&q, &k, &v, &bias, 1.0).unwrap_err();
+        assert!(e.to_string().contains("both f32 or both bf16"), "{e}");
+        let e = decode_attention(&q.to_kind(Kind::BFloat16), &k, &k, &bias, 1.0).unwrap_err();
+        assert!(e.to_string().contains("q and bias f32"), "{e}");
         let q = Tensor::zeros([1, 2, 24], opts);
         let k = Tensor::zeros([1, 1, 5, 24], opts);
         assert!(!decode_attention_supports(24));

@@ -8,7 +8,9 @@ pub(crate) fn sdpa(q: &Tensor, k: &Tensor, v: &Tensor, mask: &Tensor) -> Tensor 
 }
 
 /// Attention over a KV cache on CPU, in f32: q (B, Hq, T, d) in the compute dtype, k and v
-/// (B, Hkv, S, d) f32 views of the cache. Returns (B, Hq, T, d) f32.
+/// (B, Hkv, S, d) views of the cache, which holds them in the compute dtype (f32 or bf16; a bf16
+/// number is exact in f32, so keeping the cache in bf16 halves it and what each decode step reads
+/// without changing a result). Returns (B, Hq, T, d) f32.
 ///
 /// Why f32: with bf16 compute, libtorch's CPU flash attention multiplies q and k through MKL's
 /// generic bf16 gemv (a third of a bf16 decode step on this project's AMD CPU); f32 values of the
@@ -24,17 +26,20 @@ pub(crate) fn attend_cached(
     decode_bias: Option<&Tensor>,
 ) -> Tensor {
     let q = q.to_kind(Kind::Float);
+    let widen = |x: &Tensor| x.to_kind(Kind::Float);
     let Some(bias) = decode_bias else {
-        return sdpa(&q, k, v, mask);
+        return sdpa(&q, &widen(k), &widen(v), mask);
     };
     let [b, n_q, t, d] = q.size()[..] else {
         unreachable!("q is 4-D")
     };
     let scale = 1.0 / (d as f64).sqrt();
     if temper_kernels::decode_attention_is_fast() && temper_kernels::decode_attention_supports(d) {
+        // The kernel reads a bf16 cache as it is, widening each value as it loads it.
         let out = temper_kernels::decode_attention(&q.reshape([b, n_q, d]), k, v, bias, scale);
         return out.unwrap_or_else(|e| panic!("{e}")).view([b, n_q, t, d]);
     }
+    let (k, v) = (widen(k), widen(v));
     // The same formula in matmuls; query head h uses kv head h / group
     // (transformers' repeat_kv), so (B, Hq, 1, d) viewed as (B, Hkv, group, d) lines them up.
     let n_kv = k.size()[1];
@@ -42,7 +47,7 @@ pub(crate) fn attend_cached(
     let scores = q.matmul(&k.transpose(-1, -2)) * scale + bias.view([b, 1, 1, -1]);
     scores
         .softmax(-1, Kind::Float)
-        .matmul(v)
+        .matmul(&v)
         .reshape([b, n_q, t, d])
 }
 

@@ -53,6 +53,12 @@ impl KvCache {
             .map(|(k, _)| k.size()[0])
     }
 
+    /// The element type the cache holds (the compute dtype of the model that filled it), or None
+    /// before the first forward.
+    pub fn kind(&self) -> Option<Kind> {
+        self.layers.iter().flatten().next().map(|(k, _)| k.kind())
+    }
+
     /// Keep only the rows in `rows` (an i64 index tensor, repeats allowed): `[0,0,0,1,1,1]` turns one
     /// prefill of two prompts into three samples each; dropping finished rows shrinks the batch.
     /// The attention mask the caller keeps must be re-indexed the same way.

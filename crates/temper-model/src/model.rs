@@ -455,7 +455,7 @@ impl CausalLm {
         let mut collected = Vec::new();
         assert_eq!(position_ids.size(), [b, t], "position_ids must be (B, T)");
         let mask = attention_mask.to_4d(b, t, past);
-        // With a cache on CPU, attention runs in f32 over an f32 cache (see `attend_cached`).
+        // With a cache on CPU, attention runs in f32 over the cache (see `attend_cached`).
         let cached_attention = cache.is_some() && self.device() == Device::Cpu;
         // The one-token decode path takes the mask as a (B, S) additive bias, built once.
         let decode_bias = (cached_attention && t == 1).then(|| {
@@ -540,7 +540,7 @@ impl CausalLm {
         }
         let attn = match cache {
             Some(cache) if ctx.cached_attention => {
-                let (k, v) = cache.append(i, &k.to_kind(Kind::Float), &v.to_kind(Kind::Float));
+                let (k, v) = cache.append(i, &k, &v);
                 attend_cached(&q, &k, &v, ctx.mask, ctx.decode_bias).to_kind(kind)
             }
             Some(cache) => {
@@ -664,7 +664,7 @@ struct LayerContext<'a> {
     mask: &'a Tensor,
     /// The one-token decode path's additive mask.
     decode_bias: Option<&'a Tensor>,
-    /// Attention over an f32 cache (CPU).
+    /// Attention in f32 over the cache (CPU).
     cached_attention: bool,
 }
 

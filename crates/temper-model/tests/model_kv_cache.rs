@@ -128,6 +128,41 @@ fn cached_decode_bf16_is_as_accurate_as_the_bf16_forward() {
     }
 }
 
+/// The cache holds keys and values in the compute dtype: a bf16 model's cache is half an f32
+/// one's (its values are the bf16 numbers attention computed with, exact in f32 as the decode
+/// reads them).
+#[test]
+fn the_cache_holds_the_compute_dtype() {
+    let r = reference("qwen2");
+    let b = pad(&r.rows, true, 0, 0);
+    for (compute, kind) in [
+        (ComputeKind::F32, Kind::Float),
+        (ComputeKind::Bf16, Kind::BFloat16),
+    ] {
+        let model = CausalLm::load(&r.dir, Device::Cpu, compute).unwrap();
+        for sampling in [false, true] {
+            let mut cache = model.new_cache();
+            assert_eq!(cache.kind(), None);
+            let mut prefill = || {
+                model.forward(
+                    &b.ids.narrow(1, 0, 3),
+                    &b.pos.narrow(1, 0, 3),
+                    &b.mask.narrow(1, 0, 3),
+                    Some(&mut cache),
+                )
+            };
+            let _ = tch::no_grad(|| {
+                if sampling {
+                    model.with_sampling_weights(prefill)
+                } else {
+                    prefill()
+                }
+            });
+            assert_eq!(cache.kind(), Some(kind), "{compute}, sampling weights: {sampling}");
+        }
+    }
+}
+
 /// Feeds row `s` of `cache` (its mask `mask`) the tokens `conts[s]`, one step at a time, then checks
 /// each row's last logits against a full forward of `prefixes[s] + conts[s]` on its own.
 fn continue_rows_and_compare(

@@ -12,7 +12,7 @@
 //! with measured peaks.
 
 use anyhow::{bail, Result};
-use temper_model::ModelConfig;
+use temper_model::{ComputeKind, ModelConfig};
 
 use crate::config::Config;
 
@@ -98,9 +98,15 @@ fn trainable_params(cfg: &Config, m: &ModelConfig) -> i64 {
     per_layer * m.num_hidden_layers + head
 }
 
-/// The first step's peak on one rank of `world`.
-pub(crate) fn estimate(cfg: &Config, m: &ModelConfig, world: usize) -> MemoryEstimate {
+/// The first step's peak on one rank of `world`, computing in `compute`.
+pub(crate) fn estimate(
+    cfg: &Config,
+    m: &ModelConfig,
+    compute: ComputeKind,
+    world: usize,
+) -> MemoryEstimate {
     let f32 = 4u64;
+    let compute_bytes = compute.kind().elt_size_in_bytes() as u64;
     let params = m.num_params().max(0) as u64;
     let trainable = trainable_params(cfg, m).max(0) as u64;
     let needs_reference = cfg.actor.use_kl_loss || cfg.algorithm.use_kl_in_reward;
@@ -122,16 +128,17 @@ pub(crate) fn estimate(cfg: &Config, m: &ModelConfig, world: usize) -> MemoryEst
             },
         ),
     ];
-    // The in-process engine: its compute copy of the weights and a KV cache (f32 on CPU) for
-    // the rows in flight.
+    // The in-process engine: its copy of the weights and a KV cache for the rows in flight, both
+    // in the compute dtype.
     let rollout = if cfg.rollout.is_remote() {
         vec![]
     } else {
         let rows = (cfg.rollout.max_num_seqs as u64).min(cfg.data.train_batch_size as u64 * n);
         let kv_per_token =
-            2 * (m.num_hidden_layers * m.num_key_value_heads * m.head_dim).max(0) as u64 * f32;
+            2 * (m.num_hidden_layers * m.num_key_value_heads * m.head_dim).max(0) as u64
+                * compute_bytes;
         vec![
-            ("sampling copy", params * f32),
+            ("sampling copy", params * compute_bytes),
             ("KV cache", rows * (prompt + response) * kv_per_token),
             ("logits", rows * m.vocab_size.max(0) as u64 * f32),
         ]
@@ -201,12 +208,13 @@ pub(crate) fn estimate(cfg: &Config, m: &ModelConfig, world: usize) -> MemoryEst
 pub(crate) fn check(
     cfg: &Config,
     m: &ModelConfig,
+    compute: ComputeKind,
     world: usize,
     local_ranks: usize,
     on_cpu: bool,
     root: bool,
 ) -> Result<()> {
-    let est = estimate(cfg, m, world);
+    let est = estimate(cfg, m, compute, world);
     if root {
         eprintln!("temper: estimated peak memory per rank: {}", est.describe());
     }
@@ -275,7 +283,7 @@ mod tests {
             "actor.ppo_micro_batch_size_per_gpu=32",
             "rollout.n=8",
         ]);
-        let est = estimate(&cfg, &smollm2(), 1);
+        let est = estimate(&cfg, &smollm2(), ComputeKind::F32, 1);
         let measured = 3.66 * (1u64 << 30) as f64;
         let ratio = est.peak() as f64 / measured;
         assert!((1.0..1.1).contains(&ratio), "{ratio}: {}", est.describe());
@@ -284,10 +292,11 @@ mod tests {
     /// LoRA trains its adapters only: gradients and moments shrink to them.
     #[test]
     fn lora_holds_the_adapters_gradients_only() {
-        let full = estimate(&config(&[]), &smollm2(), 1);
+        let full = estimate(&config(&[]), &smollm2(), ComputeKind::F32, 1);
         let lora = estimate(
             &config(&["model.lora_rank=32", "model.target_modules=all-linear"]),
             &smollm2(),
+            ComputeKind::F32,
             1,
         );
         let grads = |e: &MemoryEstimate| e.update.iter().find(|p| p.0 == "gradients").unwrap().1;
@@ -310,7 +319,7 @@ mod tests {
                 "rollout.n=4",
                 "actor.ppo_micro_batch_size_per_gpu=4",
             ]);
-            let e = estimate(&cfg, &smollm2(), 1);
+            let e = estimate(&cfg, &smollm2(), ComputeKind::F32, 1);
             e.update.iter().find(|p| p.0 == "activations").unwrap().1
                 / smollm2().activation_bytes_per_token()
         };
@@ -322,7 +331,7 @@ mod tests {
 
     #[test]
     fn a_peak_over_the_share_of_each_local_rank_is_refused_with_the_numbers() {
-        let est = estimate(&config(&[]), &smollm2(), 1);
+        let est = estimate(&config(&[]), &smollm2(), ComputeKind::F32, 1);
         let gib = 1u64 << 30;
         assert!(fits(&est, est.peak() + gib, 1).is_ok());
         let e = fits(&est, est.peak() + gib, 2).unwrap_err().to_string();

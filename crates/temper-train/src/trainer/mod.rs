@@ -247,16 +247,17 @@ impl Trainer {
             .ok()
             .and_then(|v| v.trim().parse::<usize>().ok())
             .unwrap_or(1);
+        let compute =
+            compute_dtype::run_compute(cfg.model.dtype.into(), device, &dist, recorded_compute)?;
         memory_plan::check(
             &cfg,
             &model_config,
+            compute,
             dist.world,
             local_ranks,
             device == Device::Cpu,
             dist.is_root(),
         )?;
-        let compute =
-            compute_dtype::run_compute(cfg.model.dtype.into(), device, &dist, recorded_compute)?;
         let tok_dir = cfg
             .model
             .tokenizer_path
