@@ -158,7 +158,11 @@ fn the_cache_holds_the_compute_dtype() {
                     prefill()
                 }
             });
-            assert_eq!(cache.kind(), Some(kind), "{compute}, sampling weights: {sampling}");
+            assert_eq!(
+                cache.kind(),
+                Some(kind),
+                "{compute}, sampling weights: {sampling}"
+            );
         }
     }
 }

@@ -134,9 +134,9 @@ pub(crate) fn estimate(
         vec![]
     } else {
         let rows = (cfg.rollout.max_num_seqs as u64).min(cfg.data.train_batch_size as u64 * n);
-        let kv_per_token =
-            2 * (m.num_hidden_layers * m.num_key_value_heads * m.head_dim).max(0) as u64
-                * compute_bytes;
+        let kv_per_token = 2
+            * (m.num_hidden_layers * m.num_key_value_heads * m.head_dim).max(0) as u64
+            * compute_bytes;
         vec![
             ("sampling copy", params * compute_bytes),
             ("KV cache", rows * (prompt + response) * kv_per_token),
@@ -271,8 +271,8 @@ mod tests {
         crate::config::load_config(None, &ov).unwrap().config
     }
 
-    /// The main job's shape (examples/arith-smollm2.toml): 3.66 GiB measured (peak RSS, f32,
-    /// this 2-core AMD EPYC); the estimate is within 10% above it.
+    /// The main job's shape (examples/arith-smollm2.toml): 3.64 GiB measured (peak RSS of 3
+    /// steps, f32, a 2-core AMD EPYC, 2026-11-27); the estimate is within 10% above it.
     #[test]
     fn the_main_job_is_estimated_within_ten_percent_above_its_measured_peak() {
         let cfg = config(&[
@@ -284,7 +284,7 @@ mod tests {
             "rollout.n=8",
         ]);
         let est = estimate(&cfg, &smollm2(), ComputeKind::F32, 1);
-        let measured = 3.66 * (1u64 << 30) as f64;
+        let measured = 3.64 * (1u64 << 30) as f64;
         let ratio = est.peak() as f64 / measured;
         assert!((1.0..1.1).contains(&ratio), "{ratio}: {}", est.describe());
     }
