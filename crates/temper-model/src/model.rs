@@ -539,13 +539,13 @@ impl CausalLm {
             collected.push((k.shallow_clone(), v.shallow_clone()));
         }
         let attn = match cache {
-            Some(cache) if ctx.cached_attention => {
-                let (k, v) = cache.append(i, &k, &v);
-                attend_cached(&q, &k, &v, ctx.mask, ctx.decode_bias).to_kind(kind)
-            }
             Some(cache) => {
                 let (k, v) = cache.append(i, &k, &v);
-                sdpa(&q, &k, &v, ctx.mask)
+                if ctx.cached_attention {
+                    attend_cached(&q, &k, &v, ctx.mask, ctx.decode_bias).to_kind(kind)
+                } else {
+                    sdpa(&q, &k, &v, ctx.mask)
+                }
             }
             None => match past {
                 Some((pk, pv)) => sdpa(

@@ -329,6 +329,30 @@ mod tests {
         assert_eq!(tokens("debate"), 4 * (5 * 10 + 128) + 4 * 100);
     }
 
+    /// The sampling copy and the KV cache are in the compute dtype (bf16: half of f32); what
+    /// stays f32 (weights, AdamW moments, gradients) does not change with it.
+    #[test]
+    fn the_sampling_copy_and_kv_cache_follow_the_compute_dtype() {
+        let cfg = config(&[]);
+        let f32 = estimate(&cfg, &smollm2(), ComputeKind::F32, 1);
+        let bf16 = estimate(&cfg, &smollm2(), ComputeKind::Bf16, 1);
+        let part = |e: &MemoryEstimate, name: &str| {
+            let all = e.resident.iter().chain(&e.rollout).chain(&e.update);
+            all.filter(|p| p.0 == name).map(|p| p.1).sum::<u64>()
+        };
+        for name in ["sampling copy", "KV cache"] {
+            assert!(part(&f32, name) > 0, "{name}");
+            assert_eq!(part(&bf16, name) * 2, part(&f32, name), "{name}");
+        }
+        for name in ["weights", "AdamW moments", "gradients"] {
+            assert_eq!(part(&bf16, name), part(&f32, name), "{name}");
+        }
+        assert_eq!(
+            part(&f32, "sampling copy"),
+            4 * smollm2().num_params() as u64
+        );
+    }
+
     #[test]
     fn a_peak_over_the_share_of_each_local_rank_is_refused_with_the_numbers() {
         let est = estimate(&config(&[]), &smollm2(), ComputeKind::F32, 1);
