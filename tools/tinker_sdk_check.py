@@ -213,7 +213,9 @@ for q in hot.sequences:
     firsts.setdefault(q.tokens[0], q.logprobs[0])
 (a, lpa), (b, lpb) = list(firsts.items())[:2]
 lp1 = [sampler.compute_logprobs(types.ModelInput.from_ints(prompt + [t])).result()[-1] for t in (a, b)]
-ok(abs((lpa - lpb) - (lp1[0] - lp1[1]) / T) < 1e-4,
+# 5e-4: the two sides sum a real vocabulary (49k for SmolLM2) in f32 in different batch shapes;
+# without the scaling they differ by (1/T - 1) times the gap, here ~0.1.
+ok(abs((lpa - lpb) - (lp1[0] - lp1[1]) / T) < 5e-4,
    f"logprobs at T={T} are temperature-scaled: {lpa - lpb:.5f} vs {(lp1[0] - lp1[1]) / T:.5f}")
 # The snapshot keeps its weights while training goes on.
 tc.forward_backward([rl], "importance_sampling").result()

@@ -12,9 +12,7 @@ mod serve_util;
 use std::collections::HashMap;
 use std::time::Duration;
 
-use prost::Message;
 use serde_json::{json, Value};
-use temper_serve::tinker::proto;
 
 const BODIES: usize = 10_000;
 
@@ -102,49 +100,6 @@ fn mutate_bytes(b: &mut Vec<u8>, r: &mut Rng) {
             _ => b[i] = r.next() as u8,
         }
     }
-}
-
-/// A valid forward_backward request for `model_id` (protobuf, as the SDK sends it).
-fn forward_backward(model_id: &str) -> Vec<u8> {
-    let tokens: Vec<u8> = [1i32, 2, 3, 4]
-        .iter()
-        .flat_map(|t| t.to_le_bytes())
-        .collect();
-    let tensor = |dtype: proto::DType, bytes: Vec<u8>| proto::Tensor {
-        encoding: Some(proto::tensor::Encoding::Dense(bytes)),
-        dtype: dtype as i32,
-        shape: vec![4],
-    };
-    let targets: Vec<u8> = [2i64, 3, 4, 5]
-        .iter()
-        .flat_map(|t| t.to_le_bytes())
-        .collect();
-    let weights: Vec<u8> = [1f32; 4].iter().flat_map(|t| t.to_le_bytes()).collect();
-    proto::ForwardBackwardRequest {
-        model_id: model_id.to_string(),
-        seq_id: 1,
-        data: vec![proto::Datum {
-            model_input: vec![proto::Chunk {
-                chunk: Some(proto::chunk::Chunk::EncodedText(proto::EncodedTextChunk {
-                    tokens,
-                })),
-            }],
-            loss_fn_inputs: HashMap::from([
-                (
-                    "target_tokens".to_string(),
-                    tensor(proto::DType::Int64, targets),
-                ),
-                (
-                    "weights".to_string(),
-                    tensor(proto::DType::Float32, weights),
-                ),
-            ]),
-        }],
-        loss_fn: "cross_entropy".into(),
-        forward_only: true,
-        ..Default::default()
-    }
-    .encode_to_vec()
 }
 
 #[test]
@@ -318,7 +273,7 @@ fn ten_thousand_hostile_bodies_get_client_errors_and_the_server_keeps_serving() 
         "..%2F..%2Fetc".to_string(),
         "x".repeat(5000),
     ];
-    let fb = forward_backward(&model);
+    let fb = serve_util::forward_backward_body(&model, 1, &[1, 2, 3, 4], &[2, 3, 4, 5], true);
     let before = post("/v1/completions", serde_json::to_vec(&completion).unwrap());
     assert_eq!(before.0, 200);
 

@@ -189,3 +189,158 @@ fn sessions_end_and_free_their_models() {
     );
     assert!(r.get("error").is_none(), "{r}");
 }
+
+/// A forward_backward call (protobuf both ways, as the SDK makes it): datum 0's logprobs.
+fn forward_backward(s: &Server, body: Vec<u8>) -> Vec<f32> {
+    use prost::Message;
+    let client = reqwest::blocking::Client::new();
+    let send = |route: &str, body: Vec<u8>| {
+        client
+            .post(format!("{}/api/v1/{route}", s.url))
+            .header("X-API-Key", "tml-local")
+            .body(body)
+            .send()
+            .unwrap()
+    };
+    let v: Value = send("forward_backward", body).json().unwrap();
+    let poll = serde_json::to_vec(&json!({"request_id": v["request_id"]})).unwrap();
+    loop {
+        let r = send("retrieve_future", poll.clone());
+        let is_proto = r.headers()["content-type"] == "application/x-protobuf";
+        let bytes = r.bytes().unwrap();
+        if is_proto {
+            let out = temper_serve::tinker::proto::ForwardBackwardOutput::decode(bytes).unwrap();
+            let logprobs = &out.loss_fn_outputs[0].fields["logprobs"].data;
+            return logprobs
+                .chunks(4)
+                .map(|b| f32::from_le_bytes(b.try_into().unwrap()))
+                .collect();
+        }
+        let v: Value = serde_json::from_slice(&bytes).unwrap();
+        assert_eq!(v["type"], "try_again", "{v}");
+    }
+}
+
+/// The server process's resident size (`VmRSS`).
+fn resident_bytes(s: &Server) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{}/status", s.pid())).unwrap();
+    let line = status.lines().find(|l| l.starts_with("VmRSS:")).unwrap();
+    let kib: u64 = line.split_whitespace().nth(1).unwrap().parse().unwrap();
+    kib * 1024
+}
+
+/// The logprob of each target of the probe datum under `model`'s current weights.
+fn probe(s: &Server, model: &str, seq: i32) -> Vec<f32> {
+    let input = [1, 2, 3, 4, 5, 6];
+    forward_backward(
+        s,
+        serve_util::forward_backward_body(model, seq, &input, &[2, 3, 4, 5, 6, 7], true),
+    )
+}
+
+/// One cross-entropy step of `model` on a datum of its own (`k`), then its probe logprobs.
+fn train_and_probe(s: &Server, model: &str, k: i32, lr: f64) -> Vec<f32> {
+    let input = [10 + k, 20 + k, 30 + k, 40 + k];
+    let targets = input.map(|t| (t + 1) as i64);
+    forward_backward(
+        s,
+        serve_util::forward_backward_body(model, 2, &input, &targets, false),
+    );
+    let r = call(
+        s,
+        "optim_step",
+        json!({"model_id": model, "seq_id": 3, "adam_params": {"learning_rate": lr}}),
+    );
+    assert!(r.get("error").is_none(), "{r}");
+    probe(s, model, 4)
+}
+
+/// 32 LoRA training clients of one base model, created and trained at once, each on its own
+/// datum: they share the base's weights (one copy in the server, not 32), and each starts from
+/// the base and ends where a client trained alone with the same seed and datum does, bit for
+/// bit; a full fine-tune of the same base (rank 0: its own copy) trained hard changes none of
+/// them.
+#[test]
+fn lora_clients_of_one_base_share_it_and_train_apart() {
+    const CLIENTS: i32 = 32;
+    let root = common::temp_dir("tinker-shared-base");
+    let server = serve_util::start(
+        &common::tiny_model_dir(),
+        &["--root", &root.display().to_string()],
+    );
+    // A base whose weights (61 MB) stand out in the server's resident size.
+    let base_dir = root.join("wide-base");
+    let cfg = temper_model::ModelConfig::qwen2_like(260, 512, 2048, 4, 8, 2, true);
+    temper_model::CausalLm::random(cfg, 5, tch::Device::Cpu, temper_model::ComputeKind::F32)
+        .save(&base_dir)
+        .unwrap();
+    let base_bytes = std::fs::metadata(base_dir.join("model.safetensors"))
+        .unwrap()
+        .len();
+    let sess = session(&server);
+    let base = base_dir.display().to_string();
+    let rss_before = resident_bytes(&server);
+    let create = |seq: i32, seed: i32, rank: i64| -> String {
+        let v = call(
+            &server,
+            "create_model",
+            json!({"session_id": sess, "model_seq_id": seq, "base_model": base,
+                   "lora_config": {"rank": rank, "seed": seed}}),
+        );
+        v["model_id"]
+            .as_str()
+            .unwrap_or_else(|| panic!("{v}"))
+            .to_string()
+    };
+    let runs: Vec<(Vec<f32>, Vec<f32>)> = std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..CLIENTS)
+            .map(|k| {
+                let (server, create) = (&server, &create);
+                scope.spawn(move || {
+                    let model = create(k, k, 4);
+                    (
+                        probe(server, &model, 1),
+                        train_and_probe(server, &model, k, 1e-2),
+                    )
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    // One copy of the base for 32 clients: 290 MB measured, where copies of their own grew the
+    // server by 3.0 GB (the rest is the clients' adapters and optimizer state, and what their
+    // threads' malloc arenas keep of the passes' working memory).
+    let grown = resident_bytes(&server).saturating_sub(rss_before);
+    let copies = CLIENTS as u64 * base_bytes;
+    assert!(
+        grown < copies / 3,
+        "32 LoRA clients grew the server by {grown} bytes, over a third of 32 copies of the base ({copies})"
+    );
+    let base_logprobs = runs[0].0.clone();
+    assert_eq!(base_logprobs.len(), 6);
+    for (k, (before, after)) in runs.iter().enumerate() {
+        assert_eq!(
+            before, &base_logprobs,
+            "client {k} did not start from the base"
+        );
+        assert_ne!(after, &base_logprobs, "client {k}'s step changed nothing");
+    }
+    assert_ne!(
+        runs[0].1, runs[1].1,
+        "two clients trained on different data agree"
+    );
+
+    // The first client again, alone: the same seed and datum give the same weights.
+    let alone = create(CLIENTS, 0, 4);
+    assert_eq!(train_and_probe(&server, &alone, 0, 1e-2), runs[0].1);
+    // A full fine-tune of the base, trained hard: its own weights, so no LoRA client moves.
+    let full = create(CLIENTS + 1, 0, 0);
+    let moved = train_and_probe(&server, &full, 0, 1.0);
+    assert_ne!(moved, base_logprobs);
+    let fresh = create(CLIENTS + 2, 1, 4);
+    assert_eq!(
+        probe(&server, &fresh, 1),
+        base_logprobs,
+        "the shared base changed"
+    );
+}

@@ -66,6 +66,7 @@ pub mod safetensors_io;
 pub mod sampling_weights;
 pub mod save;
 pub mod seeded;
+pub mod shared_base;
 pub mod shared_prefix;
 pub mod tokenizer;
 
@@ -84,5 +85,6 @@ pub use lora::{LoraConfig, LORA_HEAD};
 pub use model::{CausalLm, LayerCheckpoints};
 pub use padded::PaddedRows;
 pub use policy::Policy;
+pub use shared_base::{SharedBase, SharedBases};
 pub use shared_prefix::SharedPrefixRows;
 pub use tokenizer::Tokenizer;

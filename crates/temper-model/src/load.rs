@@ -10,7 +10,7 @@ use tch::{nn, Device, Kind, Tensor};
 
 use crate::config::ModelConfig;
 use crate::dtype::ComputeKind;
-use crate::model::CausalLm;
+use crate::model::{CausalLm, Params};
 
 pub(crate) fn load_folder(dir: &Path, device: Device, compute: ComputeKind) -> Result<CausalLm> {
     if !dir.is_dir() {
@@ -21,7 +21,12 @@ pub(crate) fn load_folder(dir: &Path, device: Device, compute: ComputeKind) -> R
     }
     let config = ModelConfig::from_file(&dir.join("config.json"))?;
     let files = weight_files(dir)?;
-    let mut model = CausalLm::build(config, device, compute, nn::Init::Const(0.0));
+    let mut model = CausalLm::build(
+        config,
+        device,
+        compute,
+        &Params::Fresh(nn::Init::Const(0.0)),
+    );
     load_weights(&model, &files)?;
     model.set_source_dir(dir.to_path_buf());
     Ok(model)

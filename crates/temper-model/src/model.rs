@@ -2,6 +2,7 @@
 //! by sampling (`tch::no_grad`, with a [`KvCache`]).
 
 use std::cell::RefCell;
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 use anyhow::Result;
@@ -14,6 +15,7 @@ use crate::kv_cache::KvCache;
 use crate::lora::{LoraAdapter, LoraConfig};
 use crate::rope::{apply_rope, Rope};
 use crate::sampling_weights::SamplingWeights;
+use crate::shared_base::SharedBase;
 
 mod checkpoint;
 mod sampling;
@@ -29,9 +31,9 @@ struct Linear {
 }
 
 impl Linear {
-    fn new(p: nn::Path, in_dim: i64, out_dim: i64, bias: bool, init: nn::Init) -> Self {
-        let weight = p.var("weight", &[out_dim, in_dim], init);
-        let bias = bias.then(|| p.var("bias", &[out_dim], init));
+    fn new(p: nn::Path, in_dim: i64, out_dim: i64, bias: bool, params: &Params) -> Self {
+        let weight = params.matrix(&p, "weight", &[out_dim, in_dim]);
+        let bias = bias.then(|| params.matrix(&p, "bias", &[out_dim]));
         Linear {
             weight,
             bias,
@@ -140,6 +142,40 @@ pub struct CausalLm {
     /// LoRA on the unembedding (`lm_head` target, Tinker's `train_unembed`); with tied
     /// embeddings it adapts the output projection only.
     head_lora: Option<LoraAdapter>,
+    /// The frozen base whose tensors this model's base parameters are (shared, not copied), for
+    /// a LoRA model built by [`SharedBase::lora_model`]; held so the base stays registered.
+    shared_base: Option<SharedBase>,
+}
+
+/// Where [`CausalLm::build`] gets each parameter.
+pub(crate) enum Params<'a> {
+    /// New tensors: matrices, embeddings and biases with this initializer, norm weights at one.
+    Fresh(nn::Init),
+    /// The tensors of a frozen base of the same config, by HF name: shared, not copied, and not
+    /// trainable in the new model.
+    Shared(&'a HashMap<String, Tensor>),
+}
+
+impl Params<'_> {
+    fn matrix(&self, p: &nn::Path, name: &str, dims: &[i64]) -> Tensor {
+        match self {
+            Params::Fresh(init) => p.var(name, dims, *init),
+            Params::Shared(tensors) => Self::share(tensors, p, name),
+        }
+    }
+
+    fn norm(&self, p: &nn::Path, dims: &[i64]) -> Tensor {
+        match self {
+            Params::Fresh(_) => p.var("weight", dims, nn::Init::Const(1.0)),
+            Params::Shared(tensors) => Self::share(tensors, p, "weight"),
+        }
+    }
+
+    fn share(tensors: &HashMap<String, Tensor>, p: &nn::Path, name: &str) -> Tensor {
+        // The base was built from the same config, so it has every name this build asks for.
+        let t = &tensors[&p.path(name)];
+        p.add(name, t.shallow_clone(), false)
+    }
 }
 
 impl CausalLm {
@@ -148,7 +184,7 @@ impl CausalLm {
         config: ModelConfig,
         device: Device,
         compute: ComputeKind,
-        init: nn::Init,
+        params: &Params,
     ) -> Self {
         let vs = nn::VarStore::new(device);
         let root = vs.root();
@@ -156,58 +192,53 @@ impl CausalLm {
         let h = c.hidden_size;
         let q_dim = c.num_attention_heads * c.head_dim;
         let kv_dim = c.num_key_value_heads * c.head_dim;
-        let norm_init = nn::Init::Const(1.0);
         let model = &root / "model";
-        let embed_tokens = (&model / "embed_tokens").var("weight", &[c.vocab_size, h], init);
+        let embed_tokens = params.matrix(&(&model / "embed_tokens"), "weight", &[c.vocab_size, h]);
         let layers = (0..c.num_hidden_layers)
             .map(|i| {
                 let l = &model / "layers" / i;
                 let attn = &l / "self_attn";
                 let mlp = &l / "mlp";
                 Layer {
-                    input_layernorm: (&l / "input_layernorm").var("weight", &[h], norm_init),
-                    q_proj: Linear::new(&attn / "q_proj", h, q_dim, c.qkv_bias, init),
-                    k_proj: Linear::new(&attn / "k_proj", h, kv_dim, c.qkv_bias, init),
-                    v_proj: Linear::new(&attn / "v_proj", h, kv_dim, c.qkv_bias, init),
-                    o_proj: Linear::new(&attn / "o_proj", q_dim, h, c.o_bias, init),
+                    input_layernorm: params.norm(&(&l / "input_layernorm"), &[h]),
+                    q_proj: Linear::new(&attn / "q_proj", h, q_dim, c.qkv_bias, params),
+                    k_proj: Linear::new(&attn / "k_proj", h, kv_dim, c.qkv_bias, params),
+                    v_proj: Linear::new(&attn / "v_proj", h, kv_dim, c.qkv_bias, params),
+                    o_proj: Linear::new(&attn / "o_proj", q_dim, h, c.o_bias, params),
                     q_norm: c
                         .qk_norm
-                        .then(|| (&attn / "q_norm").var("weight", &[c.head_dim], norm_init)),
+                        .then(|| params.norm(&(&attn / "q_norm"), &[c.head_dim])),
                     k_norm: c
                         .qk_norm
-                        .then(|| (&attn / "k_norm").var("weight", &[c.head_dim], norm_init)),
-                    post_attention_layernorm: (&l / "post_attention_layernorm").var(
-                        "weight",
-                        &[h],
-                        norm_init,
-                    ),
+                        .then(|| params.norm(&(&attn / "k_norm"), &[c.head_dim])),
+                    post_attention_layernorm: params.norm(&(&l / "post_attention_layernorm"), &[h]),
                     gate_proj: Linear::new(
                         &mlp / "gate_proj",
                         h,
                         c.intermediate_size,
                         c.mlp_bias,
-                        init,
+                        params,
                     ),
                     up_proj: Linear::new(
                         &mlp / "up_proj",
                         h,
                         c.intermediate_size,
                         c.mlp_bias,
-                        init,
+                        params,
                     ),
                     down_proj: Linear::new(
                         &mlp / "down_proj",
                         c.intermediate_size,
                         h,
                         c.mlp_bias,
-                        init,
+                        params,
                     ),
                 }
             })
             .collect();
-        let norm = (&model / "norm").var("weight", &[h], norm_init);
+        let norm = params.norm(&(&model / "norm"), &[h]);
         let lm_head = (!c.tie_word_embeddings)
-            .then(|| (&root / "lm_head").var("weight", &[c.vocab_size, h], init));
+            .then(|| params.matrix(&(&root / "lm_head"), "weight", &[c.vocab_size, h]));
         let rope = Rope::new(&config, device);
         CausalLm {
             config,
@@ -222,6 +253,7 @@ impl CausalLm {
             source_dir: None,
             lora: None,
             head_lora: None,
+            shared_base: None,
         }
     }
 
@@ -255,8 +287,14 @@ impl CausalLm {
     }
 
     /// Drops the adapters of [`CausalLm::add_lora`] and makes the base weights trainable again:
-    /// the model computes as it did before them.
-    pub fn remove_lora(&mut self) {
+    /// the model computes as it did before them. Refused for a model on a [`SharedBase`], whose
+    /// base weights are other models' too.
+    pub fn remove_lora(&mut self) -> Result<()> {
+        if self.shared_base.is_some() {
+            anyhow::bail!(
+                "this model's base weights are shared with other LoRA models: its adapters cannot be removed"
+            );
+        }
         for layer in &mut self.layers {
             for (_, _, lin) in layer.linears_mut() {
                 lin.lora = None;
@@ -266,6 +304,16 @@ impl CausalLm {
         if self.lora.take().is_some() {
             self.vs.unfreeze();
         }
+        Ok(())
+    }
+
+    /// Whether this model's base weights are a [`SharedBase`]'s.
+    pub fn shares_base(&self) -> bool {
+        self.shared_base.is_some()
+    }
+
+    pub(crate) fn set_shared_base(&mut self, base: SharedBase) {
+        self.shared_base = Some(base);
     }
 
     /// The unembedding the model computes with (its LoRA merged in), detached.
@@ -321,10 +369,10 @@ impl CausalLm {
                 config,
                 device,
                 compute,
-                nn::Init::Randn {
+                &Params::Fresh(nn::Init::Randn {
                     mean: 0.0,
                     stdev: 0.02,
-                },
+                }),
             )
         })
     }
@@ -364,6 +412,8 @@ impl CausalLm {
         &self.vs
     }
 
+    /// The master weights, to write (load a checkpoint into). Not for a model that
+    /// [`CausalLm::shares_base`]: its base variables are other models' too.
     pub fn var_store_mut(&mut self) -> &mut nn::VarStore {
         &mut self.vs
     }

@@ -140,7 +140,7 @@ fn check_against_peft(tag: &str, tied: bool, targets: &[&str], adapted: usize) {
     // Removing the adapters gives the base model back exactly (trainable again), and loading the
     // saved adapter onto it again gives the adapted numbers: what a server serving one base and
     // many snapshots does between batches.
-    model.remove_lora();
+    model.remove_lora().unwrap();
     assert!(model.lora_config().is_none());
     assert_eq!(logprobs(&model, false), before);
     assert_eq!(logprobs(&model, true), logprobs(&base, true));

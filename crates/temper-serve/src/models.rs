@@ -42,12 +42,12 @@ impl Loaded {
     }
 
     /// The model as loaded, no adapters.
-    fn plain(&mut self) -> &Loaded {
+    fn plain(&mut self) -> Result<&Loaded> {
         self.adapter = None;
         if self.policy.model.lora_config().is_some() {
-            self.policy.model.remove_lora();
+            self.policy.model.remove_lora()?;
         }
-        self
+        Ok(self)
     }
 
     /// The model with the adapters of the LoRA snapshot `snapshot` (shape `cfg`) attached.
@@ -57,7 +57,7 @@ impl Loaded {
         }
         self.adapter = None;
         if self.policy.model.lora_config() != Some(cfg) {
-            self.policy.model.remove_lora();
+            self.policy.model.remove_lora()?;
             // Seeded: the draws (overwritten at once) must not disturb a training model's seeded
             // initialisation on another thread.
             self.policy.model.add_lora_seeded(cfg, 0)?;
@@ -68,7 +68,7 @@ impl Loaded {
             .load_lora_adapter(&snapshot.join("adapter"))
         {
             // Half-loaded adapters are no one's.
-            self.policy.model.remove_lora();
+            self.policy.model.remove_lora()?;
             return Err(e);
         }
         self.adapter = Some(snapshot.to_path_buf());
@@ -109,7 +109,7 @@ impl Models {
     /// when it is not (dropping the least recently used other model).
     pub fn select(&mut self, weights: &Weights) -> Result<&Loaded> {
         let dir = match weights {
-            Weights::Served => return Ok(self.served.plain()),
+            Weights::Served => return self.served.plain(),
             Weights::Folder(dir) => dir,
         };
         match lora_snapshot(dir)? {
@@ -117,8 +117,8 @@ impl Models {
                 self.served.adapted(dir, &cfg)
             }
             Some((base, cfg)) => self.other(&base)?.adapted(dir, &cfg),
-            None if same_folder(dir, &self.served_dir) => Ok(self.served.plain()),
-            None => Ok(self.other(dir)?.plain()),
+            None if same_folder(dir, &self.served_dir) => self.served.plain(),
+            None => self.other(dir)?.plain(),
         }
     }
 

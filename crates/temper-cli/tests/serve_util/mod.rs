@@ -112,3 +112,51 @@ pub fn post_json(s: &Server, route: &str, body: &serde_json::Value) -> (u16, ser
     let status = r.status().as_u16();
     (status, r.json().unwrap_or(serde_json::Value::Null))
 }
+
+/// A forward_backward request body (protobuf, as the tinker SDK sends it) for `model_id`: one
+/// cross-entropy datum, `input` with `targets` (one per input token, each weighted 1).
+#[allow(dead_code)]
+pub fn forward_backward_body(
+    model_id: &str,
+    seq_id: i32,
+    input: &[i32],
+    targets: &[i64],
+    forward_only: bool,
+) -> Vec<u8> {
+    use prost::Message;
+    use temper_serve::tinker::proto;
+    let dense = |dtype: proto::DType, bytes: Vec<u8>, n: usize| proto::Tensor {
+        encoding: Some(proto::tensor::Encoding::Dense(bytes)),
+        dtype: dtype as i32,
+        shape: vec![n as i64],
+    };
+    let bytes = |v: &[[u8; 8]]| v.concat();
+    let tokens: Vec<u8> = input.iter().flat_map(|t| t.to_le_bytes()).collect();
+    let target_bytes = bytes(&targets.iter().map(|t| t.to_le_bytes()).collect::<Vec<_>>());
+    let weights: Vec<u8> = targets.iter().flat_map(|_| 1f32.to_le_bytes()).collect();
+    proto::ForwardBackwardRequest {
+        model_id: model_id.to_string(),
+        seq_id,
+        data: vec![proto::Datum {
+            model_input: vec![proto::Chunk {
+                chunk: Some(proto::chunk::Chunk::EncodedText(proto::EncodedTextChunk {
+                    tokens,
+                })),
+            }],
+            loss_fn_inputs: std::collections::HashMap::from([
+                (
+                    "target_tokens".to_string(),
+                    dense(proto::DType::Int64, target_bytes, targets.len()),
+                ),
+                (
+                    "weights".to_string(),
+                    dense(proto::DType::Float32, weights, targets.len()),
+                ),
+            ]),
+        }],
+        loss_fn: "cross_entropy".into(),
+        forward_only,
+        ..Default::default()
+    }
+    .encode_to_vec()
+}

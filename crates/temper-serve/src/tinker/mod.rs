@@ -39,6 +39,8 @@ pub struct Tinker {
     samples: AtomicU64,
     models: Mutex<HashMap<String, ModelHandle>>,
     samplers: samplers::Samplers,
+    /// The base weights the LoRA training models share: one copy per base model, not per client.
+    bases: Arc<temper_model::SharedBases>,
     /// Where and in what the training models compute.
     device: tch::Device,
     compute: temper_model::ComputeKind,
@@ -64,6 +66,7 @@ impl Tinker {
             samples: AtomicU64::new(0),
             models: Mutex::new(HashMap::new()),
             samplers: samplers::Samplers::new(pruner),
+            bases: Arc::default(),
             device,
             compute,
         });

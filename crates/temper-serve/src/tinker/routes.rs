@@ -289,19 +289,21 @@ fn start_model(t: &Arc<Tinker>, spec: Spec, created: super::futures::Promise) {
         },
     );
     let samplers = t.samplers.clone();
+    let bases = t.bases.clone();
     let (device, compute) = (t.device, t.compute);
     let dir = t.root.join(&spec.model_id);
     let name = format!("tinker-{}", spec.model_id);
     let spawned = std::thread::Builder::new().name(name).spawn(move || {
         let built = (|| -> Result<TrainingModel> {
-            let mut model = CausalLm::load(&spec.base_dir, device, compute)
-                .with_context(|| format!("base_model {:?}", spec.base_model))?;
-            if let Some(cfg) = &spec.lora {
-                match spec.seed {
-                    Some(seed) => model.add_lora_seeded(cfg, seed)?,
-                    None => model.add_lora(cfg)?,
-                }
-            }
+            let base = || format!("base_model {:?}", spec.base_model);
+            // LoRA clients of one base share its weights; a full fine-tune owns its copy.
+            let model = match &spec.lora {
+                Some(cfg) => bases
+                    .get(&spec.base_dir, device)
+                    .with_context(base)?
+                    .lora_model(cfg, spec.seed, compute)?,
+                None => CausalLm::load(&spec.base_dir, device, compute).with_context(base)?,
+            };
             let mut tm = TrainingModel::new(model);
             if let Some((dir, optimizer)) = &spec.state {
                 tm.load_state(dir, *optimizer)?;

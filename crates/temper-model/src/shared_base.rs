@@ -1,0 +1,112 @@
+//! Base weights loaded once and shared by every LoRA model built on them.
+//!
+//! Tinker's training clients are LoRA adapters on a base model, and each used to load its own f32
+//! copy of the base: the tinker SDK's checks open 13 clients of SmolLM2-135M, 7 GB of identical
+//! weights. A [`SharedBase`] holds the base once, frozen; [`SharedBase::lora_model`] builds a
+//! model whose base parameters are those tensors (the same storage) and whose trainable
+//! parameters are its own adapters. Nothing writes a shared tensor: the optimizer steps the
+//! adapters ([`CausalLm::trainable_parameters`]), a LoRA model's state is its adapters, and
+//! [`CausalLm::remove_lora`] refuses such a model. Concurrent forwards on several threads only
+//! read the base, which libtorch allows.
+//!
+//! [`SharedBases`] finds a base already loaded (by folder and device) while any model on it lives,
+//! and loads it otherwise; the last model dropped frees it.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, Weak};
+
+use anyhow::Result;
+use tch::{Device, Tensor};
+
+use crate::config::ModelConfig;
+use crate::dtype::ComputeKind;
+use crate::lora::LoraConfig;
+use crate::model::{CausalLm, Params};
+
+/// A base model's f32 weights, frozen, shared by the LoRA models built on it.
+#[derive(Debug, Clone)]
+pub struct SharedBase(Arc<Mutex<Frozen>>);
+
+#[derive(Debug)]
+struct Frozen {
+    config: ModelConfig,
+    dir: PathBuf,
+    device: Device,
+    tensors: HashMap<String, Tensor>,
+}
+
+impl SharedBase {
+    /// Load the Hugging Face folder `dir` (as [`CausalLm::load`]) and freeze it.
+    pub fn load(dir: &Path, device: Device) -> Result<SharedBase> {
+        let mut model = CausalLm::load(dir, device, ComputeKind::F32)?;
+        model.var_store_mut().freeze();
+        Ok(SharedBase(Arc::new(Mutex::new(Frozen {
+            config: model.config().clone(),
+            dir: dir.to_path_buf(),
+            device,
+            tensors: model.var_store().variables(),
+        }))))
+    }
+
+    /// A model computing in `compute` on these base weights, with fresh LoRA adapters `cfg`
+    /// (their `A` drawn right after seeding with `seed` when given, as
+    /// [`CausalLm::add_lora_seeded`]).
+    pub fn lora_model(
+        &self,
+        cfg: &LoraConfig,
+        seed: Option<u64>,
+        compute: ComputeKind,
+    ) -> Result<CausalLm> {
+        let mut model = {
+            let base = self.0.lock().unwrap_or_else(|e| e.into_inner());
+            let mut m = CausalLm::build(
+                base.config.clone(),
+                base.device,
+                compute,
+                &Params::Shared(&base.tensors),
+            );
+            m.set_source_dir(base.dir.clone());
+            m
+        };
+        match seed {
+            Some(seed) => model.add_lora_seeded(cfg, seed)?,
+            None => model.add_lora(cfg)?,
+        }
+        model.set_shared_base(self.clone());
+        Ok(model)
+    }
+
+    fn downgrade(&self) -> Weak<Mutex<Frozen>> {
+        Arc::downgrade(&self.0)
+    }
+}
+
+/// A loaded base, while any model on it lives.
+type Registered = Weak<Mutex<Frozen>>;
+
+/// The bases in use, by folder and device: each loaded once while any model on it lives.
+#[derive(Debug, Default)]
+pub struct SharedBases(Mutex<HashMap<(PathBuf, Device), Registered>>);
+
+impl SharedBases {
+    /// The base of folder `dir` on `device`: the one models already use, or loaded now. Holds
+    /// the registry while loading, so two clients asking at once load it once.
+    pub fn get(&self, dir: &Path, device: Device) -> Result<SharedBase> {
+        let mut map = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        map.retain(|_, w| w.strong_count() > 0);
+        let key = (dir.to_path_buf(), device);
+        if let Some(base) = map.get(&key).and_then(Weak::upgrade) {
+            return Ok(SharedBase(base));
+        }
+        let base = SharedBase::load(dir, device)?;
+        map.insert(key, base.downgrade());
+        Ok(base)
+    }
+
+    /// How many bases are loaded now.
+    pub fn loaded(&self) -> usize {
+        let map = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        map.values().filter(|w| w.strong_count() > 0).count()
+    }
+}
