@@ -523,7 +523,8 @@ impl CausalLm {
             cached_attention,
         };
         let sampling = self.sampling.borrow();
-        let mut h = Tensor::embedding(&self.embed_tokens, input_ids, -1, false, false);
+        let sparse = self.sparse_embedding_grad();
+        let mut h = Tensor::embedding(&self.embed_tokens, input_ids, -1, false, sparse);
         for i in 0..self.layers.len() {
             let frozen = sampling.as_ref().map(|s| &s.layers[i]);
             let collect_into = collect.then_some(&mut collected);
@@ -631,6 +632,20 @@ impl CausalLm {
     }
 
     /// The final norm over the last layer's output: the final hidden states, f32.
+    /// Whether the input embedding's gradient may come as sparse rows: autograd then adds them
+    /// into the dense `.grad` in place, where a dense embedding backward would first build a
+    /// vocabulary-sized gradient (545 MB per pass for Qwen2.5's 151,936 x 896) and add that.
+    /// Only when a dense `.grad` is certain to be there first: it already exists, or the
+    /// unembedding shares the weight (its gradient is dense and arrives first: the chunked
+    /// head's backward runs before the decoder's, and within one autograd graph the two are
+    /// summed to a dense gradient before they reach `.grad`). A sparse first gradient would
+    /// become the `.grad` itself, which the optimizer cannot step.
+    fn sparse_embedding_grad(&self) -> bool {
+        let w = &self.embed_tokens;
+        w.requires_grad()
+            && (w.grad().defined() || (self.lm_head.is_none() && self.head_lora.is_none()))
+    }
+
     pub(crate) fn final_norm(&self, h: &Tensor) -> Tensor {
         rms_norm(h, &self.norm, self.config.rms_norm_eps)
     }

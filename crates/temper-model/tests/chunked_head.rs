@@ -349,3 +349,52 @@ fn head_gradient_accumulates_in_place_from_fresh_and_existing_gradients() {
         "bf16 vs f32 gradients: relative error {vs_f32:e}"
     );
 }
+
+/// The input embedding's gradient arrives as sparse rows added into `.grad` in place whenever a
+/// dense `.grad` is certain to be there first (not as a vocabulary-sized dense gradient): an
+/// untied model's first backward (no `.grad` yet: dense) and its second (sparse rows) give the
+/// same gradient, and after a tied model's first backward every `.grad` is dense.
+#[test]
+fn the_embedding_gradient_adds_sparse_rows_into_a_dense_grad() {
+    let (ids, mask, pos, targets) = batch();
+    let backward = |m: &CausalLm| {
+        let hidden = m.forward_hidden(&ids, &pos, &mask, None);
+        let scores = m.score_tokens(&hidden, &targets, 1.0, 4);
+        loss(&scores.logp, &scores.entropy, &mask).backward();
+        scores.backward();
+    };
+    let embed = |m: &CausalLm| {
+        let (_, p) = m
+            .named_parameters()
+            .into_iter()
+            .find(|(n, _)| n == "model.embed_tokens.weight")
+            .unwrap();
+        p.grad()
+    };
+    let untied = CausalLm::random(
+        ModelConfig::qwen2_like(97, 32, 48, 2, 4, 2, false),
+        4,
+        Device::Cpu,
+        ComputeKind::F32,
+    );
+    backward(&untied);
+    let dense = embed(&untied).copy();
+    assert!(dense.abs().sum(Kind::Float).double_value(&[]) > 0.0);
+    let _ = grads(&untied);
+    backward(&untied);
+    let rows = embed(&untied);
+    assert!(!rows.is_sparse());
+    let rel = (&rows - &dense).norm().double_value(&[]) / dense.norm().double_value(&[]);
+    assert!(rel <= 1e-6, "sparse rows vs dense gradient: {rel:e}");
+
+    let tied = CausalLm::random(
+        ModelConfig::qwen2_like(97, 32, 48, 2, 4, 2, true),
+        4,
+        Device::Cpu,
+        ComputeKind::F32,
+    );
+    backward(&tied);
+    for (name, p) in tied.named_parameters() {
+        assert!(!p.grad().is_sparse(), "{name}'s gradient is sparse");
+    }
+}
