@@ -6,7 +6,7 @@ use std::collections::{BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
-use tch::{nn, Device, Kind, Tensor};
+use tch::{nn, Device, Tensor};
 
 use crate::config::ModelConfig;
 use crate::dtype::ComputeKind;
@@ -87,15 +87,11 @@ pub fn load_weights(model: &CausalLm, files: &[PathBuf]) -> Result<()> {
     let tied = model.config().tie_word_embeddings;
     let mut loaded: HashMap<String, PathBuf> = HashMap::new();
     for file in files {
-        let mut tensors = Tensor::read_safetensors(file)
-            .map_err(|e| anyhow::anyhow!("{e}"))
-            .with_context(|| format!("reading safetensors file {}", file.display()))?;
-        // The reader's order is a hash map's: sort so errors are deterministic.
-        tensors.sort_by(|a, b| a.0.cmp(&b.0));
-        for (name, t) in tensors {
+        // One tensor in memory at a time: the model's variables plus the largest tensor.
+        crate::safetensors_io::for_each_tensor(file, |name, t| {
             let Some(var) = vars.get(&name) else {
                 if ignorable(&name, tied) {
-                    continue;
+                    return Ok(());
                 }
                 bail!(
                     "{}: unexpected tensor `{name}` {:?} (not a parameter of a {:?} model with this config.json)",
@@ -128,9 +124,10 @@ pub fn load_weights(model: &CausalLm, files: &[PathBuf]) -> Result<()> {
             }
             tch::no_grad(|| {
                 let mut var = var.shallow_clone();
-                var.copy_(&t.to_kind(Kind::Float).to_device(var.device()));
+                var.copy_(&t.to_device(var.device()));
             });
-        }
+            Ok(())
+        })?;
     }
     let mut missing: Vec<&String> = vars.keys().filter(|k| !loaded.contains_key(*k)).collect();
     missing.sort();

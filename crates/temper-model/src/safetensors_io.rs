@@ -60,3 +60,109 @@ pub fn write_safetensors(path: &Path, tensors: &[(String, Tensor)]) -> Result<()
     file.sync_all().map_err(io)?;
     Ok(())
 }
+
+fn kind_of(dtype: &str) -> Option<Kind> {
+    Some(match dtype {
+        "F32" => Kind::Float,
+        "BF16" => Kind::BFloat16,
+        "F16" => Kind::Half,
+        "F64" => Kind::Double,
+        "I64" => Kind::Int64,
+        "I32" => Kind::Int,
+        "I16" => Kind::Int16,
+        "I8" => Kind::Int8,
+        "U8" => Kind::Uint8,
+        "BOOL" => Kind::Bool,
+        _ => return None,
+    })
+}
+
+/// One tensor's entry in a safetensors header.
+struct Entry {
+    name: String,
+    kind: Kind,
+    shape: Vec<i64>,
+    /// Byte range within the data section.
+    start: u64,
+    end: u64,
+}
+
+/// The largest header accepted (the format's own reference reader caps it at 100 MB).
+const MAX_HEADER: u64 = 100 << 20;
+
+/// Calls `f(name, tensor)` for every tensor of the safetensors file `path`, in name order, reading
+/// each from the file when its turn comes: the file is never in memory whole (libtorch's reader
+/// loads every tensor first, so loading a model took twice its size). A header that is not
+/// safetensors, or a tensor whose bytes do not match its dtype and shape or lie outside the file,
+/// is an error naming the file (and the tensor).
+pub fn for_each_tensor(path: &Path, mut f: impl FnMut(String, Tensor) -> Result<()>) -> Result<()> {
+    use std::io::{Read, Seek, SeekFrom};
+    let file = std::fs::File::open(path).with_context(|| format!("opening {}", path.display()))?;
+    let size = file
+        .metadata()
+        .with_context(|| format!("reading {}", path.display()))?
+        .len();
+    let mut r = std::io::BufReader::new(file);
+    let bad = |what: String| anyhow::anyhow!("{}: not a safetensors file: {what}", path.display());
+    let mut len = [0u8; 8];
+    r.read_exact(&mut len)
+        .map_err(|_| bad("shorter than its 8-byte header length".into()))?;
+    let header_len = u64::from_le_bytes(len);
+    if header_len > MAX_HEADER || 8 + header_len > size {
+        return Err(bad(format!(
+            "header length {header_len} for a file of {size} bytes"
+        )));
+    }
+    let mut header = vec![0u8; header_len as usize];
+    r.read_exact(&mut header)
+        .with_context(|| format!("reading {}", path.display()))?;
+    let header: serde_json::Map<String, serde_json::Value> = serde_json::from_slice(&header)
+        .map_err(|e| bad(format!("header is not a JSON object: {e}")))?;
+    let data_start = 8 + header_len;
+    let mut entries = vec![];
+    for (name, v) in header {
+        if name == "__metadata__" {
+            continue;
+        }
+        let field = |k: &str| {
+            v.get(k)
+                .ok_or_else(|| bad(format!("tensor `{name}` has no `{k}`")))
+        };
+        let dtype = field("dtype")?.as_str().unwrap_or_default();
+        let kind = kind_of(dtype)
+            .ok_or_else(|| bad(format!("tensor `{name}` has unsupported dtype {dtype:?}")))?;
+        let shape: Vec<i64> = serde_json::from_value(field("shape")?.clone())
+            .map_err(|_| bad(format!("tensor `{name}`: shape is not a list of sizes")))?;
+        let [start, end]: [u64; 2] = serde_json::from_value(field("data_offsets")?.clone())
+            .map_err(|_| bad(format!("tensor `{name}`: data_offsets is not [start, end]")))?;
+        let elements = shape
+            .iter()
+            .try_fold(1u64, |n, &d| n.checked_mul(u64::try_from(d).ok()?));
+        let bytes = elements.and_then(|n| n.checked_mul(kind.elt_size_in_bytes() as u64));
+        if bytes != end.checked_sub(start) || data_start + end > size {
+            return Err(bad(format!(
+                "tensor `{name}` ({dtype} {shape:?}) has bytes {start}..{end} of a {}-byte data section",
+                size - data_start
+            )));
+        }
+        entries.push(Entry {
+            name,
+            kind,
+            shape,
+            start,
+            end,
+        });
+    }
+    entries.sort_by(|a, b| a.name.cmp(&b.name));
+    let mut buf = Vec::new();
+    for e in entries {
+        buf.resize((e.end - e.start) as usize, 0);
+        r.seek(SeekFrom::Start(data_start + e.start))
+            .and_then(|_| r.read_exact(&mut buf))
+            .with_context(|| format!("reading tensor `{}` of {}", e.name, path.display()))?;
+        let t = Tensor::f_from_data_size(&buf, &e.shape, e.kind)
+            .with_context(|| format!("tensor `{}` of {}", e.name, path.display()))?;
+        f(e.name, t)?;
+    }
+    Ok(())
+}

@@ -150,3 +150,81 @@ fn sharded_index_loads_and_a_missing_shard_is_named() {
         "{msg}"
     );
 }
+
+/// The streaming reader gives what libtorch's whole-file reader gives (names, dtypes, shapes,
+/// values) for every dtype a checkpoint carries, and refuses a header whose offsets do not match
+/// a tensor's bytes or run past the file, naming the file and the tensor.
+#[test]
+fn the_streaming_safetensors_reader_equals_libtorchs() {
+    use tch::{Kind, Tensor};
+    use temper_model::safetensors_io::for_each_tensor;
+    let dir = scratch("streaming-reader");
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("t.safetensors");
+    let tensors = vec![
+        (
+            "b.f32".to_string(),
+            Tensor::randn([3, 5], (Kind::Float, Device::Cpu)),
+        ),
+        (
+            "a.bf16".into(),
+            Tensor::randn([7], (Kind::Float, Device::Cpu)).to_kind(Kind::BFloat16),
+        ),
+        (
+            "c.f16".into(),
+            Tensor::randn([2, 2, 2], (Kind::Float, Device::Cpu)).to_kind(Kind::Half),
+        ),
+        ("d.i64".into(), Tensor::from_slice(&[3i64, -1, 9])),
+        (
+            "e.scalar".into(),
+            Tensor::from_slice(&[2.5f64]).reshape([] as [i64; 0]),
+        ),
+        (
+            "f.empty".into(),
+            Tensor::zeros([0, 4], (Kind::Float, Device::Cpu)),
+        ),
+    ];
+    write_safetensors(&path, &tensors).unwrap();
+    let mut want = Tensor::read_safetensors(&path).unwrap();
+    want.sort_by(|a, b| a.0.cmp(&b.0));
+    let mut got = vec![];
+    for_each_tensor(&path, |n, t| {
+        got.push((n, t));
+        Ok(())
+    })
+    .unwrap();
+    assert_eq!(got.len(), want.len());
+    for ((gn, g), (wn, w)) in got.iter().zip(&want) {
+        assert_eq!(gn, wn);
+        assert_eq!((g.kind(), g.size()), (w.kind(), w.size()), "{gn}");
+        assert!(g.equal(w), "{gn}");
+    }
+
+    // A tensor whose offsets say fewer bytes than its shape needs, and one past the file's end.
+    let bytes = std::fs::read(&path).unwrap();
+    let header_len = u64::from_le_bytes(bytes[..8].try_into().unwrap()) as usize;
+    let header = String::from_utf8(bytes[8..8 + header_len].to_vec()).unwrap();
+    let rewrite = |from: &str, to: &str| {
+        let h = header.replacen(from, to, 1);
+        let mut h = h.into_bytes();
+        h.resize(header_len, b' ');
+        let mut b = bytes.clone();
+        b[8..8 + header_len].copy_from_slice(&h);
+        std::fs::write(&path, b).unwrap();
+        let e = for_each_tensor(&path, |_, _| Ok(())).unwrap_err();
+        format!("{e:#}")
+    };
+    let msg = rewrite("\"shape\":[3,5]", "\"shape\":[3,6]");
+    assert!(
+        msg.contains("t.safetensors") && msg.contains("b.f32"),
+        "{msg}"
+    );
+    let msg = rewrite("\"dtype\":\"I64\"", "\"dtype\":\"Q4\"");
+    assert!(
+        msg.contains("unsupported dtype") && msg.contains("d.i64"),
+        "{msg}"
+    );
+    std::fs::write(&path, &bytes[..bytes.len() - 4]).unwrap();
+    let e = for_each_tensor(&path, |_, _| Ok(())).unwrap_err();
+    assert!(format!("{e:#}").contains("data section"), "{e:#}");
+}
