@@ -83,6 +83,9 @@ fn ignorable(name: &str, tied: bool) -> bool {
 
 /// Copy every tensor of `files` into the model's variables (under no_grad), checking names and shapes.
 pub fn load_weights(model: &CausalLm, files: &[PathBuf]) -> Result<()> {
+    if model.shares_base() {
+        bail!("this model's base weights are shared with other LoRA models: they cannot be loaded into");
+    }
     let vars: HashMap<String, Tensor> = model.var_store().variables();
     let tied = model.config().tie_word_embeddings;
     let mut loaded: HashMap<String, PathBuf> = HashMap::new();

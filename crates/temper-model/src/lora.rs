@@ -136,7 +136,7 @@ impl CausalLm {
         }
         let targets = cfg.targets()?;
         self.attach_lora(cfg, &targets);
-        self.var_store_mut().freeze();
+        self.freeze_base();
         Ok(())
     }
 

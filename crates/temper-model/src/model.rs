@@ -412,10 +412,17 @@ impl CausalLm {
         &self.vs
     }
 
-    /// The master weights, to write (load a checkpoint into). Not for a model that
+    /// The master weights, to write (load a checkpoint into). Refused for a model that
     /// [`CausalLm::shares_base`]: its base variables are other models' too.
-    pub fn var_store_mut(&mut self) -> &mut nn::VarStore {
-        &mut self.vs
+    pub fn var_store_mut(&mut self) -> Result<&mut nn::VarStore> {
+        if self.shared_base.is_some() {
+            anyhow::bail!("this model's base weights are shared with other LoRA models: they cannot be written");
+        }
+        Ok(&mut self.vs)
+    }
+
+    pub(crate) fn freeze_base(&mut self) {
+        self.vs.freeze();
     }
 
     /// `(HF name, tensor)` for every parameter, sorted by name (tensors share storage with the model).
@@ -631,7 +638,6 @@ impl CausalLm {
         h + down
     }
 
-    /// The final norm over the last layer's output: the final hidden states, f32.
     /// Whether the input embedding's gradient may come as sparse rows: autograd then adds them
     /// into the dense `.grad` in place, where a dense embedding backward would first build a
     /// vocabulary-sized gradient (545 MB per pass for Qwen2.5's 151,936 x 896) and add that.
@@ -646,6 +652,7 @@ impl CausalLm {
             && (w.grad().defined() || (self.lm_head.is_none() && self.head_lora.is_none()))
     }
 
+    /// The final norm over the last layer's output: the final hidden states, f32.
     pub(crate) fn final_norm(&self, h: &Tensor) -> Tensor {
         rms_norm(h, &self.norm, self.config.rms_norm_eps)
     }

@@ -139,7 +139,9 @@ pub fn for_each_tensor(path: &Path, mut f: impl FnMut(String, Tensor) -> Result<
             .iter()
             .try_fold(1u64, |n, &d| n.checked_mul(u64::try_from(d).ok()?));
         let bytes = elements.and_then(|n| n.checked_mul(kind.elt_size_in_bytes() as u64));
-        if bytes != end.checked_sub(start) || data_start + end > size {
+        let in_file = data_start.checked_add(end).is_some_and(|e| e <= size);
+        let matches = matches!((bytes, end.checked_sub(start)), (Some(a), Some(b)) if a == b);
+        if !(matches && in_file) {
             return Err(bad(format!(
                 "tensor `{name}` ({dtype} {shape:?}) has bytes {start}..{end} of a {}-byte data section",
                 size - data_start

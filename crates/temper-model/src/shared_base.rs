@@ -40,7 +40,7 @@ impl SharedBase {
     /// Load the Hugging Face folder `dir` (as [`CausalLm::load`]) and freeze it.
     pub fn load(dir: &Path, device: Device) -> Result<SharedBase> {
         let mut model = CausalLm::load(dir, device, ComputeKind::F32)?;
-        model.var_store_mut().freeze();
+        model.freeze_base();
         Ok(SharedBase(Arc::new(Mutex::new(Frozen {
             config: model.config().clone(),
             dir: dir.to_path_buf(),
@@ -91,15 +91,20 @@ pub struct SharedBases(Mutex<HashMap<(PathBuf, Device), Registered>>);
 
 impl SharedBases {
     /// The base of folder `dir` on `device`: the one models already use, or loaded now. Holds
-    /// the registry while loading, so two clients asking at once load it once.
+    /// the registry while loading, so two clients asking at once load it once (and a client of
+    /// another base waits for that load: creating a model is rare next to training it). A base
+    /// is read from disk once while models use it: a folder rewritten meanwhile reaches new
+    /// clients after the last model on the old one is gone.
     pub fn get(&self, dir: &Path, device: Device) -> Result<SharedBase> {
         let mut map = self.0.lock().unwrap_or_else(|e| e.into_inner());
         map.retain(|_, w| w.strong_count() > 0);
-        let key = (dir.to_path_buf(), device);
+        // One entry per folder however it is named (a link, a relative path).
+        let dir = dir.canonicalize().unwrap_or_else(|_| dir.to_path_buf());
+        let key = (dir.clone(), device);
         if let Some(base) = map.get(&key).and_then(Weak::upgrade) {
             return Ok(SharedBase(base));
         }
-        let base = SharedBase::load(dir, device)?;
+        let base = SharedBase::load(&dir, device)?;
         map.insert(key, base.downgrade());
         Ok(base)
     }

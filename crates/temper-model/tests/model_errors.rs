@@ -224,6 +224,24 @@ fn the_streaming_safetensors_reader_equals_libtorchs() {
         msg.contains("unsupported dtype") && msg.contains("d.i64"),
         "{msg}"
     );
+    // A negative size with reversed offsets, and offsets that overflow: errors, not panics.
+    let msg = rewrite("\"shape\":[3]", "\"shape\":[-3]");
+    assert!(msg.contains("d.i64"), "{msg}");
+    let huge = format!("[{},{}]", u64::MAX - 1, u64::MAX);
+    let (from, to) = {
+        let i = header.find("\"d.i64\"").unwrap();
+        let j = i + header[i..].find("data_offsets\":").unwrap() + "data_offsets\":".len();
+        let k = j + header[j..].find(']').unwrap() + 1;
+        (header[j..k].to_string(), huge)
+    };
+    let h = header.replacen(&from, &to, 1);
+    assert!(h.len() <= header_len + 40);
+    let mut b = (h.len() as u64).to_le_bytes().to_vec();
+    b.extend(h.as_bytes());
+    b.extend(&bytes[8 + header_len..]);
+    std::fs::write(&path, b).unwrap();
+    let e = for_each_tensor(&path, |_, _| Ok(())).unwrap_err();
+    assert!(format!("{e:#}").contains("d.i64"), "{e:#}");
     std::fs::write(&path, &bytes[..bytes.len() - 4]).unwrap();
     let e = for_each_tensor(&path, |_, _| Ok(())).unwrap_err();
     assert!(format!("{e:#}").contains("data section"), "{e:#}");

@@ -124,10 +124,15 @@ fn lora_models_on_a_shared_base_hold_it_once_and_each_trains_as_on_its_own_copy(
         assert!(!p.grad().defined(), "{name} got a gradient");
     }
 
-    // Its adapters cannot be removed (that would make the shared weights trainable).
+    // Its adapters cannot be removed (that would make the shared weights trainable), nor its
+    // base weights written.
     let mut a = a;
     let err = a.remove_lora().unwrap_err().to_string();
     assert!(err.contains("shared"), "{err}");
+    assert!(a.var_store_mut().is_err());
+    let files = temper_model::load::weight_files(&dir).unwrap();
+    let err = temper_model::load::load_weights(&a, &files).unwrap_err();
+    assert!(err.to_string().contains("shared"), "{err}");
 
     // The last model dropped frees the base; the next client loads it again.
     drop((a, b));

@@ -305,7 +305,7 @@ fn reload(model: &mut CausalLm, dir: &Path) -> Result<()> {
     let new = CausalLm::load(dir, model.device(), model.compute())
         .with_context(|| format!("loading {}", dir.display()))?;
     model
-        .var_store_mut()
+        .var_store_mut()?
         .copy(new.var_store())
         .with_context(|| format!("{}: weights of another shape", dir.display()))
 }

@@ -46,7 +46,7 @@ impl TrainingModel {
             )
             .with_context(|| format!("loading state {}", dir.display()))?;
             self.model
-                .var_store_mut()
+                .var_store_mut()?
                 .copy(saved.var_store())
                 .with_context(|| format!("{}: weights of another shape", dir.display()))?;
         }
