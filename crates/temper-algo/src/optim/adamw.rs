@@ -75,7 +75,11 @@ impl AdamW {
                 }
                 // A sparse gradient (an embedding's backward with nothing dense before it) is
                 // never stepped as if it were dense.
-                let g = if g.is_sparse() { g.to_dense(None, false) } else { g };
+                let g = if g.is_sparse() {
+                    g.to_dense(None, false)
+                } else {
+                    g
+                };
                 // Every operation is elementwise, so a slice at a time gives the same bits while
                 // the temporaries stay a slice's size, not a parameter's (an embedding is 113 MB).
                 for (mut p, g, mut exp_avg, mut exp_avg_sq) in
