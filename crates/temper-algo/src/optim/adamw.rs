@@ -120,32 +120,41 @@ impl AdamW {
     }
 
     /// Restores the state written by [`AdamW::save`] (the hyper-parameters come from the config).
+    /// The file is read one tensor at a time: the moments are twice the model, and reading the
+    /// file whole made resuming need that much again.
     pub fn load(&mut self, path: &Path) -> Result<()> {
-        let tensors = Tensor::read_safetensors(path)
-            .with_context(|| format!("reading {}", path.display()))?;
-        let map: std::collections::HashMap<String, Tensor> = tensors.into_iter().collect();
-        let get = |k: &str| {
-            map.get(k)
-                .with_context(|| format!("{}: optimizer state lacks `{k}`", path.display()))
-        };
-        for (i, n) in self.names.iter().enumerate() {
-            for (key, dst) in [
-                ("exp_avg", &mut self.exp_avg[i]),
-                ("exp_avg_sq", &mut self.exp_avg_sq[i]),
-            ] {
-                let src = get(&format!("{key}/{n}"))?;
-                if src.size() != dst.size() {
-                    bail!(
-                        "{}: `{key}/{n}` has shape {:?}, parameter has {:?}",
-                        path.display(),
-                        src.size(),
-                        dst.size()
-                    );
-                }
-                tch::no_grad(|| dst.copy_(&src.to_kind(dst.kind())));
+        let mut slots: std::collections::HashMap<String, &mut Tensor> = self
+            .names
+            .iter()
+            .zip(self.exp_avg.iter_mut().zip(self.exp_avg_sq.iter_mut()))
+            .flat_map(|(n, (m, v))| [(format!("exp_avg/{n}"), m), (format!("exp_avg_sq/{n}"), v)])
+            .collect();
+        let mut step = None;
+        temper_model::safetensors_io::for_each_tensor(path, |key, src| {
+            if key == "step" {
+                step = Some(src.to_kind(Kind::Int64).int64_value(&[0]) as u64);
+                return Ok(());
             }
+            // Tensors of parameters this optimizer does not have are not its state.
+            let Some(dst) = slots.remove(&key) else {
+                return Ok(());
+            };
+            if src.size() != dst.size() {
+                bail!(
+                    "{}: `{key}` has shape {:?}, parameter has {:?}",
+                    path.display(),
+                    src.size(),
+                    dst.size()
+                );
+            }
+            tch::no_grad(|| dst.copy_(&src));
+            Ok(())
+        })?;
+        let missing = |k: &str| anyhow::anyhow!("{}: optimizer state lacks `{k}`", path.display());
+        if let Some(k) = slots.keys().min() {
+            return Err(missing(k));
         }
-        self.step = get("step")?.to_kind(Kind::Int64).int64_value(&[0]) as u64;
+        self.step = step.ok_or_else(|| missing("step"))?;
         Ok(())
     }
 }
