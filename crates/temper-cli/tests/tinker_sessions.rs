@@ -344,3 +344,34 @@ fn lora_clients_of_one_base_share_it_and_train_apart() {
         "the shared base changed"
     );
 }
+
+/// A training model bigger than the machine's available memory is refused from its base's
+/// config, before any weight is read, with the numbers; the server goes on serving.
+#[test]
+fn a_model_that_cannot_fit_is_refused_with_the_numbers() {
+    let root = common::temp_dir("tinker-too-big");
+    let server = serve_util::start(
+        &common::tiny_model_dir(),
+        &["--root", &root.display().to_string()],
+    );
+    // A config for ~1.6e12 parameters (6.4 TB in f32), and no weights at all.
+    let huge = root.join("huge-base");
+    std::fs::create_dir_all(&huge).unwrap();
+    let cfg = temper_model::ModelConfig::qwen2_like(1 << 20, 1 << 16, 1 << 18, 16, 64, 8, true);
+    std::fs::write(huge.join("config.json"), cfg.raw.to_string()).unwrap();
+    let sess = session(&server);
+    for (seq, rank, what) in [(0, 8, "LoRA model"), (1, 0, "full fine-tune")] {
+        let r = call(
+            &server,
+            "create_model",
+            json!({"session_id": sess, "model_seq_id": seq, "base_model": huge.display().to_string(),
+                   "lora_config": {"rank": rank}}),
+        );
+        let e = r["error"].as_str().unwrap_or_else(|| panic!("{r}"));
+        assert!(e.contains(what) && e.contains("GiB available"), "{e}");
+        assert_eq!(r["category"], "user", "{r}");
+    }
+    // The server still makes models that fit.
+    let m = model(&server, &sess);
+    assert!(!m.is_empty());
+}

@@ -83,6 +83,38 @@ impl LoraConfig {
     pub fn scale(&self) -> f64 {
         self.alpha / self.rank as f64
     }
+
+    /// How many parameters these adapters have on a model of shape `m`: rank x (in + out) per
+    /// adapted linear, per layer, and once for the unembedding.
+    pub fn num_params(&self, m: &crate::ModelConfig) -> Result<i64> {
+        let targets = self.targets()?;
+        let (h, i) = (m.hidden_size, m.intermediate_size);
+        let (q, kv) = (
+            m.num_attention_heads * m.head_dim,
+            m.num_key_value_heads * m.head_dim,
+        );
+        let in_out = |name: &str| match name {
+            "q_proj" => (h, q),
+            "k_proj" | "v_proj" => (h, kv),
+            "o_proj" => (q, h),
+            "gate_proj" | "up_proj" => (h, i),
+            "down_proj" => (i, h),
+            _ => (h, m.vocab_size), // LORA_HEAD
+        };
+        let per_layer: i64 = targets
+            .iter()
+            .filter(|t| **t != LORA_HEAD)
+            .map(|t| in_out(t))
+            .map(|(a, b)| self.rank * (a + b))
+            .sum();
+        let head = if targets.contains(&LORA_HEAD) {
+            let (a, b) = in_out(LORA_HEAD);
+            self.rank * (a + b)
+        } else {
+            0
+        };
+        Ok(per_layer * m.num_hidden_layers + head)
+    }
 }
 
 /// One linear's adapter.

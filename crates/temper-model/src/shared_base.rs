@@ -109,6 +109,15 @@ impl SharedBases {
         Ok(base)
     }
 
+    /// Whether the base of folder `dir` on `device` is loaded now (a new model on it costs its
+    /// adapters only).
+    pub fn is_loaded(&self, dir: &Path, device: Device) -> bool {
+        let dir = dir.canonicalize().unwrap_or_else(|_| dir.to_path_buf());
+        let map = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        map.get(&(dir, device))
+            .is_some_and(|w| w.strong_count() > 0)
+    }
+
     /// How many bases are loaded now.
     pub fn loaded(&self) -> usize {
         let map = self.0.lock().unwrap_or_else(|e| e.into_inner());

@@ -229,3 +229,28 @@ fn seeded_adapters_do_not_depend_on_other_threads() {
         );
     }
 }
+
+/// `LoraConfig::num_params` (what memory estimates count) equals the adapters a model gets.
+#[test]
+fn the_adapter_count_is_the_adapters_a_model_gets() {
+    for (tied, targets) in [
+        (true, vec!["all-linear"]),
+        (false, vec!["q_proj", "down_proj", "lm_head"]),
+        (true, vec!["v_proj", "lm_head"]),
+    ] {
+        let cfg = ModelConfig::qwen2_like(97, 32, 48, 3, 4, 2, tied);
+        let lora = LoraConfig {
+            rank: 5,
+            alpha: 5.0,
+            target_modules: targets.iter().map(|t| t.to_string()).collect(),
+        };
+        let mut m = CausalLm::random(cfg.clone(), 1, Device::Cpu, ComputeKind::F32);
+        m.add_lora(&lora).unwrap();
+        let real: i64 = m
+            .trainable_parameters()
+            .iter()
+            .map(|(_, p)| p.numel() as i64)
+            .sum();
+        assert_eq!(lora.num_params(&cfg).unwrap(), real, "{targets:?}");
+    }
+}

@@ -7,6 +7,7 @@
 //! sampling sessions ([`samplers`]) sample on the serving worker, with the other APIs. Checkpoints live under `--root`:
 //! `tinker://{model_id}/weights/{name}` is `<root>/{model_id}/weights/{name}`.
 
+pub(crate) mod admission;
 mod convert;
 pub mod futures;
 pub mod proto;

@@ -17,7 +17,7 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use prost::Message;
 use serde_json::{json, Value};
-use temper_model::{CausalLm, LoraConfig};
+use temper_model::{CausalLm, LoraConfig, ModelConfig};
 use temper_tinker::{AdamParams, TrainingModel};
 
 use super::futures::{Outcome, POLL_HOLD};
@@ -296,6 +296,12 @@ fn start_model(t: &Arc<Tinker>, spec: Spec, created: super::futures::Promise) {
     let spawned = std::thread::Builder::new().name(name).spawn(move || {
         let built = (|| -> Result<TrainingModel> {
             let base = || format!("base_model {:?}", spec.base_model);
+            if device == tch::Device::Cpu {
+                let config = ModelConfig::from_file(&spec.base_dir.join("config.json"))
+                    .with_context(base)?;
+                let shared = bases.is_loaded(&spec.base_dir, device);
+                super::admission::admit(&config, spec.lora.as_ref(), shared)?;
+            }
             // LoRA clients of one base share its weights; a full fine-tune owns its copy.
             let model = match &spec.lora {
                 Some(cfg) => bases

@@ -63,39 +63,18 @@ impl MemoryEstimate {
     }
 }
 
-/// The trainable parameters: LoRA's adapters (rank x (in + out) per adapted linear), or all.
+/// The trainable parameters: LoRA's adapters, or all.
 fn trainable_params(cfg: &Config, m: &ModelConfig) -> i64 {
-    let r = cfg.model.lora_rank as i64;
-    if r == 0 {
+    if cfg.model.lora_rank == 0 {
         return m.num_params();
     }
-    let (h, i) = (m.hidden_size, m.intermediate_size);
-    let (q, kv) = (
-        m.num_attention_heads * m.head_dim,
-        m.num_key_value_heads * m.head_dim,
-    );
-    let shapes = [
-        ("q_proj", h, q),
-        ("k_proj", h, kv),
-        ("v_proj", h, kv),
-        ("o_proj", q, h),
-        ("gate_proj", h, i),
-        ("up_proj", h, i),
-        ("down_proj", i, h),
-    ];
-    let targets = &cfg.model.target_modules;
-    let all = targets.iter().any(|t| t == "all-linear");
-    let per_layer: i64 = shapes
-        .iter()
-        .filter(|(n, _, _)| all || targets.iter().any(|t| t == n))
-        .map(|(_, i, o)| r * (i + o))
-        .sum();
-    let head = if targets.iter().any(|t| t == "lm_head") {
-        r * (h + m.vocab_size)
-    } else {
-        0
+    let lora = temper_model::LoraConfig {
+        rank: cfg.model.lora_rank as i64,
+        alpha: cfg.model.lora_alpha,
+        target_modules: cfg.model.target_modules.clone(),
     };
-    per_layer * m.num_hidden_layers + head
+    // The config's checks refuse bad targets before the estimate is made.
+    lora.num_params(m).unwrap_or(0)
 }
 
 /// The first step's peak on one rank of `world`, computing in `compute`.
