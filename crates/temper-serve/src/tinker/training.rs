@@ -67,10 +67,10 @@ pub struct ModelInfo {
     pub dir: PathBuf,
 }
 
-/// Runs `model`'s jobs until every sender is gone.
 /// How long a model's queue stays empty before its thread gives freed memory back.
 const QUIET: Duration = Duration::from_millis(500);
 
+/// Runs `model`'s jobs until every sender is gone.
 pub fn run(
     mut model: TrainingModel,
     info: ModelInfo,
