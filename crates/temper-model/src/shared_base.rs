@@ -6,7 +6,8 @@
 //! model whose base parameters are those tensors (the same storage) and whose trainable
 //! parameters are its own adapters. Nothing writes a shared tensor: the optimizer steps the
 //! adapters ([`CausalLm::trainable_parameters`]), a LoRA model's state is its adapters, and
-//! [`CausalLm::remove_lora`] refuses such a model. Concurrent forwards on several threads only
+//! [`CausalLm::remove_lora`], [`CausalLm::var_store_mut`] and [`crate::load::load_weights`]
+//! refuse such a model. Concurrent forwards on several threads only
 //! read the base, which libtorch allows.
 //!
 //! [`SharedBases`] finds a base already loaded (by folder and device) while any model on it lives,
