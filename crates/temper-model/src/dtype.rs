@@ -8,10 +8,11 @@ use temper_kernels::{
     LinearKernel,
 };
 
-/// The dtype matmuls and attention run in. Weights are always f32 master copies; with `Bf16` they
-/// are cast to bf16 at each use (tch has no CPU autocast), activations entering a matmul or attention
+/// The dtype matmuls and attention run in. Weights are f32 master copies (a frozen base shared by
+/// LoRA models keeps bf16-exact matrices in bf16, [`crate::SharedBase`]); with `Bf16` they are
+/// cast to bf16 at each use (tch has no CPU autocast), activations entering a matmul or attention
 /// are bf16, while the residual stream, the norms and the returned logits stay f32.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum ComputeKind {
     F32,
     Bf16,

@@ -531,7 +531,7 @@ impl CausalLm {
         };
         let sampling = self.sampling.borrow();
         let sparse = self.sparse_embedding_grad();
-        let mut h = Tensor::embedding(&self.embed_tokens, input_ids, -1, false, sparse);
+        let mut h = self.embed(input_ids, sparse);
         for i in 0..self.layers.len() {
             let frozen = sampling.as_ref().map(|s| &s.layers[i]);
             let collect_into = collect.then_some(&mut collected);
@@ -636,6 +636,12 @@ impl CausalLm {
             }
         };
         h + down
+    }
+
+    /// The input embeddings of `ids`, f32 (the residual stream's dtype; a shared bf16 base's
+    /// table holds values f32 holds exactly).
+    pub(crate) fn embed(&self, ids: &Tensor, sparse: bool) -> Tensor {
+        Tensor::embedding(&self.embed_tokens, ids, -1, false, sparse).to_kind(Kind::Float)
     }
 
     /// Whether the input embedding's gradient may come as sparse rows: autograd then adds them

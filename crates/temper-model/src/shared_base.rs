@@ -18,7 +18,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, Weak};
 
 use anyhow::Result;
-use tch::{Device, Tensor};
+use tch::{Device, Kind, Tensor};
 
 use crate::config::ModelConfig;
 use crate::dtype::ComputeKind;
@@ -38,15 +38,31 @@ struct Frozen {
 }
 
 impl SharedBase {
-    /// Load the Hugging Face folder `dir` (as [`CausalLm::load`]) and freeze it.
-    pub fn load(dir: &Path, device: Device) -> Result<SharedBase> {
+    /// Load the Hugging Face folder `dir` (as [`CausalLm::load`]) and freeze it, for models
+    /// computing in `compute`. In bf16, a weight matrix whose values bf16 holds exactly (every
+    /// weight of a bf16 checkpoint) is kept in bf16: the same numbers the models' forwards cast it
+    /// to, in half the memory, and no cast per forward.
+    pub fn load(dir: &Path, device: Device, compute: ComputeKind) -> Result<SharedBase> {
         let mut model = CausalLm::load(dir, device, ComputeKind::F32)?;
         model.freeze_base();
+        let mut tensors = model.var_store().variables();
+        let kind = compute.kind();
+        if kind != Kind::Float {
+            for t in tensors.values_mut() {
+                // Matrices only: norm weights and biases stay f32, as the forward reads them.
+                if t.dim() == 2 {
+                    let narrow = t.to_kind(kind);
+                    if narrow.to_kind(Kind::Float).equal(t) {
+                        *t = narrow;
+                    }
+                }
+            }
+        }
         Ok(SharedBase(Arc::new(Mutex::new(Frozen {
             config: model.config().clone(),
             dir: dir.to_path_buf(),
             device,
-            tensors: model.var_store().variables(),
+            tensors,
         }))))
     }
 
@@ -88,34 +104,35 @@ type Registered = Weak<Mutex<Frozen>>;
 
 /// The bases in use, by folder and device: each loaded once while any model on it lives.
 #[derive(Debug, Default)]
-pub struct SharedBases(Mutex<HashMap<(PathBuf, Device), Registered>>);
+pub struct SharedBases(Mutex<HashMap<(PathBuf, Device, ComputeKind), Registered>>);
 
 impl SharedBases {
-    /// The base of folder `dir` on `device`: the one models already use, or loaded now. Holds
+    /// The base of folder `dir` on `device` for models computing in `compute`: the one models
+    /// already use, or loaded now. Holds
     /// the registry while loading, so two clients asking at once load it once (and a client of
     /// another base waits for that load: creating a model is rare next to training it). A base
     /// is read from disk once while models use it: a folder rewritten meanwhile reaches new
     /// clients after the last model on the old one is gone.
-    pub fn get(&self, dir: &Path, device: Device) -> Result<SharedBase> {
+    pub fn get(&self, dir: &Path, device: Device, compute: ComputeKind) -> Result<SharedBase> {
         let mut map = self.0.lock().unwrap_or_else(|e| e.into_inner());
         map.retain(|_, w| w.strong_count() > 0);
         // One entry per folder however it is named (a link, a relative path).
         let dir = dir.canonicalize().unwrap_or_else(|_| dir.to_path_buf());
-        let key = (dir.clone(), device);
+        let key = (dir.clone(), device, compute);
         if let Some(base) = map.get(&key).and_then(Weak::upgrade) {
             return Ok(SharedBase(base));
         }
-        let base = SharedBase::load(&dir, device)?;
+        let base = SharedBase::load(&dir, device, compute)?;
         map.insert(key, base.downgrade());
         Ok(base)
     }
 
     /// Whether the base of folder `dir` on `device` is loaded now (a new model on it costs its
     /// adapters only).
-    pub fn is_loaded(&self, dir: &Path, device: Device) -> bool {
+    pub fn is_loaded(&self, dir: &Path, device: Device, compute: ComputeKind) -> bool {
         let dir = dir.canonicalize().unwrap_or_else(|_| dir.to_path_buf());
         let map = self.0.lock().unwrap_or_else(|e| e.into_inner());
-        map.get(&(dir, device))
+        map.get(&(dir, device, compute))
             .is_some_and(|w| w.strong_count() > 0)
     }
 

@@ -72,7 +72,7 @@ fn lora_models_on_a_shared_base_hold_it_once_and_each_trains_as_on_its_own_copy(
     let bases = SharedBases::default();
     let on_shared = |seed| {
         bases
-            .get(&dir, Device::Cpu)
+            .get(&dir, Device::Cpu, ComputeKind::F32)
             .unwrap()
             .lora_model(&lora(), Some(seed), ComputeKind::F32)
             .unwrap()
@@ -140,4 +140,73 @@ fn lora_models_on_a_shared_base_hold_it_once_and_each_trains_as_on_its_own_copy(
     let c = on_shared(4);
     assert_eq!(bases.loaded(), 1);
     assert!(c.shares_base());
+}
+
+/// In bf16, a shared base keeps the matrices a bf16 checkpoint holds in bf16 (half the memory, no
+/// cast per forward) and its models compute exactly what LoRA models computing in bf16 on an f32
+/// copy of their own do, training included; a base whose values bf16 cannot hold stays f32.
+#[test]
+fn a_bf16_shared_base_keeps_bf16_weights_and_the_same_numbers() {
+    let root = scratch("shared-base-bf16");
+    let cfg = ModelConfig::qwen2_like(97, 32, 48, 2, 4, 2, false);
+    // A checkpoint of bf16 values (as published checkpoints are), written in f32.
+    let model = CausalLm::random(cfg.clone(), 9, Device::Cpu, ComputeKind::F32);
+    tch::no_grad(|| {
+        for (_, p) in model.named_parameters() {
+            p.shallow_clone().copy_(&p.to_kind(Kind::BFloat16));
+        }
+    });
+    let bf16_dir = root.join("bf16-values");
+    model.save(&bf16_dir).unwrap();
+    let f32_dir = root.join("f32-values");
+    CausalLm::random(cfg, 9, Device::Cpu, ComputeKind::F32)
+        .save(&f32_dir)
+        .unwrap();
+
+    let bases = SharedBases::default();
+    let kinds = |dir: &std::path::Path| -> Vec<(String, Kind)> {
+        let m = bases
+            .get(dir, Device::Cpu, ComputeKind::Bf16)
+            .unwrap()
+            .lora_model(&lora(), Some(1), ComputeKind::Bf16)
+            .unwrap();
+        m.named_parameters()
+            .into_iter()
+            .filter(|(n, _)| !n.contains("lora"))
+            .map(|(n, t)| (n, t.kind()))
+            .collect()
+    };
+    for (name, kind) in kinds(&bf16_dir) {
+        let matrix =
+            name.ends_with("proj.weight") || name.contains("embed") || name.contains("lm_head");
+        let want = if matrix { Kind::BFloat16 } else { Kind::Float };
+        assert_eq!(kind, want, "{name}");
+    }
+    assert!(kinds(&f32_dir).iter().all(|(_, k)| *k == Kind::Float));
+
+    for seed in [1, 2] {
+        let shared = bases
+            .get(&bf16_dir, Device::Cpu, ComputeKind::Bf16)
+            .unwrap()
+            .lora_model(&lora(), Some(seed), ComputeKind::Bf16)
+            .unwrap();
+        let mut own = CausalLm::load(&bf16_dir, Device::Cpu, ComputeKind::Bf16).unwrap();
+        own.add_lora_seeded(&lora(), seed).unwrap();
+        let row = ROWS[seed as usize - 1];
+        assert_eq!(train(&shared, row), train(&own, row));
+        assert!(same(
+            &shared.trainable_parameters(),
+            &own.trainable_parameters()
+        ));
+        let merged = |m: &CausalLm| -> Vec<(String, Tensor)> {
+            m.merged_parameters()
+                .into_iter()
+                .map(|(n, t)| (n, t.to_kind(Kind::Float)))
+                .collect()
+        };
+        assert!(
+            same(&merged(&shared), &merged(&own)),
+            "merged weights differ"
+        );
+    }
 }

@@ -155,7 +155,7 @@ impl CausalLm {
         let mut collected = vec![];
         let last = tch::no_grad(|| {
             let ctx = tables.context();
-            let mut h = Tensor::embedding(&self.embed_tokens, input_ids, -1, false, false);
+            let mut h = self.embed(input_ids, false);
             for i in 0..self.layers.len() {
                 inputs.push(h.shallow_clone());
                 let kv = past.map(|p| &p[i]);
@@ -272,7 +272,7 @@ impl LayerCheckpoints<'_> {
             });
             return;
         }
-        let embed = |ids: &Tensor| Tensor::embedding(&m.embed_tokens, ids, -1, false, false);
+        let embed = |ids: &Tensor| m.embed(ids, false);
         let mut total = surrogate(&embed(&p.input_ids), &g_prompts);
         if let (Some((s, _)), Some(g)) = (&self.responses, &g_responses) {
             total = total + surrogate(&embed(&s.input_ids), g);

@@ -299,13 +299,13 @@ fn start_model(t: &Arc<Tinker>, spec: Spec, created: super::futures::Promise) {
             if device == tch::Device::Cpu {
                 let config = ModelConfig::from_file(&spec.base_dir.join("config.json"))
                     .with_context(base)?;
-                let shared = bases.is_loaded(&spec.base_dir, device);
+                let shared = bases.is_loaded(&spec.base_dir, device, compute);
                 super::admission::admit(&config, spec.lora.as_ref(), shared)?;
             }
             // LoRA clients of one base share its weights; a full fine-tune owns its copy.
             let model = match &spec.lora {
                 Some(cfg) => bases
-                    .get(&spec.base_dir, device)
+                    .get(&spec.base_dir, device, compute)
                     .with_context(base)?
                     .lora_model(cfg, spec.seed, compute)?,
                 None => CausalLm::load(&spec.base_dir, device, compute).with_context(base)?,
