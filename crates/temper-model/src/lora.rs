@@ -101,19 +101,17 @@ impl LoraConfig {
             "down_proj" => (i, h),
             _ => (h, m.vocab_size), // LORA_HEAD
         };
-        let per_layer: i64 = targets
-            .iter()
-            .filter(|t| **t != LORA_HEAD)
-            .map(|t| in_out(t))
-            .map(|(a, b)| self.rank * (a + b))
-            .sum();
-        let head = if targets.contains(&LORA_HEAD) {
-            let (a, b) = in_out(LORA_HEAD);
-            self.rank * (a + b)
-        } else {
-            0
+        // The decoder linears' adapters come once per layer, the unembedding's once.
+        let count = |t: &&str| {
+            let (a, b) = in_out(t);
+            let copies = if *t == LORA_HEAD {
+                1
+            } else {
+                m.num_hidden_layers
+            };
+            self.rank * (a + b) * copies
         };
-        Ok(per_layer * m.num_hidden_layers + head)
+        Ok(targets.iter().map(count).sum())
     }
 }
 

@@ -1,5 +1,6 @@
 //! A streaming safetensors writer (one tensor in memory at a time) that records
-//! `{"format": "pt"}` metadata, which transformers expects.
+//! `{"format": "pt"}` metadata, which transformers expects, and a reader that hands over one
+//! tensor at a time.
 
 use std::io::Write;
 use std::path::Path;
@@ -7,20 +8,29 @@ use std::path::Path;
 use anyhow::{bail, Context, Result};
 use tch::{Device, Kind, Tensor};
 
+/// The dtypes temper reads and writes, with their safetensors names.
+const DTYPES: [(Kind, &str); 10] = [
+    (Kind::Float, "F32"),
+    (Kind::BFloat16, "BF16"),
+    (Kind::Half, "F16"),
+    (Kind::Double, "F64"),
+    (Kind::Int64, "I64"),
+    (Kind::Int, "I32"),
+    (Kind::Int16, "I16"),
+    (Kind::Int8, "I8"),
+    (Kind::Uint8, "U8"),
+    (Kind::Bool, "BOOL"),
+];
+
 fn dtype_name(kind: Kind) -> Result<&'static str> {
-    Ok(match kind {
-        Kind::Float => "F32",
-        Kind::BFloat16 => "BF16",
-        Kind::Half => "F16",
-        Kind::Double => "F64",
-        Kind::Int64 => "I64",
-        Kind::Int => "I32",
-        Kind::Int16 => "I16",
-        Kind::Int8 => "I8",
-        Kind::Uint8 => "U8",
-        Kind::Bool => "BOOL",
-        other => bail!("cannot write dtype {other:?} to safetensors"),
-    })
+    match DTYPES.iter().find(|(k, _)| *k == kind) {
+        Some((_, name)) => Ok(name),
+        None => bail!("cannot write dtype {kind:?} to safetensors"),
+    }
+}
+
+fn kind_of(dtype: &str) -> Option<Kind> {
+    DTYPES.iter().find(|(_, n)| *n == dtype).map(|(k, _)| *k)
 }
 
 /// Write `tensors` (any device) to `path` in safetensors format.
@@ -59,22 +69,6 @@ pub fn write_safetensors(path: &Path, tensors: &[(String, Tensor)]) -> Result<()
         .map_err(|e| anyhow::anyhow!("writing {}: {e}", path.display()))?;
     file.sync_all().map_err(io)?;
     Ok(())
-}
-
-fn kind_of(dtype: &str) -> Option<Kind> {
-    Some(match dtype {
-        "F32" => Kind::Float,
-        "BF16" => Kind::BFloat16,
-        "F16" => Kind::Half,
-        "F64" => Kind::Double,
-        "I64" => Kind::Int64,
-        "I32" => Kind::Int,
-        "I16" => Kind::Int16,
-        "I8" => Kind::Int8,
-        "U8" => Kind::Uint8,
-        "BOOL" => Kind::Bool,
-        _ => return None,
-    })
 }
 
 /// One tensor's entry in a safetensors header.

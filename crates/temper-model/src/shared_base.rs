@@ -10,7 +10,8 @@
 //! refuse such a model. Concurrent forwards on several threads only
 //! read the base, which libtorch allows.
 //!
-//! [`SharedBases`] finds a base already loaded (by folder and device) while any model on it lives,
+//! [`SharedBases`] finds a base already loaded (by folder, device and compute dtype) while any
+//! model on it lives,
 //! and loads it otherwise; the last model dropped frees it.
 
 use std::collections::HashMap;
@@ -25,7 +26,7 @@ use crate::dtype::ComputeKind;
 use crate::lora::LoraConfig;
 use crate::model::{CausalLm, Params};
 
-/// A base model's f32 weights, frozen, shared by the LoRA models built on it.
+/// A base model's weights, frozen, shared by the LoRA models built on it.
 #[derive(Debug, Clone)]
 pub struct SharedBase(Arc<Mutex<Frozen>>);
 
@@ -102,9 +103,19 @@ impl SharedBase {
 /// A loaded base, while any model on it lives.
 type Registered = Weak<Mutex<Frozen>>;
 
-/// The bases in use, by folder and device: each loaded once while any model on it lives.
+/// What a base is registered under: its folder however it is named (a link, a relative path),
+/// the device, and the compute dtype (which decides the dtype it keeps).
+type Key = (PathBuf, Device, ComputeKind);
+
+fn key(dir: &Path, device: Device, compute: ComputeKind) -> Key {
+    let dir = dir.canonicalize().unwrap_or_else(|_| dir.to_path_buf());
+    (dir, device, compute)
+}
+
+/// The bases in use, by folder, device and compute dtype: each loaded once while any model on
+/// it lives.
 #[derive(Debug, Default)]
-pub struct SharedBases(Mutex<HashMap<(PathBuf, Device, ComputeKind), Registered>>);
+pub struct SharedBases(Mutex<HashMap<Key, Registered>>);
 
 impl SharedBases {
     /// The base of folder `dir` on `device` for models computing in `compute`: the one models
@@ -116,13 +127,11 @@ impl SharedBases {
     pub fn get(&self, dir: &Path, device: Device, compute: ComputeKind) -> Result<SharedBase> {
         let mut map = self.0.lock().unwrap_or_else(|e| e.into_inner());
         map.retain(|_, w| w.strong_count() > 0);
-        // One entry per folder however it is named (a link, a relative path).
-        let dir = dir.canonicalize().unwrap_or_else(|_| dir.to_path_buf());
-        let key = (dir.clone(), device, compute);
+        let key = key(dir, device, compute);
         if let Some(base) = map.get(&key).and_then(Weak::upgrade) {
             return Ok(SharedBase(base));
         }
-        let base = SharedBase::load(&dir, device, compute)?;
+        let base = SharedBase::load(&key.0, device, compute)?;
         map.insert(key, base.downgrade());
         Ok(base)
     }
@@ -130,9 +139,8 @@ impl SharedBases {
     /// Whether the base of folder `dir` on `device` is loaded now (a new model on it costs its
     /// adapters only).
     pub fn is_loaded(&self, dir: &Path, device: Device, compute: ComputeKind) -> bool {
-        let dir = dir.canonicalize().unwrap_or_else(|_| dir.to_path_buf());
         let map = self.0.lock().unwrap_or_else(|e| e.into_inner());
-        map.get(&(dir, device, compute))
+        map.get(&key(dir, device, compute))
             .is_some_and(|w| w.strong_count() > 0)
     }
 

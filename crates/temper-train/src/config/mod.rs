@@ -82,6 +82,18 @@ impl Default for ModelConfig {
     }
 }
 
+impl ModelConfig {
+    /// The LoRA adapters this config asks for (`lora_rank` > 0), unchecked (see
+    /// [`temper_model::LoraConfig::targets`]).
+    pub fn lora(&self) -> Option<temper_model::LoraConfig> {
+        (self.lora_rank > 0).then(|| temper_model::LoraConfig {
+            rank: self.lora_rank as i64,
+            alpha: self.lora_alpha,
+            target_modules: self.target_modules.clone(),
+        })
+    }
+}
+
 /// `data`: prompts and answers (verl's `data`).
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(default, deny_unknown_fields)]

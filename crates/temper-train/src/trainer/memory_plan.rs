@@ -65,16 +65,11 @@ impl MemoryEstimate {
 
 /// The trainable parameters: LoRA's adapters, or all.
 fn trainable_params(cfg: &Config, m: &ModelConfig) -> i64 {
-    if cfg.model.lora_rank == 0 {
-        return m.num_params();
+    match cfg.model.lora() {
+        // The config's checks refuse bad targets before the estimate is made.
+        Some(lora) => lora.num_params(m).unwrap_or(0),
+        None => m.num_params(),
     }
-    let lora = temper_model::LoraConfig {
-        rank: cfg.model.lora_rank as i64,
-        alpha: cfg.model.lora_alpha,
-        target_modules: cfg.model.target_modules.clone(),
-    };
-    // The config's checks refuse bad targets before the estimate is made.
-    lora.num_params(m).unwrap_or(0)
 }
 
 /// The first step's peak on one rank of `world`, computing in `compute`.

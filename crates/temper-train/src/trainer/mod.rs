@@ -273,12 +273,7 @@ impl Trainer {
             ..
         } = policy;
         let tokenizer = tokenizer.expect("load_with_tokenizer(.., true, ..) loads one");
-        if cfg.model.lora_rank > 0 {
-            let lora = temper_model::LoraConfig {
-                rank: cfg.model.lora_rank as i64,
-                alpha: cfg.model.lora_alpha,
-                target_modules: cfg.model.target_modules.clone(),
-            };
+        if let Some(lora) = cfg.model.lora() {
             // The adapters' initial A comes from libtorch's generator, seeded with the run.
             model
                 .add_lora_seeded(&lora, cfg.trainer.seed)
