@@ -12,6 +12,7 @@ use std::path::PathBuf;
 fn main() {
     torch_rpath::emit();
     println!("cargo:rerun-if-changed=csrc/kernels.cpp");
+    println!("cargo:rerun-if-changed=csrc/swiglu.cpp");
     println!("cargo:rerun-if-env-changed=LIBTORCH");
     let libtorch = PathBuf::from(
         std::env::var("LIBTORCH")
@@ -61,7 +62,8 @@ fn main() {
         .flag("-DGLOG_USE_GLOG_EXPORT")
         .flag("-Wno-psabi")
         .opt_level(3)
-        .file("csrc/kernels.cpp");
+        .file("csrc/kernels.cpp")
+        .file("csrc/swiglu.cpp");
     if have_c10d {
         if gloo != std::path::Path::new("/usr/include") {
             // Never `-I/usr/include`: it reorders the system headers libstdc++ expects.

@@ -10,6 +10,7 @@
 pub mod comm;
 pub mod cpu;
 pub mod memory;
+mod swiglu;
 
 pub use comm::{comm_available, nccl_available, Backend, Comm, Rendezvous};
 
@@ -19,6 +20,7 @@ pub fn cuda_build() -> bool {
     env!("TEMPER_LIBTORCH_CUDA") == "1"
 }
 pub use cpu::{sampling_linear_kernel, CpuFeatures, LinearKernel};
+pub use swiglu::{swiglu_down, SwigluLora};
 
 use std::ffi::{c_char, c_int, c_void, CStr};
 use std::sync::OnceLock;

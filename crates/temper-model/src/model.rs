@@ -57,6 +57,35 @@ impl Linear {
         }
     }
 
+    /// `forward(silu(gate) * up, kind)` as one autograd node that saves `gate` and `up` only
+    /// and recomputes the product in the backward ([`temper_kernels::swiglu_down`]): the
+    /// decoder MLP's output projection, with the same results and half the MLP's saved
+    /// activations.
+    fn forward_swiglu(&self, gate: &Tensor, up: &Tensor, kind: Kind) -> Tensor {
+        let cast = |t: &Tensor| {
+            if kind == Kind::Float {
+                t.shallow_clone()
+            } else {
+                t.to_kind(kind)
+            }
+        };
+        let w = cast(&self.weight);
+        let bias = self.bias.as_ref().map(cast);
+        let lora = self
+            .lora
+            .as_ref()
+            .map(|l| (cast(&l.a), cast(&l.b), l.scale));
+        let lora = lora
+            .as_ref()
+            .map(|(a, b, scale)| temper_kernels::SwigluLora {
+                a,
+                b,
+                scale: *scale,
+            });
+        temper_kernels::swiglu_down(gate, up, &w, bias.as_ref(), lora)
+            .expect("the MLP's shapes are the config's, checked at load")
+    }
+
     /// The weight the layer computes with (LoRA merged in), detached, and the bias.
     fn part(&self) -> (Tensor, Option<&Tensor>) {
         let w = match &self.lora {
@@ -630,9 +659,9 @@ impl CausalLm {
                     .forward(&(gu.narrow(2, 0, inter).silu() * gu.narrow(2, inter, inter)))
             }
             None => {
-                let gate = layer.gate_proj.forward(&x, kind).silu();
+                let gate = layer.gate_proj.forward(&x, kind);
                 let up = layer.up_proj.forward(&x, kind);
-                layer.down_proj.forward(&(gate * up), kind)
+                layer.down_proj.forward_swiglu(&gate, &up, kind)
             }
         };
         h + down
