@@ -73,6 +73,41 @@ pub fn release_free_memory() {
     }
 }
 
+extern "C" {
+    fn temper_trim_heap_if_grown(err: *mut *mut std::ffi::c_char) -> std::ffi::c_int;
+    fn temper_trim_heap_on_grad(
+        t: *mut std::ffi::c_void,
+        err: *mut *mut std::ffi::c_char,
+    ) -> std::ffi::c_int;
+}
+
+/// [`release_free_memory`] once the resident memory beyond malloc's live bytes has grown by 256
+/// MiB since the last such trim: for the middle of a backward, which frees saved activations
+/// while it allocates gradients that do not fit their holes (see `csrc/kernels.cpp`). Cheap
+/// when it does not trim (a read of `/proc/self/statm` and malloc's counters).
+pub fn release_free_memory_if_grown() {
+    let mut err = std::ptr::null_mut();
+    // SAFETY: err is written by the callee on failure.
+    if unsafe { temper_trim_heap_if_grown(&mut err) } != 0 {
+        let _ = crate::take_error(err);
+    }
+}
+
+/// [`release_free_memory_if_grown`] each time a backward computes the gradient of `t` (a hook on
+/// `t`; the gradient passes unchanged): on a decoder layer's output, as the backward leaves each
+/// layer. Nothing for a tensor that takes no gradient.
+pub fn release_free_memory_on_grad(t: &tch::Tensor) {
+    if !t.requires_grad() {
+        return;
+    }
+    let mut err = std::ptr::null_mut();
+    // SAFETY: `t` is a live tensor for the call; err is written by the callee on failure.
+    if unsafe { temper_trim_heap_on_grad(t.as_ptr() as _, &mut err) } != 0 {
+        // Registering a hook fails only on a tensor that takes no gradient, checked above.
+        let _ = crate::take_error(err);
+    }
+}
+
 /// The memory the machine can still give without swapping, in bytes (Linux `MemAvailable`: free
 /// memory plus reclaimable caches), `None` where the kernel does not report it.
 pub fn available_bytes() -> Option<u64> {

@@ -566,6 +566,9 @@ impl CausalLm {
             let collect_into = collect.then_some(&mut collected);
             let past = given.map(|g| &g[i]);
             h = self.layer(i, h, &ctx, frozen, cache.as_deref_mut(), past, collect_into);
+            // The backward leaves this layer here: trim the heap if its freed activations
+            // left much resident free memory (see the function).
+            temper_kernels::memory::release_free_memory_on_grad(&h);
         }
         if let Some(cache) = cache {
             cache.advance(t);
