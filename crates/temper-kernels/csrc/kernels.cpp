@@ -344,38 +344,56 @@ int temper_clear_grad(at::Tensor* t, char** err) {
 
 namespace {
 #if defined(__GLIBC__)
-// The resident memory that is not malloc's live bytes: the code, stacks, and the free heap pages
-// malloc keeps resident.
-int64_t resident_slack() {
-  long pages = 0, resident = 0;
-  if (FILE* f = std::fopen("/proc/self/statm", "r")) {
-    if (std::fscanf(f, "%ld %ld", &pages, &resident) != 2) resident = 0;
+// A `VmXXX:` line of /proc/self/status, in bytes (0 when missing).
+int64_t status_bytes(const std::string& status, const char* key) {
+  auto at = status.find(key);
+  if (at == std::string::npos) return 0;
+  return std::atoll(status.c_str() + at + std::strlen(key)) * 1024;
+}
+
+struct Resident {
+  int64_t now;   // VmRSS
+  int64_t peak;  // VmHWM: the most the process has been resident
+  // What is resident beyond malloc's live bytes: code, stacks, and free heap pages kept resident.
+  int64_t slack;
+};
+
+Resident resident() {
+  std::string status;
+  if (FILE* f = std::fopen("/proc/self/status", "r")) {
+    char buf[4096];
+    size_t n;
+    while ((n = std::fread(buf, 1, sizeof buf, f)) > 0) status.append(buf, n);
     std::fclose(f);
   }
+  int64_t now = status_bytes(status, "VmRSS:");
   auto info = mallinfo2();
-  return int64_t(resident) * sysconf(_SC_PAGESIZE) - int64_t(info.uordblks + info.hblkhd);
+  return {now, std::max(now, status_bytes(status, "VmHWM:")),
+          now - int64_t(info.uordblks + info.hblkhd)};
 }
 #endif
 }  // namespace
 
 extern "C" {
 
-// Hands malloc's free heap pages back to the kernel (glibc's malloc_trim) if the resident memory
-// beyond malloc's live bytes has grown by 256 MiB since the last trim (or since the least it was
-// seen). A backward frees one layer's saved activations while it allocates that layer's
-// gradients, which often do not fit the holes the activations leave, so the heap grows around
-// free memory that stays resident (Qwen2.5-0.5B's GRPO step: 1.5 GiB). Trimming costs page faults
-// when the holes are used again, hence only once that much has gathered.
+// Hands malloc's free heap pages back to the kernel (glibc's malloc_trim) when that can lower the
+// process's peak: the resident memory beyond malloc's live bytes has grown by 256 MiB since the
+// last trim (or since the least it was seen), and the process is within 256 MiB of its peak. A
+// backward frees one layer's saved activations while it allocates that layer's gradients, which
+// often do not fit the holes the activations leave, so the heap grows around free memory that
+// stays resident (Qwen2.5-0.5B's GRPO step: 1.5 GiB). Trimming costs page faults when the holes
+// are used again (10% of SmolLM2's update when done regardless of the peak), hence the two
+// conditions.
 int temper_trim_heap_if_grown(char** err) {
   return guarded(err, [] {
 #if defined(__GLIBC__)
-    constexpr int64_t kTrimStep = int64_t(256) << 20;
+    constexpr int64_t kStep = int64_t(256) << 20;
     static std::atomic<int64_t> least{INT64_MAX};
-    int64_t slack = resident_slack();
-    if (slack < least.load()) least.store(slack);
-    if (slack >= least.load() + kTrimStep) {
+    auto r = resident();
+    if (r.slack < least.load()) least.store(r.slack);
+    if (r.slack >= least.load() + kStep && r.now + kStep >= r.peak) {
       malloc_trim(0);
-      least.store(resident_slack());
+      least.store(resident().slack);
     }
 #endif
   });

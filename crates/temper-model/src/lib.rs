@@ -82,7 +82,7 @@ pub use head::{default_unembed_chunk, TokenScores, DEFAULT_UNEMBED_CHUNK};
 pub use kv_cache::KvCache;
 pub use logprobs::{logprobs_and_entropy, logprobs_and_entropy_backward, logprobs_of};
 pub use lora::{LoraConfig, LORA_HEAD};
-pub use model::{CausalLm, LayerCheckpoints};
+pub use model::{CausalLm, LayerCheckpoints, TRIM_HEAP_MIN_PARAMS};
 pub use padded::PaddedRows;
 pub use policy::Policy;
 pub use shared_base::{SharedBase, SharedBases};

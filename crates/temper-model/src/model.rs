@@ -1,7 +1,7 @@
 //! The decoder: one forward for Llama, Qwen2 and Qwen3, used by training (autograd, no cache) and
 //! by sampling (`tch::no_grad`, with a [`KvCache`]).
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
@@ -174,7 +174,16 @@ pub struct CausalLm {
     /// The frozen base whose tensors this model's base parameters are (shared, not copied), for
     /// a LoRA model built by [`SharedBase::lora_model`]; held so the base stays registered.
     shared_base: Option<SharedBase>,
+    /// Whether a backward through this model trims malloc's heap as it leaves each decoder layer
+    /// ([`CausalLm::set_trim_heap_in_backward`]).
+    trim_heap: Cell<bool>,
 }
+
+/// Models of at least this many parameters trim the heap during the backward by default: on
+/// Qwen2.5-0.5B's GRPO step it lowered the peak by 1.3 GiB at no measurable cost; on SmolLM2-135M
+/// it saved 0.3 GB but cost 5-10% of the update (the trimmed pages fault in again, and a small
+/// model's layers compute too little to hide that). BENCHMARKS.md, "Trimming the heap".
+pub const TRIM_HEAP_MIN_PARAMS: i64 = 300_000_000;
 
 /// Where [`CausalLm::build`] gets each parameter.
 pub(crate) enum Params<'a> {
@@ -269,6 +278,7 @@ impl CausalLm {
         let lm_head = (!c.tie_word_embeddings)
             .then(|| params.matrix(&(&root / "lm_head"), "weight", &[c.vocab_size, h]));
         let rope = Rope::new(&config, device);
+        let trim_heap = config.num_params() >= TRIM_HEAP_MIN_PARAMS;
         CausalLm {
             config,
             vs,
@@ -283,7 +293,23 @@ impl CausalLm {
             lora: None,
             head_lora: None,
             shared_base: None,
+            trim_heap: Cell::new(trim_heap),
         }
+    }
+
+    /// Whether a backward through this model hands the free pages of malloc's heap back to the
+    /// kernel as it leaves each decoder layer, once 256 MiB have gathered
+    /// ([`temper_kernels::memory::release_free_memory_if_grown`]): the backward frees each
+    /// layer's saved activations while it allocates the layer's gradients, which do not fit
+    /// their holes, so without it the heap grows around resident free memory. Less peak memory
+    /// for some time (page faults). Default: on for models of [`TRIM_HEAP_MIN_PARAMS`] or more.
+    /// The numbers computed do not change.
+    pub fn set_trim_heap_in_backward(&self, on: bool) {
+        self.trim_heap.set(on);
+    }
+
+    pub fn trims_heap_in_backward(&self) -> bool {
+        self.trim_heap.get()
     }
 
     pub fn lora_config(&self) -> Option<&LoraConfig> {
@@ -566,9 +592,10 @@ impl CausalLm {
             let collect_into = collect.then_some(&mut collected);
             let past = given.map(|g| &g[i]);
             h = self.layer(i, h, &ctx, frozen, cache.as_deref_mut(), past, collect_into);
-            // The backward leaves this layer here: trim the heap if its freed activations
-            // left much resident free memory (see the function).
-            temper_kernels::memory::release_free_memory_on_grad(&h);
+            if self.trims_heap_in_backward() {
+                // The backward leaves this layer here.
+                temper_kernels::memory::release_free_memory_on_grad(&h);
+            }
         }
         if let Some(cache) = cache {
             cache.advance(t);

@@ -398,3 +398,38 @@ fn the_embedding_gradient_adds_sparse_rows_into_a_dense_grad() {
         assert!(!p.grad().is_sparse(), "{name}'s gradient is sparse");
     }
 }
+
+/// Trimming the heap in the backward (`set_trim_heap_in_backward`, on by default for models of
+/// 300M parameters or more) changes no number: the gradients with it on equal those with it off
+/// bit for bit, plain and checkpointed. The default follows the parameter count.
+#[test]
+fn trimming_the_heap_in_the_backward_changes_no_gradient() {
+    let m = model(false);
+    assert!(!m.trims_heap_in_backward());
+    // Qwen2.5-0.5B's shape is above the default's bound, SmolLM2's below it.
+    let qwen = ModelConfig::qwen2_like(151_936, 896, 4864, 24, 14, 2, true);
+    let smol = ModelConfig::qwen2_like(49_152, 576, 1536, 30, 9, 3, true);
+    assert!(qwen.num_params() >= temper_model::TRIM_HEAP_MIN_PARAMS);
+    assert!(smol.num_params() < temper_model::TRIM_HEAP_MIN_PARAMS);
+    let (ids, mask, pos, targets) = batch();
+    for checkpointed in [false, true] {
+        let mut runs = vec![];
+        for trim in [false, true] {
+            m.set_trim_heap_in_backward(trim);
+            let scores = if checkpointed {
+                let (hidden, c) = m.forward_hidden_checkpointed(&ids, &pos, &mask);
+                m.score_tokens(&hidden, &targets, 1.0, 4)
+                    .with_checkpoints(c)
+            } else {
+                let hidden = m.forward_hidden(&ids, &pos, &mask, None);
+                m.score_tokens(&hidden, &targets, 1.0, 4)
+            };
+            loss(&scores.logp, &scores.entropy, &mask).backward();
+            scores.backward();
+            runs.push(grads(&m));
+        }
+        for ((name, a), (_, b)) in runs[0].iter().zip(&runs[1]) {
+            assert!(a.equal(b), "checkpointed={checkpointed}: {name} differs");
+        }
+    }
+}

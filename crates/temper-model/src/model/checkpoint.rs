@@ -224,8 +224,10 @@ impl LayerCheckpoints<'_> {
         let ctx_p = p.tables.context();
         let ctx_s = self.responses.as_ref().map(|(s, _)| s.tables.context());
         for i in (0..p.inputs.len()).rev() {
-            // The last layer's recomputed activations are freed, its gradients allocated.
-            temper_kernels::memory::release_free_memory_if_grown();
+            if m.trims_heap_in_backward() {
+                // The layer above's recomputed activations are freed, its gradients allocated.
+                temper_kernels::memory::release_free_memory_if_grown();
+            }
             let xp = p.inputs[i].detach().set_requires_grad(true);
             let (Some((s, owner)), Some(ctx_s)) = (&self.responses, &ctx_s) else {
                 let yp = m.layer(i, xp.shallow_clone(), &ctx_p, None, None, None, None);

@@ -273,6 +273,9 @@ impl Trainer {
             ..
         } = policy;
         let tokenizer = tokenizer.expect("load_with_tokenizer(.., true, ..) loads one");
+        if let Some(on) = cfg.actor.trim_heap {
+            model.set_trim_heap_in_backward(on);
+        }
         if let Some(lora) = cfg.model.lora() {
             // The adapters' initial A comes from libtorch's generator, seeded with the run.
             model
