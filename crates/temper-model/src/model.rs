@@ -278,7 +278,8 @@ impl CausalLm {
         let lm_head = (!c.tie_word_embeddings)
             .then(|| params.matrix(&(&root / "lm_head"), "weight", &[c.vocab_size, h]));
         let rope = Rope::new(&config, device);
-        let trim_heap = config.num_params() >= TRIM_HEAP_MIN_PARAMS;
+        // Activations live in malloc's heap on CPU only.
+        let trim_heap = device == Device::Cpu && config.num_params() >= TRIM_HEAP_MIN_PARAMS;
         CausalLm {
             config,
             vs,
@@ -302,7 +303,8 @@ impl CausalLm {
     /// ([`temper_kernels::memory::release_free_memory_if_grown`]): the backward frees each
     /// layer's saved activations while it allocates the layer's gradients, which do not fit
     /// their holes, so without it the heap grows around resident free memory. Less peak memory
-    /// for some time (page faults). Default: on for models of [`TRIM_HEAP_MIN_PARAMS`] or more.
+    /// for some time (page faults). Default: on for models of [`TRIM_HEAP_MIN_PARAMS`] or more on
+    /// the CPU.
     /// The numbers computed do not change.
     pub fn set_trim_heap_in_backward(&self, on: bool) {
         self.trim_heap.set(on);
