@@ -45,7 +45,7 @@ pub struct ForwardOutput {
 
 /// The activations one pass of forward / forward_backward may keep: a request runs in passes of
 /// at most this many bytes of activations (estimated per token from the model's shape), each of
-/// at least one datum. With SmolLM2-135M that is about 1,500 padded tokens per pass; a pass of
+/// at least one datum. With SmolLM2-135M that is about 2,000 padded tokens per pass; a pass of
 /// 16,384 tokens needed over 20 GB and got `temper serve` OOM-killed under llm-debate's summary
 /// runs (16 completions of ~1,800 tokens).
 const PASS_ACTIVATION_BYTES: u64 = 2 << 30;
@@ -247,15 +247,16 @@ impl std::fmt::Debug for TrainingModel {
 mod tests {
     use temper_model::ModelConfig;
 
-    /// SmolLM2-135M's shape gets passes of about 1,500 tokens (its activations, measured at about
-    /// 1.5 MB per token, stay near 2 GiB); a tiny model gets the cap.
+    /// SmolLM2-135M's shape gets passes of about 2,000 tokens (its activations, about 1.06 MB per
+    /// token since the MLP saves two intermediate-size tensors, stay near 2 GiB); a tiny model
+    /// gets the cap.
     #[test]
     fn passes_are_sized_by_the_model() {
         let smollm2 = ModelConfig::qwen2_like(49152, 576, 1536, 30, 9, 3, true);
         let per_token = smollm2.activation_bytes_per_token();
-        assert!((1_300_000..1_700_000).contains(&per_token), "{per_token}");
+        assert!((1_000_000..1_200_000).contains(&per_token), "{per_token}");
         let n = super::pass_tokens(&smollm2);
-        assert!((1_300..1_700).contains(&n), "{n}");
+        assert!((1_800..2_200).contains(&n), "{n}");
         let tiny = ModelConfig::qwen2_like(64, 16, 32, 2, 2, 1, true);
         assert_eq!(super::pass_tokens(&tiny), super::MAX_PASS_TOKENS);
     }
