@@ -3,9 +3,9 @@
 // (+ scale * (p A^T) B^T, a LoRA adapter). Autograd over the separate ops saves four tensors of
 // the intermediate size per token (silu's input, its output, `up`, and the product the output
 // projection keeps for its weight gradient); this node saves two and recomputes the other two
-// (elementwise, cheap) in the backward. For Qwen2.5-0.5B that is 37% of a layer's saved
-// activations. The ops are the ones autograd would run, in the same order, so results match the
-// unfused graph to float rounding (bit for bit in the tests so far).
+// (elementwise, cheap) in the backward. For Qwen2.5-0.5B that is a third of a layer's saved
+// activations. The ops are the ones autograd would run, in the same order, so outputs and
+// gradients are bit for bit the unfused graph's (tests/swiglu.rs, f32 and bf16).
 #include <torch/csrc/autograd/custom_function.h>
 #include <ATen/ATen.h>
 
