@@ -82,9 +82,11 @@ extern "C" {
 }
 
 /// [`release_free_memory`] once the resident memory beyond malloc's live bytes has grown by 256
-/// MiB since the last such trim: for the middle of a backward, which frees saved activations
-/// while it allocates gradients that do not fit their holes (see `csrc/kernels.cpp`). Cheap
-/// when it does not trim (a read of `/proc/self/statm` and malloc's counters).
+/// MiB since the last such trim and the process is within 256 MiB of its resident peak (only
+/// then can trimming lower the peak): for the middle of a backward, which frees saved
+/// activations while it allocates gradients that do not fit their holes (see
+/// `csrc/kernels.cpp`). Cheap when it does not trim (a read of `/proc/self/status` and malloc's
+/// counters).
 pub fn release_free_memory_if_grown() {
     let mut err = std::ptr::null_mut();
     // SAFETY: err is written by the callee on failure.

@@ -62,20 +62,14 @@ impl Linear {
     /// decoder MLP's output projection, with the same results and half the MLP's saved
     /// activations.
     fn forward_swiglu(&self, gate: &Tensor, up: &Tensor, kind: Kind) -> Tensor {
-        let cast = |t: &Tensor| {
-            if kind == Kind::Float {
-                t.shallow_clone()
-            } else {
-                t.to_kind(kind)
-            }
-        };
-        let w = cast(&self.weight);
-        let bias = self.bias.as_ref().map(cast);
-        let lora = self
+        // `to_kind` to the tensor's own dtype is the tensor itself (f32 runs copy nothing).
+        let w = self.weight.to_kind(kind);
+        let bias = self.bias.as_ref().map(|b| b.to_kind(kind));
+        let adapter = self
             .lora
             .as_ref()
-            .map(|l| (cast(&l.a), cast(&l.b), l.scale));
-        let lora = lora
+            .map(|l| (l.a.to_kind(kind), l.b.to_kind(kind), l.scale));
+        let lora = adapter
             .as_ref()
             .map(|(a, b, scale)| temper_kernels::SwigluLora {
                 a,
@@ -182,7 +176,8 @@ pub struct CausalLm {
 /// Models of at least this many parameters trim the heap during the backward by default: on
 /// Qwen2.5-0.5B's GRPO step it lowered the peak by 1.3 GiB at no measurable cost; on SmolLM2-135M
 /// it saved 0.3 GB but cost 5-10% of the update (the trimmed pages fault in again, and a small
-/// model's layers compute too little to hide that). BENCHMARKS.md, "Trimming the heap".
+/// model's layers compute too little to hide that). BENCHMARKS.md, "The MLP's saved activations,
+/// and trimming the heap in the backward".
 pub const TRIM_HEAP_MIN_PARAMS: i64 = 300_000_000;
 
 /// Where [`CausalLm::build`] gets each parameter.
