@@ -73,6 +73,33 @@ pub fn release_free_memory() {
     }
 }
 
+/// Keeps the memory that freed tensors leave in malloc's heap for the next allocations, instead
+/// of glibc's default, which maps every block of 32 MiB or more fresh from the kernel and unmaps
+/// it on free, and returns the heap's free top once it passes 128 KiB. A training step allocates
+/// and frees the same logits chunks, gradients and activations every step; with the default each
+/// of them costs a page fault per 4 KiB on every step (`bench grpo` on SmolLM2: 2.3 M faults and
+/// ~1.5 s of kernel time per 4 steps; 0.9 M with this, the first touch of the peak's pages).
+/// Sets `M_MMAP_THRESHOLD` to 1 GiB and `M_TRIM_THRESHOLD` to 2 GiB for the whole process: its
+/// resident size then stays near its peak between steps. Not for large models, whose backward
+/// leaves holes that the next allocations do not fit (there the backward trims the heap instead,
+/// [`release_free_memory_if_grown`]). Returns whether glibc took both settings (false elsewhere).
+pub fn keep_freed_memory_for_reuse() -> bool {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    {
+        extern "C" {
+            fn mallopt(param: std::ffi::c_int, value: std::ffi::c_int) -> std::ffi::c_int;
+        }
+        const M_TRIM_THRESHOLD: std::ffi::c_int = -1;
+        const M_MMAP_THRESHOLD: std::ffi::c_int = -3;
+        // SAFETY: mallopt only changes malloc's own thresholds; both values are in its range.
+        unsafe {
+            mallopt(M_MMAP_THRESHOLD, 1 << 30) == 1 && mallopt(M_TRIM_THRESHOLD, i32::MAX) == 1
+        }
+    }
+    #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+    false
+}
+
 extern "C" {
     fn temper_trim_heap_if_grown(err: *mut *mut std::ffi::c_char) -> std::ffi::c_int;
     fn temper_trim_heap_on_grad(

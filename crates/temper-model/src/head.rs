@@ -91,9 +91,10 @@ impl CausalLm {
         let flat_targets = targets.reshape([n]);
         let (logp, entropy) = tch::no_grad(|| {
             let flat = hidden.reshape([n, h]);
+            let head = self.head_in_compute_dtype();
             let (mut lps, mut ents) = (vec![], vec![]);
             for (start, len) in spans(n, chunk) {
-                let logits = self.logits(&flat.narrow(0, start, len));
+                let logits = self.logits_with_head(&flat.narrow(0, start, len), head.as_ref());
                 let (lp, ent) =
                     logprobs_and_entropy(&logits, &flat_targets.narrow(0, start, len), temperature);
                 lps.push(lp);

@@ -148,6 +148,31 @@ fn no_grad_scores_equal_the_training_forward_bitwise() {
     assert!(bool::try_from(train.logp.detach().eq_tensor(&lp).all()).unwrap());
 }
 
+/// In bf16 the head's weight is cast to bf16 once per pass (not once per chunk): the chunks'
+/// scores are bitwise those of `logits` (which casts it itself) on the same rows, with and
+/// without autograd, and its backward gives the same gradients as autograd over those logits.
+#[test]
+fn bf16_scores_cast_the_head_once_and_give_the_same_bits() {
+    let cfg = ModelConfig::qwen2_like(97, 32, 48, 2, 4, 2, true);
+    let m = CausalLm::random(cfg, 5, Device::Cpu, ComputeKind::Bf16);
+    let (ids, mask, pos, targets) = batch();
+    let hidden = m.forward_hidden(&ids, &pos, &mask, None);
+    let (lp_ref, ent_ref) = logprobs_and_entropy(&m.logits(&hidden), &targets, 0.7);
+    loss(&lp_ref, &ent_ref, &mask).backward();
+    let want = grads(&m);
+    let n = targets.numel() as i64;
+    let same = |a: &Tensor, b: &Tensor| bool::try_from(a.detach().eq_tensor(b).all()).unwrap();
+    let hidden = m.forward_hidden(&ids, &pos, &mask, None);
+    let scores = m.score_tokens(&hidden, &targets, 0.7, n);
+    assert!(same(&scores.logp, &lp_ref) && same(&scores.entropy, &ent_ref));
+    let (lp, ent) = tch::no_grad(|| m.score_tokens(&hidden, &targets, 0.7, n).into_parts());
+    assert!(same(&lp, &lp_ref) && same(&ent, &ent_ref));
+    loss(&scores.logp, &scores.entropy, &mask).backward();
+    scores.backward();
+    let err = max_relative_error(&grads(&m), &want, 1.0);
+    assert!(err <= 1e-6, "bf16 gradients: relative error {err:e}");
+}
+
 /// The real vocabulary (SmolLM2-135M-Instruct, 49,152 tokens, tied embeddings): chunks of 8
 /// against the full logits. On this vocabulary f32 rounding in the head moves the norm weights'
 /// gradients by up to ~4e-5 relative (they are sums over tokens with cancellation), so the

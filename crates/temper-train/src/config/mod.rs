@@ -189,7 +189,10 @@ pub struct ActorConfig {
     /// Whether the backward hands freed activation memory back to the kernel as it leaves each
     /// layer, once 256 MiB have gathered (CPU, glibc): less peak memory, some time for the page
     /// faults. Unset: on for models of 300M parameters or more, where it costs nothing measurable
-    /// (`temper_model::TRIM_HEAP_MIN_PARAMS`). The numbers computed do not change.
+    /// (`temper_model::TRIM_HEAP_MIN_PARAMS`). Off, the trainer keeps what each step frees in
+    /// the heap for the next one instead (`temper_kernels::memory::keep_freed_memory_for_reuse`):
+    /// fewer page faults, a resident size that stays near the peak. The numbers computed do not
+    /// change.
     pub trim_heap: Option<bool>,
     /// Max global grad norm (clip_grad_norm_); <= 0 disables clipping.
     pub grad_clip: f64,

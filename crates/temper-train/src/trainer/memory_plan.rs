@@ -245,9 +245,10 @@ mod tests {
         crate::config::load_config(None, &ov).unwrap().config
     }
 
-    /// The main job's shape (examples/arith-smollm2.toml): 3.35 GiB measured (peak RSS of 3
-    /// steps, f32, a 2-core AMD EPYC, 2026-11-27, after the MLP's saved activations halved; 3.64
-    /// before); the estimate is within 10% above it.
+    /// The main job's shape (examples/arith-smollm2.toml): 3.41 GiB measured (peak RSS of 3
+    /// steps, f32, a 2-core AMD EPYC, 2026-11-27, with freed memory kept for the next step; 3.36
+    /// without, 3.64 before the MLP's saved activations halved); the estimate is within 10% above
+    /// it.
     #[test]
     fn the_main_job_is_estimated_within_ten_percent_above_its_measured_peak() {
         let cfg = config(&[
@@ -259,7 +260,7 @@ mod tests {
             "rollout.n=8",
         ]);
         let est = estimate(&cfg, &smollm2(), ComputeKind::F32, 1);
-        let measured = 3.35 * (1u64 << 30) as f64;
+        let measured = 3.41 * (1u64 << 30) as f64;
         let ratio = est.peak() as f64 / measured;
         assert!((1.0..1.1).contains(&ratio), "{ratio}: {}", est.describe());
     }

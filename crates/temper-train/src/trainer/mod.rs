@@ -276,6 +276,11 @@ impl Trainer {
         if let Some(on) = cfg.actor.trim_heap {
             model.set_trim_heap_in_backward(on);
         }
+        // Either the backward trims the heap (large models) or every step reuses what the last
+        // one freed, without mapping it again (see docs/training.md, "Memory").
+        if device == tch::Device::Cpu && !model.trims_heap_in_backward() {
+            temper_kernels::memory::keep_freed_memory_for_reuse();
+        }
         if let Some(lora) = cfg.model.lora() {
             // The adapters' initial A comes from libtorch's generator, seeded with the run.
             model
