@@ -18,11 +18,17 @@
 //! The gradients are exact (the chunk is recomputed by the same kernels on the same inputs), and
 //! positions whose upstream gradient is zero (prompts, padding, zero advantages) skip the
 //! recompute altogether.
+//!
+//! When the head is one matmul (no LoRA on it, no sampling copy in place), both halves run a block
+//! of the vocabulary at a time as well ([`crate::vocab_blocks`]): no (chunk x vocabulary) logits
+//! and no copy of the whole weight in the compute dtype; the token-chunk path below serves the
+//! other heads.
 
 use tch::{Kind, Tensor};
 
 use crate::logprobs::{logprobs_and_entropy, logprobs_and_entropy_backward};
 use crate::model::CausalLm;
+use crate::vocab_blocks::spans;
 
 /// The most tokens per chunk of logits when the config names none.
 pub const DEFAULT_UNEMBED_CHUNK: i64 = 1024;
@@ -62,6 +68,9 @@ struct Pending<'m> {
     targets: Tensor,
     temperature: f64,
     chunk: i64,
+    /// (N) the log-sum-exp of each position's scaled logits, when the forward ran a block of the
+    /// vocabulary at a time ([`crate::vocab_blocks`]); its backward then does too.
+    lse: Option<Tensor>,
 }
 
 impl CausalLm {
@@ -89,6 +98,23 @@ impl CausalLm {
         let h = dims[dims.len() - 1];
         let n = targets.numel() as i64;
         let flat_targets = targets.reshape([n]);
+        if let Some(w) = self.plain_head_weight() {
+            let kind = self.compute().kind();
+            let flat = hidden.detach().reshape([n, h]);
+            let (logp, entropy, lse) =
+                crate::vocab_blocks::forward(w, kind, &flat, &flat_targets, temperature, chunk);
+            let shaped = |t: Tensor| t.reshape(&shape[..]);
+            let (logp, entropy) = (shaped(logp), shaped(entropy));
+            return self.scores(
+                hidden,
+                logp,
+                entropy,
+                flat_targets,
+                temperature,
+                chunk,
+                Some(lse),
+            );
+        }
         let (logp, entropy) = tch::no_grad(|| {
             let flat = hidden.reshape([n, h]);
             let head = self.head_in_compute_dtype();
@@ -106,6 +132,30 @@ impl CausalLm {
             };
             (cat(&lps), cat(&ents))
         });
+        self.scores(
+            hidden,
+            logp,
+            entropy,
+            flat_targets,
+            temperature,
+            chunk,
+            None,
+        )
+    }
+
+    /// The scores as plain tensors without autograd on `hidden`, else as leaves with the second
+    /// half of the backward pending.
+    #[allow(clippy::too_many_arguments)]
+    fn scores(
+        &self,
+        hidden: &Tensor,
+        logp: Tensor,
+        entropy: Tensor,
+        targets: Tensor,
+        temperature: f64,
+        chunk: i64,
+        lse: Option<Tensor>,
+    ) -> TokenScores<'_> {
         if !hidden.requires_grad() {
             return TokenScores {
                 logp,
@@ -120,9 +170,10 @@ impl CausalLm {
             pending: Some(Pending {
                 model: self,
                 hidden: hidden.shallow_clone(),
-                targets: flat_targets,
+                targets,
                 temperature,
                 chunk,
+                lse,
             }),
             checkpoints: None,
         }
@@ -178,6 +229,40 @@ impl<'m> TokenScores<'m> {
         let h = dims[dims.len() - 1];
         let flat = p.hidden.detach().reshape([n, h]);
         let grad_hidden = flat.zeros_like();
+        if let (Some(lse), Some(w)) = (&p.lse, p.model.plain_head_weight()) {
+            let w_grad = w.requires_grad().then(|| dense_grad(w));
+            let pick = |t: &Tensor| t.reshape([n]).index_select(0, &live);
+            let pick_opt = |g: &Option<Tensor>| g.as_ref().map(|g| g.index_select(0, &live));
+            let (g_lp, g_ent) = (pick_opt(&g_lp), pick_opt(&g_ent));
+            let (x, targets) = (
+                flat.index_select(0, &live),
+                p.targets.index_select(0, &live),
+            );
+            let (lse, entropy) = (pick(lse), pick(&self.entropy.detach()));
+            let grad_rows = crate::vocab_blocks::backward(
+                w,
+                w_grad.as_ref(),
+                p.model.compute().kind(),
+                crate::vocab_blocks::LivePositions {
+                    hidden: &x,
+                    targets: &targets,
+                    lse: &lse,
+                    entropy: &entropy,
+                    g_logp: g_lp.as_ref(),
+                    g_entropy: g_ent.as_ref(),
+                },
+                p.temperature,
+                p.chunk,
+            );
+            let _ =
+                grad_hidden
+                    .shallow_clone()
+                    .index_copy_(0, &live, &grad_rows.to_kind(flat.kind()));
+            (p.hidden * grad_hidden.view(&dims[..]))
+                .sum(Kind::Float)
+                .backward();
+            return;
+        }
         let head = p.model.plain_head();
         for (start, len) in spans(k, p.chunk) {
             let idx = live.narrow(0, start, len);
@@ -222,6 +307,16 @@ impl<'m> TokenScores<'m> {
     }
 }
 
+/// `w`'s gradient, made a dense f32 zeros tensor first if it has none: what autograd's first
+/// gradient would be, which the blocked backward then adds into in place. (tch has no setter for
+/// `.grad`; autograd through a zero-weighted row of `w` allocates it.)
+fn dense_grad(w: &Tensor) -> Tensor {
+    if !w.grad().defined() {
+        (w.narrow(0, 0, 1).sum(Kind::Float) * 0.0).backward();
+    }
+    w.grad()
+}
+
 /// Vocabulary rows per slice of a bf16 weight gradient added into the f32 `.grad`: libtorch
 /// converts the whole bf16 operand of a mixed-dtype `add_` to f32 first, so the product is made and
 /// added a slice at a time (8,192 x 576 x 4 B = 18 MB for SmolLM2, not 113 MB).
@@ -246,25 +341,9 @@ fn linear_backward(grad_logits: &Tensor, x: &Tensor, wk: &Tensor, w_grad: &Tenso
     g.mm(wk)
 }
 
-/// `(start, len)` of consecutive spans of at most `chunk` covering `0..n`, of near-equal lengths:
-/// a remainder of a few rows would take libtorch's small-matrix path, whose f32 sums over the
-/// vocabulary are ordered differently from the large-matrix one (1e-4 relative apart on a 49k
-/// vocabulary; chunks of a few rows or more agree with the unchunked product).
-fn spans(n: i64, chunk: i64) -> impl Iterator<Item = (i64, i64)> {
-    let parts = if n == 0 {
-        0
-    } else {
-        (n + chunk - 1) / chunk.max(1)
-    };
-    (0..parts).map(move |i| {
-        let start = i * n / parts;
-        (start, (i + 1) * n / parts - start)
-    })
-}
-
 #[cfg(test)]
 mod tests {
-    use super::{default_unembed_chunk, spans};
+    use super::default_unembed_chunk;
 
     #[test]
     fn the_default_chunk_keeps_a_chunks_logits_within_256_smollm2_tokens() {
@@ -275,21 +354,5 @@ mod tests {
         assert_eq!(default_unembed_chunk(128_256), 98);
         assert_eq!(default_unembed_chunk(260), 1024);
         assert_eq!(default_unembed_chunk(10_000_000), 64);
-    }
-
-    #[test]
-    fn spans_cover_everything_in_near_equal_parts() {
-        for (n, chunk) in [(0, 4), (1, 4), (1025, 1024), (27, 8), (10, 3), (7, 100)] {
-            let s: Vec<_> = spans(n, chunk).collect();
-            assert_eq!(s.iter().map(|x| x.1).sum::<i64>(), n);
-            assert!(s.windows(2).all(|w| w[0].0 + w[0].1 == w[1].0));
-            assert!(s.iter().all(|x| x.1 <= chunk && x.1 >= 1));
-            let (lo, hi) = (s.iter().map(|x| x.1).min(), s.iter().map(|x| x.1).max());
-            assert!(hi.zip(lo).is_none_or(|(h, l)| h - l <= 1), "{s:?}");
-        }
-        assert_eq!(
-            spans(1025, 1024).collect::<Vec<_>>(),
-            [(0, 512), (512, 513)]
-        );
     }
 }

@@ -69,6 +69,7 @@ pub mod seeded;
 pub mod shared_base;
 pub mod shared_prefix;
 pub mod tokenizer;
+pub mod vocab_blocks;
 
 pub use attention::{attention_mask_4d, packed_attention_mask, position_ids_from_mask};
 pub use chat_template::{ChatMessage, ChatTemplate};

@@ -759,15 +759,21 @@ impl CausalLm {
         logits.to_kind(Kind::Float)
     }
 
+    /// The unembedding's (f32) weight when [`CausalLm::logits`] is that one matmul: no LoRA on the
+    /// head and no sampling copy in place ([`crate::vocab_blocks`] computes it a block at a time).
+    pub(crate) fn plain_head_weight(&self) -> Option<&Tensor> {
+        if self.head_lora.is_some() || self.sampling.borrow().is_some() {
+            return None;
+        }
+        Some(self.lm_head.as_ref().unwrap_or(&self.embed_tokens))
+    }
+
     /// The unembedding's weight and its copy in the compute dtype, when [`CausalLm::logits`] is
     /// that one matmul and the weight takes a gradient (no LoRA on the head, no sampling copy in
     /// place): the chunked head's backward then adds each chunk's weight gradient into `.grad`
     /// in place instead of through a full-size temporary ([`crate::TokenScores::backward`]).
     pub(crate) fn plain_head(&self) -> Option<(&Tensor, Tensor)> {
-        if self.head_lora.is_some() || self.sampling.borrow().is_some() {
-            return None;
-        }
-        let w = self.lm_head.as_ref().unwrap_or(&self.embed_tokens);
+        let w = self.plain_head_weight()?;
         if !w.requires_grad() {
             return None;
         }

@@ -148,9 +148,10 @@ fn no_grad_scores_equal_the_training_forward_bitwise() {
     assert!(bool::try_from(train.logp.detach().eq_tensor(&lp).all()).unwrap());
 }
 
-/// In bf16 the head's weight is cast to bf16 once per pass (not once per chunk): the chunks'
-/// scores are bitwise those of `logits` (which casts it itself) on the same rows, with and
-/// without autograd, and its backward gives the same gradients as autograd over those logits.
+/// In bf16 the head's weight is cast to bf16 a block at a time, once per pass (not once per
+/// chunk): on a vocabulary of one block the scores are bitwise those of `logits` (which casts the
+/// whole weight itself), with and without autograd, and the backward gives autograd's gradients
+/// over those logits.
 #[test]
 fn bf16_scores_cast_the_head_once_and_give_the_same_bits() {
     let cfg = ModelConfig::qwen2_like(97, 32, 48, 2, 4, 2, true);
@@ -173,12 +174,56 @@ fn bf16_scores_cast_the_head_once_and_give_the_same_bits() {
     assert!(err <= 1e-6, "bf16 gradients: relative error {err:e}");
 }
 
+/// A vocabulary of several blocks (20,000 tokens: ten of `VOCAB_BLOCK`'s near-equal spans), tied
+/// and untied, f32 and bf16, against autograd over the full logits: in f32 log-probs and entropies
+/// within 1e-5 and every gradient within 1e-5 relative; in bf16 (the same bf16 logits, reduced in
+/// another order) log-probs and entropies within 1e-4 and gradients within 1e-2 relative (the
+/// hidden states' gradient is summed in f32 over the blocks and rounded to bf16 once, where
+/// autograd's bf16 matmul rounds its own f32 sum: bf16 rounding apart, 4e-3).
+#[test]
+fn a_vocabulary_of_several_blocks_gives_autograd_scores_and_gradients() {
+    let vocab = 20_000;
+    assert!(vocab > 2 * temper_model::vocab_blocks::VOCAB_BLOCK);
+    let (ids, mask, pos, targets) = batch();
+    let (ids, targets) = (ids * 211 + 3, targets * 211 + 3);
+    for tie in [true, false] {
+        for (compute, tol_scores, tol_grads) in [
+            (ComputeKind::F32, 1e-5, 1e-5),
+            (ComputeKind::Bf16, 1e-4, 1e-2),
+        ] {
+            let cfg = ModelConfig::qwen2_like(vocab, 32, 48, 2, 4, 2, tie);
+            let m = CausalLm::random(cfg, 9, Device::Cpu, compute);
+            let hidden = m.forward_hidden(&ids, &pos, &mask, None);
+            let (lp_ref, ent_ref) = logprobs_and_entropy(&m.logits(&hidden), &targets, 0.8);
+            loss(&lp_ref, &ent_ref, &mask).backward();
+            let want = grads(&m);
+            let hidden = m.forward_hidden(&ids, &pos, &mask, None);
+            let scores = m.score_tokens(&hidden, &targets, 0.8, 4);
+            let d_lp = (&scores.logp - &lp_ref).abs().max().double_value(&[]);
+            let d_en = (&scores.entropy - &ent_ref).abs().max().double_value(&[]);
+            assert!(
+                d_lp <= tol_scores && d_en <= tol_scores,
+                "tie={tie} {compute:?}: logp diff {d_lp:e}, entropy diff {d_en:e}"
+            );
+            loss(&scores.logp, &scores.entropy, &mask).backward();
+            scores.backward();
+            let err = max_relative_error(&grads(&m), &want, 1.0);
+            assert!(
+                err <= tol_grads,
+                "tie={tie} {compute:?}: relative gradient error {err:e}"
+            );
+        }
+    }
+}
+
 /// The real vocabulary (SmolLM2-135M-Instruct, 49,152 tokens, tied embeddings): chunks of 8
 /// against the full logits. On this vocabulary f32 rounding in the head moves the norm weights'
 /// gradients by up to ~4e-5 relative (they are sums over tokens with cancellation), so the
 /// gradients are held to a reference whose head runs in f64 (logits, log-softmax and entropy;
-/// the decoder stays f32): each parameter's is within 1e-5 of it, or no further from it than
-/// libtorch's f32 autograd over the full logits is, and on average closer than that.
+/// the decoder stays f32): log-probs and entropies within 1e-4 of it and no further than libtorch's
+/// f32 over the full logits; each parameter's gradient within 2e-5 of it (the norm weights' sums
+/// cancel), or no further from it than libtorch's f32 autograd over the full logits is, and on
+/// average closer than that (the vocabulary blocks' sums measured 0.37x its error).
 #[test]
 fn chunked_unembedding_equals_full_logits_on_smollm2() {
     use temper_model::resolve::{resolve_model_with, SMOLLM2_ALIAS};
@@ -217,12 +262,20 @@ fn chunked_unembedding_equals_full_logits_on_smollm2() {
 
     let hidden = m.forward_hidden(&ids, &pos, &mask, None);
     let scores = m.score_tokens(&hidden, &targets, 1.0, 8);
-    let d_lp = (&scores.logp - &lp_ref).abs().max().double_value(&[]);
-    let d_en = (&scores.entropy - &ent_ref).abs().max().double_value(&[]);
-    assert!(
-        d_lp <= 1e-4 && d_en <= 1e-4,
-        "logp diff {d_lp:e}, entropy diff {d_en:e}"
-    );
+    // Against the f64 head: within 1e-4, and no further than libtorch's f32 over full logits
+    // (the vocabulary blocks' online log-sum-exp is the closer of the two: entropy 1.9e-5 against
+    // 2.8e-4 off).
+    let off = |a: &Tensor, b: &Tensor| (a.to_kind(Kind::Double) - b).abs().max().double_value(&[]);
+    for (name, ours, full, exact) in [
+        ("logp", &scores.logp, &lp_ref, &lp64),
+        ("entropy", &scores.entropy, &ent_ref, &ent64),
+    ] {
+        let (d, d_full) = (off(ours, exact), off(full, exact));
+        assert!(
+            d <= 1e-4 && d <= d_full.max(1e-5),
+            "{name}: {d:e} from the f64 head (full f32 logits: {d_full:e})"
+        );
+    }
     loss(&scores.logp, &scores.entropy, &mask).backward();
     scores.backward();
     let chunked = grads(&m);
@@ -234,7 +287,7 @@ fn chunked_unembedding_equals_full_logits_on_smollm2() {
     for (((name, c), (_, f)), (_, a)) in chunked.iter().zip(&full_f32).zip(&accurate) {
         let (e_chunked, e_full) = (rel(c, a), rel(f, a));
         assert!(
-            e_chunked <= 1e-5_f64.max(e_full),
+            e_chunked <= 2e-5_f64.max(e_full),
             "{name}: relative gradient error {e_chunked:e} (f32 full logits: {e_full:e})"
         );
         sum_chunked += e_chunked;
