@@ -768,6 +768,19 @@ impl CausalLm {
         Some(self.lm_head.as_ref().unwrap_or(&self.embed_tokens))
     }
 
+    /// Tokens per chunk of logits when the config names none: [`crate::default_unembed_chunk`] of
+    /// the vocabulary columns a chunk holds, a block of them where the head runs a block at a
+    /// time ([`crate::vocab_blocks`]: 1,024 tokens), the whole vocabulary otherwise (LoRA on the
+    /// head, or sampling: 256 tokens for SmolLM2, 82 for Qwen2.5).
+    pub fn default_unembed_chunk(&self) -> i64 {
+        let vocab = self.config.vocab_size;
+        let columns = match self.plain_head_weight() {
+            Some(_) => vocab.min(crate::vocab_blocks::VOCAB_BLOCK),
+            None => vocab,
+        };
+        crate::head::default_unembed_chunk(columns)
+    }
+
     /// The unembedding's weight and its copy in the compute dtype, when [`CausalLm::logits`] is
     /// that one matmul and the weight takes a gradient (no LoRA on the head, no sampling copy in
     /// place): the chunked head's backward then adds each chunk's weight gradient into `.grad`
@@ -785,7 +798,7 @@ impl CausalLm {
 
     /// Per-token log-probabilities of `targets` (B, T) under softmax(logits / temperature), and the
     /// entropy of that distribution, both (B, T) f32, the unembedding computed
-    /// [`crate::head::default_unembed_chunk`] positions at a time ([`CausalLm::score_tokens`]; with
+    /// [`CausalLm::default_unembed_chunk`] positions at a time ([`CausalLm::score_tokens`]; with
     /// autograd, finish a `loss.backward()` with [`crate::TokenScores::backward`]). Usually
     /// `targets` is `input_ids` shifted left by one (the caller masks the last position and
     /// padding).
@@ -798,12 +811,7 @@ impl CausalLm {
         temperature: f64,
     ) -> crate::TokenScores<'_> {
         let hidden = self.forward_hidden(input_ids, position_ids, attention_mask, None);
-        self.score_tokens(
-            &hidden,
-            targets,
-            temperature,
-            crate::head::default_unembed_chunk(self.config.vocab_size),
-        )
+        self.score_tokens(&hidden, targets, temperature, self.default_unembed_chunk())
     }
 }
 

@@ -6,7 +6,7 @@ use anyhow::Result;
 use tch::{Kind, Tensor};
 use temper_algo::optim::{clip_grad_norm, zero_grad, AdamW};
 use temper_algo::TinkerLoss;
-use temper_model::{default_unembed_chunk, CausalLm, PaddedRows};
+use temper_model::{CausalLm, PaddedRows};
 
 /// Tinker's `AdamParams` (the SDK's defaults, which differ from torch's: beta2 0.95, eps 1e-12).
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -198,12 +198,9 @@ impl TrainingModel {
             .reshape([-1, h])
             .index_select(0, &Tensor::from_slice(&real).to(device));
         let tgt = Tensor::from_slice(&tgt).to(device);
-        let scores = self.model.score_tokens(
-            &hidden,
-            &tgt,
-            1.0,
-            default_unembed_chunk(self.model.config().vocab_size),
-        );
+        let scores =
+            self.model
+                .score_tokens(&hidden, &tgt, 1.0, self.model.default_unembed_chunk());
         let mut total: Option<Tensor> = None;
         let mut logprobs = Vec::with_capacity(data.len());
         let mut start = 0;

@@ -60,7 +60,7 @@ pub fn score_ids(model: &CausalLm, ids: &[i64]) -> Result<Scores> {
                 &hidden.narrow(0, 0, n - 1),
                 &targets,
                 1.0,
-                temper_model::default_unembed_chunk(model.config().vocab_size),
+                model.default_unembed_chunk(),
             )
             .into_parts();
         let last = model

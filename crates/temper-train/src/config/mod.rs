@@ -178,9 +178,10 @@ pub struct ActorConfig {
     pub shared_prefix: bool,
     /// Tokens whose logits are computed at a time (the unembedding runs chunk by chunk in the
     /// update and the old / reference passes, so at most one chunk of (tokens, vocabulary)
-    /// logits exists at once; the gradients are exact). Larger is not faster: BENCHMARKS.md.
-    /// Unset: by the vocabulary ([`temper_model::default_unembed_chunk`]: 256 for SmolLM2's,
-    /// 82 for Qwen2.5's).
+    /// logits exists at once; the gradients are exact). Unset: the model's
+    /// (`CausalLm::default_unembed_chunk`: 1,024 tokens where the head runs a block of the
+    /// vocabulary at a time; with LoRA on the head, by the vocabulary: 256 for SmolLM2's, 82 for
+    /// Qwen2.5's).
     pub unembed_chunk: Option<usize>,
     /// Activation checkpointing per decoder layer: the update keeps each layer's input only and
     /// runs the layer again in the backward (less memory, about one more forward of time; the
@@ -218,13 +219,10 @@ pub struct ActorConfig {
 }
 
 impl ActorConfig {
-    /// Tokens per chunk of logits for a model with `vocab_size` tokens: `actor.unembed_chunk`, or
-    /// when unset [`temper_model::default_unembed_chunk`].
-    pub fn unembed_chunk_for(&self, vocab_size: i64) -> i64 {
-        self.unembed_chunk.map_or_else(
-            || temper_model::default_unembed_chunk(vocab_size),
-            |c| c as i64,
-        )
+    /// Tokens per chunk of logits: `actor.unembed_chunk`, or when unset `default` (the model's,
+    /// `CausalLm::default_unembed_chunk`).
+    pub fn unembed_chunk_or(&self, default: i64) -> i64 {
+        self.unembed_chunk.map_or(default, |c| c as i64)
     }
 }
 

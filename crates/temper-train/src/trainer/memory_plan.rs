@@ -139,7 +139,8 @@ pub(crate) fn estimate(
         micro
     };
     let tokens = micro * response + prompt_rows * prompt;
-    let chunk = (cfg.actor.unembed_chunk_for(m.vocab_size) as u64)
+    let default_chunk = temper_model::default_unembed_chunk(head_columns(cfg, m) as i64);
+    let chunk = (cfg.actor.unembed_chunk_or(default_chunk) as u64)
         .min(micro * response)
         .max(1);
     // Attention keeps (query x key) matrices per layer and head for the backward, which grow

@@ -586,6 +586,6 @@ impl Trainer {
     pub(crate) fn unembed_chunk(&self) -> i64 {
         self.cfg
             .actor
-            .unembed_chunk_for(self.model.config().vocab_size)
+            .unembed_chunk_or(self.model.default_unembed_chunk())
     }
 }
