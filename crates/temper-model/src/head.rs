@@ -263,7 +263,6 @@ impl<'m> TokenScores<'m> {
                 .backward();
             return;
         }
-        let head = p.model.plain_head();
         for (start, len) in spans(k, p.chunk) {
             let idx = live.narrow(0, start, len);
             let targets = p.targets.index_select(0, &idx);
@@ -278,23 +277,13 @@ impl<'m> TokenScores<'m> {
                     g_ent.as_ref(),
                 )
             };
-            let x = flat.index_select(0, &idx);
-            let grad_rows = match &head {
-                // Once the weight has a `.grad`, this chunk's share is added into it in place.
-                Some((w, wk)) if w.grad().defined() => tch::no_grad(|| {
-                    let x = x.to_kind(wk.kind());
-                    let logits = x.linear(wk, None::<&Tensor>).to_kind(Kind::Float);
-                    linear_backward(&scores_backward(logits), &x, wk, &w.grad())
-                }),
-                // The weight's first gradient (or a LoRA'd head): autograd from the logits on.
-                _ => {
-                    let rows = x.detach().requires_grad_(true);
-                    let logits = p.model.logits(&rows);
-                    let grad_logits = tch::no_grad(|| scores_backward(logits.detach().copy()));
-                    (logits * grad_logits).sum(Kind::Float).backward();
-                    rows.grad()
-                }
-            };
+            // A LoRA'd head: autograd from the logits on (the adapter's gradients), with the
+            // logits' gradient in closed form.
+            let rows = flat.index_select(0, &idx).requires_grad_(true);
+            let logits = p.model.logits(&rows);
+            let grad_logits = tch::no_grad(|| scores_backward(logits.detach().copy()));
+            (logits * grad_logits).sum(Kind::Float).backward();
+            let grad_rows = rows.grad();
             let _ =
                 grad_hidden
                     .shallow_clone()
@@ -315,30 +304,6 @@ fn dense_grad(w: &Tensor) -> Tensor {
         (w.narrow(0, 0, 1).sum(Kind::Float) * 0.0).backward();
     }
     w.grad()
-}
-
-/// Vocabulary rows per slice of a bf16 weight gradient added into the f32 `.grad`: libtorch
-/// converts the whole bf16 operand of a mixed-dtype `add_` to f32 first, so the product is made and
-/// added a slice at a time (8,192 x 576 x 4 B = 18 MB for SmolLM2, not 113 MB).
-const WEIGHT_GRAD_SLICE: i64 = 8192;
-
-/// The backward of `logits = x.linear(wk)` as libtorch's autograd computes it (`wk` is the
-/// weight, or its copy in the compute dtype), given `grad_logits` (f32): returns the gradient of
-/// `x` and adds the weight's into `w_grad` (f32) in place. In f32 that is one `addmm_`, with no
-/// vocabulary-sized temporary; in bf16 the product is rounded to bf16 first, as autograd's cast
-/// back to the f32 weight does, a slice of the vocabulary at a time.
-fn linear_backward(grad_logits: &Tensor, x: &Tensor, wk: &Tensor, w_grad: &Tensor) -> Tensor {
-    let g = grad_logits.to_kind(wk.kind());
-    if wk.kind() == w_grad.kind() {
-        let _ = w_grad.shallow_clone().addmm_(&g.tr(), x);
-    } else {
-        let vocab = g.size()[1];
-        for (start, len) in spans(vocab, WEIGHT_GRAD_SLICE) {
-            let part = g.narrow(1, start, len).tr().mm(x);
-            let _ = w_grad.narrow(0, start, len).g_add_(&part);
-        }
-    }
-    g.mm(wk)
 }
 
 #[cfg(test)]

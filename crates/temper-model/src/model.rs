@@ -781,21 +781,6 @@ impl CausalLm {
         crate::head::default_unembed_chunk(columns)
     }
 
-    /// The unembedding's weight and its copy in the compute dtype, when [`CausalLm::logits`] is
-    /// that one matmul and the weight takes a gradient (no LoRA on the head, no sampling copy in
-    /// place): the chunked head's backward then adds each chunk's weight gradient into `.grad`
-    /// in place instead of through a full-size temporary ([`crate::TokenScores::backward`]).
-    pub(crate) fn plain_head(&self) -> Option<(&Tensor, Tensor)> {
-        let w = self.plain_head_weight()?;
-        if !w.requires_grad() {
-            return None;
-        }
-        let wk = self
-            .head_in_compute_dtype()
-            .unwrap_or_else(|| w.shallow_clone());
-        Some((w, wk))
-    }
-
     /// Per-token log-probabilities of `targets` (B, T) under softmax(logits / temperature), and the
     /// entropy of that distribution, both (B, T) f32, the unembedding computed
     /// [`CausalLm::default_unembed_chunk`] positions at a time ([`CausalLm::score_tokens`]; with

@@ -74,6 +74,18 @@ pub(crate) fn forward(
         let weighted = Tensor::zeros([n], opts);
         let picked = Tensor::zeros([n], opts);
         let vocab = w.size()[0];
+        // A target outside the vocabulary would match no block and score -lse silently (the
+        // whole-row gather this replaces failed on it).
+        if n > 0 {
+            let (lo, hi) = (
+                targets.min().int64_value(&[]),
+                targets.max().int64_value(&[]),
+            );
+            assert!(
+                lo >= 0 && hi < vocab,
+                "target token ids must be in 0..{vocab}, got {lo}..={hi}"
+            );
+        }
         for (b0, bl) in spans(vocab, VOCAB_BLOCK) {
             let wb = block_of(w, b0, bl, kind);
             for (c0, cl) in spans(n, chunk) {
