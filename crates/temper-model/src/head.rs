@@ -258,21 +258,38 @@ impl<'m> TokenScores<'m> {
                 grad_hidden
                     .shallow_clone()
                     .index_copy_(0, &live, &grad_rows.to_kind(flat.kind()));
-            (p.hidden * grad_hidden.view(&dims[..]))
-                .sum(Kind::Float)
-                .backward();
-            return;
+        } else {
+            p.backward_lora_head(&flat, &live, g_lp, g_ent, &grad_hidden);
         }
-        for (start, len) in spans(k, p.chunk) {
+        // d(sum(hidden * g))/d(hidden) = g exactly: the decoder receives the gradient unchanged.
+        (p.hidden * grad_hidden.view(&dims[..]))
+            .sum(Kind::Float)
+            .backward();
+    }
+}
+
+impl Pending<'_> {
+    /// The token-chunk backward of a head the blocks do not serve (LoRA on it): writes the live
+    /// positions' hidden-state gradient into `grad_hidden` (N, H).
+    fn backward_lora_head(
+        &self,
+        flat: &Tensor,
+        live: &Tensor,
+        g_lp: Option<Tensor>,
+        g_ent: Option<Tensor>,
+        grad_hidden: &Tensor,
+    ) {
+        let k = live.size()[0];
+        for (start, len) in spans(k, self.chunk) {
             let idx = live.narrow(0, start, len);
-            let targets = p.targets.index_select(0, &idx);
+            let targets = self.targets.index_select(0, &idx);
             let upstream = |g: &Option<Tensor>| g.as_ref().map(|g| g.index_select(0, &idx));
             let (g_lp, g_ent) = (upstream(&g_lp), upstream(&g_ent));
             let scores_backward = |logits: Tensor| {
                 logprobs_and_entropy_backward(
                     logits,
                     &targets,
-                    p.temperature,
+                    self.temperature,
                     g_lp.as_ref(),
                     g_ent.as_ref(),
                 )
@@ -280,7 +297,7 @@ impl<'m> TokenScores<'m> {
             // A LoRA'd head: autograd from the logits on (the adapter's gradients), with the
             // logits' gradient in closed form.
             let rows = flat.index_select(0, &idx).requires_grad_(true);
-            let logits = p.model.logits(&rows);
+            let logits = self.model.logits(&rows);
             let grad_logits = tch::no_grad(|| scores_backward(logits.detach().copy()));
             (logits * grad_logits).sum(Kind::Float).backward();
             let grad_rows = rows.grad();
@@ -289,10 +306,6 @@ impl<'m> TokenScores<'m> {
                     .shallow_clone()
                     .index_copy_(0, &idx, &grad_rows.to_kind(flat.kind()));
         }
-        // d(sum(hidden * g))/d(hidden) = g exactly: the decoder receives the gradient unchanged.
-        (p.hidden * grad_hidden.view(&dims[..]))
-            .sum(Kind::Float)
-            .backward();
     }
 }
 

@@ -773,11 +773,10 @@ impl CausalLm {
     /// time ([`crate::vocab_blocks`]: 1,024 tokens), the whole vocabulary otherwise (LoRA on the
     /// head, or sampling: 256 tokens for SmolLM2, 82 for Qwen2.5).
     pub fn default_unembed_chunk(&self) -> i64 {
-        let vocab = self.config.vocab_size;
-        let columns = match self.plain_head_weight() {
-            Some(_) => vocab.min(crate::vocab_blocks::VOCAB_BLOCK),
-            None => vocab,
-        };
+        let columns = crate::vocab_blocks::logit_columns(
+            self.config.vocab_size,
+            self.plain_head_weight().is_none(),
+        );
         crate::head::default_unembed_chunk(columns)
     }
 

@@ -93,9 +93,7 @@ pub(crate) fn forward(
                 let rows = |t: &Tensor| t.narrow(0, c0, cl);
                 let (mut m, mut s, mut t) = (rows(&max), rows(&sum), rows(&weighted));
                 // The target's logit, where the target falls in this block.
-                let tgt = rows(targets);
-                let here = tgt.ge(b0).logical_and(&tgt.lt(b0 + bl));
-                let local = (&tgt - b0).clamp(0, bl - 1).unsqueeze(1);
+                let (here, local) = targets_in_block(&rows(targets), b0, bl);
                 let z_tgt = z.gather(1, &local, false).squeeze_dim(1);
                 rows(&picked).copy_(&z_tgt.where_self(&here, &rows(&picked)));
                 // Online log-sum-exp: rescale the sums to the new running max.
@@ -112,6 +110,24 @@ pub(crate) fn forward(
         let entropy = &lse - weighted / &sum;
         (logp, entropy, lse)
     })
+}
+
+/// Which of `targets` (N) fall in the block of rows `b0..b0 + bl` (bool, N), and their column in
+/// it, (N, 1) for `gather`/`scatter_add_` (clamped into the block where they do not fall in it).
+fn targets_in_block(targets: &Tensor, b0: i64, bl: i64) -> (Tensor, Tensor) {
+    let here = targets.ge(b0).logical_and(&targets.lt(b0 + bl));
+    let local = (targets - b0).clamp(0, bl - 1).unsqueeze(1);
+    (here, local)
+}
+
+/// The vocabulary columns one token's logits occupy at a time: a block of them where the head
+/// runs a block at a time (no LoRA on it: [`forward`]), the whole vocabulary otherwise.
+pub fn logit_columns(vocab_size: i64, lora_on_head: bool) -> i64 {
+    if lora_on_head {
+        vocab_size
+    } else {
+        vocab_size.min(VOCAB_BLOCK)
+    }
 }
 
 /// Sums over the last dimension of a (rows, cols) f32 tensor.
@@ -179,9 +195,7 @@ pub(crate) fn backward(
                 };
                 let _ = a.neg_();
                 if let Some(g_lp) = live.g_logp {
-                    let tgt = rows(live.targets);
-                    let here = tgt.ge(b0).logical_and(&tgt.lt(b0 + bl));
-                    let local = (&tgt - b0).clamp(0, bl - 1).unsqueeze(1);
+                    let (here, local) = targets_in_block(&rows(live.targets), b0, bl);
                     let add = column(&(rows(g_lp) * here.to_kind(Kind::Float)));
                     let _ = a.scatter_add_(1, &local, &add);
                 }

@@ -179,17 +179,12 @@ pub(crate) fn estimate(
 
 /// The vocabulary columns of logits the update's head holds per token at a time.
 fn head_columns(cfg: &Config, m: &ModelConfig) -> u64 {
-    let vocab = m.vocab_size.max(0) as u64;
-    let head_lora = cfg.model.lora().is_some_and(|l| {
+    let lora_on_head = cfg.model.lora().is_some_and(|l| {
         l.target_modules
             .iter()
             .any(|t| t == temper_model::LORA_HEAD)
     });
-    if head_lora {
-        vocab
-    } else {
-        vocab.min(temper_model::vocab_blocks::VOCAB_BLOCK as u64)
-    }
+    temper_model::vocab_blocks::logit_columns(m.vocab_size, lora_on_head).max(0) as u64
 }
 
 /// Prints the estimate (rank 0) and refuses a config whose estimate exceeds the memory this
