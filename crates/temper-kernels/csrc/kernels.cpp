@@ -340,6 +340,14 @@ int temper_clear_grad(at::Tensor* t, char** err) {
   return guarded(err, [&] { t->mutable_grad().reset(); });
 }
 
+
+// Gives `t` a zero gradient of its own shape and dtype if it has none (what the first backward
+// would have written, had every element's gradient been zero).
+int temper_zero_grad_if_missing(at::Tensor* t, char** err) {
+  return guarded(err, [&] {
+    if (!t->grad().defined()) t->mutable_grad() = at::zeros_like(*t);
+  });
+}
 }  // extern "C"
 
 namespace {

@@ -25,12 +25,13 @@ pub use swiglu::{swiglu_down, SwigluLora};
 use std::ffi::{c_char, c_int, c_void, CStr};
 use std::sync::OnceLock;
 
-use anyhow::{bail, Result};
+use anyhow::{bail, Context, Result};
 use tch::{Device, Kind, Tensor};
 
 extern "C" {
     fn temper_kernels_free_error(err: *mut c_char);
     fn temper_clear_grad(t: *mut c_void, err: *mut *mut c_char) -> c_int;
+    fn temper_zero_grad_if_missing(t: *mut c_void, err: *mut *mut c_char) -> c_int;
     fn temper_kernels_have_packed_linear() -> c_int;
     fn temper_pack_linear_weight(
         w: *const c_void,
@@ -89,6 +90,30 @@ pub fn clear_grads(params: &[(String, Tensor)]) -> Result<()> {
         if status != 0 {
             bail!("clearing the gradient of {name}: {}", take_error(err));
         }
+    }
+    Ok(())
+}
+
+/// Gives every parameter without a gradient a zero one, allocated now. Before a backward this
+/// puts all gradients in memory together, ahead of the activations, where one at a time between
+/// the backward's temporaries they leave holes the allocator keeps; the backward then adds into
+/// them as it does from the second micro-batch on. Data-parallel ranks also need every gradient
+/// defined, so that each sends the same layout.
+pub fn zero_grads_if_missing(params: &[(String, Tensor)]) -> Result<()> {
+    for (name, p) in params {
+        zero_grad_if_missing(p).with_context(|| format!("allocating the gradient of {name}"))?;
+    }
+    Ok(())
+}
+
+/// Gives `t` a zero gradient of its shape and dtype if it has none (tch has no setter for
+/// `.grad`).
+pub fn zero_grad_if_missing(t: &Tensor) -> Result<()> {
+    let mut err = std::ptr::null_mut();
+    // SAFETY: `t` is a live tensor for the call; err is written by the callee on failure.
+    let status = unsafe { temper_zero_grad_if_missing(t.as_ptr() as _, &mut err) };
+    if status != 0 {
+        bail!("{}", take_error(err));
     }
     Ok(())
 }

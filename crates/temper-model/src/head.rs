@@ -309,13 +309,11 @@ impl Pending<'_> {
     }
 }
 
-/// `w`'s gradient, made a dense f32 zeros tensor first if it has none: what autograd's first
-/// gradient would be, which the blocked backward then adds into in place. (tch has no setter for
-/// `.grad`; autograd through a zero-weighted row of `w` allocates it.)
+/// `w`'s gradient, made a zeros tensor first if it has none, which the blocked backward then adds
+/// into in place. (Fails only where libtorch cannot allocate, where tch's own `backward` panics
+/// too.)
 fn dense_grad(w: &Tensor) -> Tensor {
-    if !w.grad().defined() {
-        (w.narrow(0, 0, 1).sum(Kind::Float) * 0.0).backward();
-    }
+    temper_kernels::zero_grad_if_missing(w).expect("allocating the head weight's gradient");
     w.grad()
 }
 

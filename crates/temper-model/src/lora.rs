@@ -234,11 +234,11 @@ impl CausalLm {
         let tensors: Vec<(String, Tensor)> = vs
             .variables()
             .into_iter()
-            .map(|(name, t)| (format!("base_model.model.{name}"), t.detach().contiguous()))
+            .map(|(name, t)| (format!("base_model.model.{name}"), t.detach()))
             .collect();
         let weights = dir.join("adapter_model.safetensors");
         crate::atomic_file::write_atomic_with(&weights, |tmp| {
-            Tensor::write_safetensors(&tensors, tmp)
+            crate::safetensors_io::write_safetensors(tmp, &tensors)
                 .with_context(|| format!("writing {}", weights.display()))
         })?;
         let config = json!({

@@ -33,16 +33,33 @@ fn kind_of(dtype: &str) -> Option<Kind> {
     DTYPES.iter().find(|(_, n)| *n == dtype).map(|(k, _)| *k)
 }
 
+/// Bytes converted and written per step: a tensor is never copied whole, so saving a model or
+/// its optimizer state needs a few MB beyond the tensors themselves (a copy of the largest one,
+/// an embedding of 113 MB on SmolLM2 and 545 MB on Qwen2.5-0.5B, was the save's peak).
+const SLICE_BYTES: usize = 8 << 20;
+
 /// Write `tensors` (any device) to `path` in safetensors format.
 pub fn write_safetensors(path: &Path, tensors: &[(String, Tensor)]) -> Result<()> {
+    write_safetensors_as(path, tensors, None)
+}
+
+/// Write `tensors` (any device) to `path` in safetensors format, each converted to `dtype` where
+/// given, a slice at a time.
+pub fn write_safetensors_as(
+    path: &Path,
+    tensors: &[(String, Tensor)],
+    dtype: Option<Kind>,
+) -> Result<()> {
+    let kind_of = |t: &Tensor| dtype.unwrap_or(t.kind());
     let mut header = serde_json::Map::new();
     header.insert("__metadata__".into(), serde_json::json!({"format": "pt"}));
     let mut offset = 0usize;
     for (name, t) in tensors {
-        let bytes = t.numel() * t.kind().elt_size_in_bytes();
+        let kind = kind_of(t);
+        let bytes = t.numel() * kind.elt_size_in_bytes();
         header.insert(
             name.clone(),
-            serde_json::json!({"dtype": dtype_name(t.kind())?, "shape": t.size(), "data_offsets": [offset, offset + bytes]}),
+            serde_json::json!({"dtype": dtype_name(kind)?, "shape": t.size(), "data_offsets": [offset, offset + bytes]}),
         );
         offset += bytes;
     }
@@ -57,12 +74,26 @@ pub fn write_safetensors(path: &Path, tensors: &[(String, Tensor)]) -> Result<()
     w.write_all(&(head.len() as u64).to_le_bytes())
         .map_err(io)?;
     w.write_all(&head).map_err(io)?;
+    let mut buf = Vec::new();
     for (name, t) in tensors {
-        let t = t.detach().to_device(Device::Cpu).contiguous();
-        let mut buf = vec![0u8; t.numel() * t.kind().elt_size_in_bytes()];
-        t.f_copy_data_u8(&mut buf, t.numel())
-            .with_context(|| format!("reading tensor {name}"))?;
-        w.write_all(&buf).map_err(io)?;
+        let kind = kind_of(t);
+        let flat = t.detach().reshape([-1]);
+        let n = flat.numel();
+        let per = (SLICE_BYTES / kind.elt_size_in_bytes()).max(1);
+        let mut at = 0;
+        while at < n {
+            let len = per.min(n - at);
+            let part = flat
+                .narrow(0, at as i64, len as i64)
+                .to_device(Device::Cpu)
+                .to_kind(kind)
+                .contiguous();
+            buf.resize(len * kind.elt_size_in_bytes(), 0);
+            part.f_copy_data_u8(&mut buf, len)
+                .with_context(|| format!("reading tensor {name}"))?;
+            w.write_all(&buf).map_err(io)?;
+            at += len;
+        }
     }
     let file = w
         .into_inner()

@@ -9,7 +9,7 @@ use anyhow::{bail, Context, Result};
 use tch::Kind;
 
 use crate::model::CausalLm;
-use crate::safetensors_io::write_safetensors;
+use crate::safetensors_io::write_safetensors_as;
 
 /// Files copied verbatim from the source folder when present.
 pub const TOKENIZER_FILES: &[&str] = &[
@@ -51,12 +51,11 @@ impl CausalLm {
         dtype_name: &str,
         files_from: Option<&Path>,
     ) -> Result<()> {
-        let tensors: Vec<(String, tch::Tensor)> = self
-            .merged_parameters()
-            .into_iter()
-            .map(|(n, t)| (n, t.detach().to_kind(dtype)))
-            .collect();
-        write_safetensors(&tmp.join("model.safetensors"), &tensors)?;
+        write_safetensors_as(
+            &tmp.join("model.safetensors"),
+            &self.merged_parameters(),
+            Some(dtype),
+        )?;
         let mut config = self.config().raw.clone();
         if let Some(obj) = config.as_object_mut() {
             if self.unties_head() {

@@ -120,3 +120,58 @@ fn save_replaces_and_saves_bf16() {
         );
     }
 }
+
+/// The writer converts and writes a slice at a time: tensors several slices long (and not a whole
+/// number of them), a transposed view, a scalar and an empty tensor read back, through libtorch's
+/// own safetensors reader, as exactly the tensors given (or their bf16 rounding).
+#[test]
+fn tensors_longer_than_a_write_slice_round_trip() {
+    use temper_model::safetensors_io::write_safetensors_as;
+    tch::manual_seed(3);
+    let long = Tensor::randn([5_000_003], (Kind::Float, Device::Cpu));
+    let tensors = [
+        ("long".to_string(), long.shallow_clone()),
+        (
+            "wide_t".to_string(),
+            Tensor::randn([700, 3_001], (Kind::Float, Device::Cpu)).tr(),
+        ),
+        ("step".to_string(), Tensor::from(41i64)),
+        (
+            "empty".to_string(),
+            Tensor::zeros([0, 4], (Kind::Float, Device::Cpu)),
+        ),
+    ];
+    let dir = scratch("write-slices");
+    for dtype in [None, Some(Kind::BFloat16)] {
+        let path = dir.join("t.safetensors");
+        let floats: Vec<(String, Tensor)> = match dtype {
+            None => tensors
+                .iter()
+                .map(|(n, t)| (n.clone(), t.shallow_clone()))
+                .collect(),
+            Some(_) => tensors
+                .iter()
+                .filter(|(n, _)| n != "step")
+                .map(|(n, t)| (n.clone(), t.shallow_clone()))
+                .collect(),
+        };
+        write_safetensors_as(&path, &floats, dtype).unwrap();
+        let back: std::collections::HashMap<String, Tensor> = Tensor::read_safetensors(&path)
+            .unwrap()
+            .into_iter()
+            .collect();
+        assert_eq!(back.len(), floats.len());
+        for (name, t) in &floats {
+            let want = match dtype {
+                Some(k) => t.to_kind(k),
+                None => t.shallow_clone(),
+            };
+            assert_eq!(back[name].size(), want.size(), "{name}: shape");
+            assert_eq!(back[name].kind(), want.kind(), "{name}: dtype");
+            assert!(
+                back[name].equal(&want),
+                "{name} ({dtype:?}) differs after the round trip"
+            );
+        }
+    }
+}

@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
-use tch::{Kind, Tensor};
+use tch::Tensor;
 use temper_kernels::{Backend, Comm, Rendezvous};
 
 /// This process's place in the job.
@@ -83,13 +83,9 @@ impl Dist {
         let Some(comm) = &self.comm else {
             return Ok(());
         };
-        // A parameter the loss did not reach has no gradient yet: give it zeros (the backward of
-        // `0 * p` defines it), so every rank sends the same layout.
-        for (_, p) in params {
-            if !p.grad().defined() {
-                (p * 0.0).sum(Kind::Float).backward();
-            }
-        }
+        // A parameter the loss did not reach has no gradient yet: give it zeros, so every rank
+        // sends the same layout.
+        temper_kernels::zero_grads_if_missing(params)?;
         let grads: Vec<Tensor> = params.iter().map(|(_, p)| p.grad()).collect();
         let mut start = 0;
         while start < grads.len() {

@@ -115,7 +115,7 @@ impl AdamW {
             ));
         }
         named.push(("step".into(), Tensor::from_slice(&[self.step as i64])));
-        Tensor::write_safetensors(&named, path)
+        temper_model::safetensors_io::write_safetensors(path, &named)
             .with_context(|| format!("writing {}", path.display()))
     }
 

@@ -68,6 +68,9 @@ impl Trainer {
                 None => partition.parts(epoch),
             };
             for (mb_i, mb) in parts.iter().enumerate() {
+                // Every gradient allocated before the first activation (see the function).
+                temper_kernels::zero_grads_if_missing(&self.params)?;
+                let mut backward_ran = false;
                 // The loss normalises by the whole mini-batch (every rank's rows).
                 let ctx = self
                     .loss_cfg
@@ -128,6 +131,7 @@ impl Trainer {
                     if out.loss.requires_grad() {
                         out.loss.backward();
                         scores.backward();
+                        backward_ran = true;
                     }
                     let tokens = mask.sum(Kind::Double).double_value(&[]);
                     for (k, v) in out.metrics {
@@ -140,6 +144,12 @@ impl Trainer {
                 }
                 for (k, v) in additive {
                     acc.add(k, v, 1.0);
+                }
+                // Without any backward the gradients are dropped again, so the optimizer skips
+                // every parameter as PyTorch's does with no gradients (data-parallel ranks then
+                // send zeros, as before).
+                if !backward_ran {
+                    temper_kernels::clear_grads(&self.params)?;
                 }
                 self.dist
                     .all_reduce_grads(&self.params, GRAD_BUCKET_BYTES)?;
