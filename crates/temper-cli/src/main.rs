@@ -54,6 +54,8 @@ fn init_logging() {
 }
 
 fn main() {
+    // Before anything can reach libtorch's oneDNN (see the function).
+    temper_kernels::memory::bound_onednn_caches();
     init_logging();
     let cli = Cli::parse();
     let result = match cli.command {

@@ -247,7 +247,7 @@ pub fn run(args: Args) -> Result<()> {
             "bench grpo: round {round}: TRL GRPOTrainer, {total} steps ({} warm-up) ...",
             args.warmup
         );
-        let out = Command::new(&python)
+        let out = temper_kernels::memory::without_temper_onednn_bounds(&mut Command::new(&python))
             .arg(&script)
             .args(["--model", &model_dir.display().to_string()])
             .args(["--prompts", &prompts_file.display().to_string()])

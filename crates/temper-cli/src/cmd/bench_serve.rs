@@ -308,6 +308,7 @@ impl VllmServer {
         };
         let len = (args.prompt_tokens + args.max_tokens + 16).max(1024);
         let mut cmd = std::process::Command::new("bash");
+        temper_kernels::memory::without_temper_onednn_bounds(&mut cmd);
         cmd.arg(tools.join("serve.sh"))
             .arg(dir)
             .arg(port.to_string())

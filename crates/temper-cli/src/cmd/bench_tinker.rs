@@ -38,7 +38,7 @@ const LR: f64 = 4e-4;
 /// Seconds per timed step through the SDK.
 fn tinker_side(args: &Args, url: &str, python: &PathBuf) -> Result<Vec<f64>> {
     let total = args.steps + args.warmup;
-    let out = Command::new(python)
+    let out = temper_kernels::memory::without_temper_onednn_bounds(&mut Command::new(python))
         .arg("examples/tinker_rl_loop.py")
         .args([
             "--base-model",
