@@ -98,49 +98,37 @@ impl CausalLm {
         let h = dims[dims.len() - 1];
         let n = targets.numel() as i64;
         let flat_targets = targets.reshape([n]);
-        if let Some(w) = self.plain_head_weight() {
-            let kind = self.compute().kind();
-            let flat = hidden.detach().reshape([n, h]);
-            let (logp, entropy, lse) =
-                crate::vocab_blocks::forward(w, kind, &flat, &flat_targets, temperature, chunk);
-            let shaped = |t: Tensor| t.reshape(&shape[..]);
-            let (logp, entropy) = (shaped(logp), shaped(entropy));
-            return self.scores(
-                hidden,
-                logp,
-                entropy,
-                flat_targets,
-                temperature,
-                chunk,
-                Some(lse),
-            );
-        }
-        let (logp, entropy) = tch::no_grad(|| {
-            let flat = hidden.reshape([n, h]);
-            let head = self.head_in_compute_dtype();
-            let (mut lps, mut ents) = (vec![], vec![]);
-            for (start, len) in spans(n, chunk) {
-                let logits = self.logits_with_head(&flat.narrow(0, start, len), head.as_ref());
-                let (lp, ent) =
-                    logprobs_and_entropy(&logits, &flat_targets.narrow(0, start, len), temperature);
-                lps.push(lp);
-                ents.push(ent);
+        let (logp, entropy, lse) = match self.plain_head_weight() {
+            Some(w) => {
+                let kind = self.compute().kind();
+                let flat = hidden.detach().reshape([n, h]);
+                let (logp, entropy, lse) =
+                    crate::vocab_blocks::forward(w, kind, &flat, &flat_targets, temperature, chunk);
+                let shaped = |t: Tensor| t.reshape(&shape[..]);
+                (shaped(logp), shaped(entropy), Some(lse))
             }
-            let cat = |v: &[Tensor]| match v.len() {
-                0 => Tensor::zeros(&shape[..], (Kind::Float, hidden.device())),
-                _ => Tensor::cat(v, 0).reshape(&shape[..]),
-            };
-            (cat(&lps), cat(&ents))
-        });
-        self.scores(
-            hidden,
-            logp,
-            entropy,
-            flat_targets,
-            temperature,
-            chunk,
-            None,
-        )
+            None => tch::no_grad(|| {
+                let flat = hidden.reshape([n, h]);
+                let head = self.head_in_compute_dtype();
+                let (mut lps, mut ents) = (vec![], vec![]);
+                for (start, len) in spans(n, chunk) {
+                    let logits = self.logits_with_head(&flat.narrow(0, start, len), head.as_ref());
+                    let (lp, ent) = logprobs_and_entropy(
+                        &logits,
+                        &flat_targets.narrow(0, start, len),
+                        temperature,
+                    );
+                    lps.push(lp);
+                    ents.push(ent);
+                }
+                let cat = |v: &[Tensor]| match v.len() {
+                    0 => Tensor::zeros(&shape[..], (Kind::Float, hidden.device())),
+                    _ => Tensor::cat(v, 0).reshape(&shape[..]),
+                };
+                (cat(&lps), cat(&ents), None)
+            }),
+        };
+        self.scores(hidden, logp, entropy, flat_targets, temperature, chunk, lse)
     }
 
     /// The scores as plain tensors without autograd on `hidden`, else as leaves with the second

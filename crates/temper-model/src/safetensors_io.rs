@@ -50,12 +50,12 @@ pub fn write_safetensors_as(
     tensors: &[(String, Tensor)],
     dtype: Option<Kind>,
 ) -> Result<()> {
-    let kind_of = |t: &Tensor| dtype.unwrap_or(t.kind());
+    let saved_kind = |t: &Tensor| dtype.unwrap_or(t.kind());
     let mut header = serde_json::Map::new();
     header.insert("__metadata__".into(), serde_json::json!({"format": "pt"}));
     let mut offset = 0usize;
     for (name, t) in tensors {
-        let kind = kind_of(t);
+        let kind = saved_kind(t);
         let bytes = t.numel() * kind.elt_size_in_bytes();
         header.insert(
             name.clone(),
@@ -76,7 +76,7 @@ pub fn write_safetensors_as(
     w.write_all(&head).map_err(io)?;
     let mut buf = Vec::new();
     for (name, t) in tensors {
-        let kind = kind_of(t);
+        let kind = saved_kind(t);
         let flat = t.detach().reshape([-1]);
         let n = flat.numel();
         let per = (SLICE_BYTES / kind.elt_size_in_bytes()).max(1);

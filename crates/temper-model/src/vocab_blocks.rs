@@ -150,10 +150,11 @@ pub(crate) struct LivePositions<'a> {
 }
 
 /// The backward of [`forward`] for the live positions: adds the weight's gradient into `w_grad`
-/// (f32, shaped like `w`; `None` for a frozen head) in place and returns the hidden states' gradient, (K, H) f32. Per
-/// (chunk, block) of logits `z` (scaled): `d logp / dz_j = [j = target] - p_j`,
-/// `dH / dz_j = -p_j (log p_j + H)`, `p_j = exp(z_j - lse)`, then divided by T for the logits
-/// (what `logprobs_and_entropy_backward` computes over a whole row).
+/// (f32, shaped like `w`; `None` for a frozen head) in place and returns the hidden states'
+/// gradient, (K, H) f32. Per (chunk, block) of logits `z` (scaled):
+/// `d logp / dz_j = [j = target] - p_j`, `dH / dz_j = -p_j (log p_j + H)`, `p_j = exp(z_j - lse)`,
+/// then divided by T for the logits (what `logprobs_and_entropy_backward` computes over a whole
+/// row).
 pub(crate) fn backward(
     w: &Tensor,
     w_grad: Option<&Tensor>,

@@ -139,7 +139,8 @@ pub(crate) fn estimate(
         micro
     };
     let tokens = micro * response + prompt_rows * prompt;
-    let default_chunk = temper_model::default_unembed_chunk(head_columns(cfg, m) as i64);
+    let columns = head_columns(cfg, m);
+    let default_chunk = temper_model::default_unembed_chunk(columns as i64);
     let chunk = (cfg.actor.unembed_chunk_or(default_chunk) as u64)
         .min(micro * response)
         .max(1);
@@ -168,7 +169,7 @@ pub(crate) fn estimate(
         ("attention", attention),
         // A chunk's logits, their softmax and their gradient: a block of the vocabulary wide
         // (`temper_model::vocab_blocks`) unless LoRA adapts the head.
-        ("logits chunk", 3 * chunk * head_columns(cfg, m) * f32),
+        ("logits chunk", 3 * chunk * columns * f32),
     ];
     MemoryEstimate {
         resident,
