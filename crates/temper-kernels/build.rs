@@ -13,6 +13,8 @@ fn main() {
     torch_rpath::emit();
     println!("cargo:rerun-if-changed=csrc/kernels.cpp");
     println!("cargo:rerun-if-changed=csrc/swiglu.cpp");
+    println!("cargo:rerun-if-changed=csrc/graph.cpp");
+    println!("cargo:rerun-if-changed=csrc/graph_stub.cpp");
     println!("cargo:rerun-if-env-changed=LIBTORCH");
     let libtorch = PathBuf::from(
         std::env::var("LIBTORCH")
@@ -64,6 +66,21 @@ fn main() {
         .opt_level(3)
         .file("csrc/kernels.cpp")
         .file("csrc/swiglu.cpp");
+    // CUDA graphs (csrc/graph.cpp, the sampling engine's decode step) need CUDA's runtime
+    // headers, the ones NCCL's needs: with them, a CUDA build captures; otherwise a stub says no.
+    match nccl_includes(&libtorch, &include) {
+        Some(dirs) => {
+            for d in dirs {
+                build.include(d);
+            }
+            build.file("csrc/graph.cpp");
+            println!("cargo:rustc-link-lib=dylib=torch_cuda");
+            println!("cargo:rustc-link-lib=dylib=c10_cuda");
+        }
+        None => {
+            build.file("csrc/graph_stub.cpp");
+        }
+    }
     if have_c10d {
         if gloo != std::path::Path::new("/usr/include") {
             // Never `-I/usr/include`: it reorders the system headers libstdc++ expects.

@@ -9,6 +9,7 @@
 
 pub mod comm;
 pub mod cpu;
+pub mod graph;
 pub mod memory;
 mod swiglu;
 

@@ -51,6 +51,68 @@ pub(crate) fn attend_cached(
         .reshape([b, n_q, t, d])
 }
 
+/// How the fixed-shape decode step attends on a GPU (`TEMPER_DECODE_ATTENTION`, read once):
+/// `matmul` (default) the query heads of each kv head batched into one matmul against its keys,
+/// scores and softmax in f32; `sdpa` libtorch's scaled-dot-product attention with the additive
+/// mask (it picks its own kernel: memory-efficient or math, flash and cuDNN take no mask).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DecodeAttention {
+    Matmul,
+    Sdpa,
+}
+
+impl DecodeAttention {
+    pub fn from_env() -> Self {
+        static CHOICE: std::sync::OnceLock<DecodeAttention> = std::sync::OnceLock::new();
+        *CHOICE.get_or_init(
+            || match std::env::var("TEMPER_DECODE_ATTENTION").as_deref() {
+                Ok("sdpa") => DecodeAttention::Sdpa,
+                _ => DecodeAttention::Matmul,
+            },
+        )
+    }
+}
+
+/// One new token per row (q (B, Hq, 1, d)) over a fixed-shape cache (k, v (B, Hkv, S, d), every
+/// slot, filled or not) with `bias` (B, S) f32, 0 for the keys a row attends and -inf for the
+/// rest ([`crate::static_decode`]). On the CPU, [`attend_cached`]'s one-token path (the same
+/// numbers as the growing cache's decode over the filled positions: the extra keys weigh
+/// exp(-inf) = 0). Returns (B, Hq, 1, d), f32 on the CPU and the compute dtype on a GPU.
+pub(crate) fn attend_fixed(
+    q: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
+    bias: &Tensor,
+    on_cpu: bool,
+) -> Tensor {
+    if on_cpu {
+        return attend_cached(q, k, v, bias, Some(bias));
+    }
+    let [b, n_q, t, d] = q.size()[..] else {
+        unreachable!("q is 4-D")
+    };
+    let n_kv = k.size()[1];
+    let s = k.size()[2];
+    let scale = 1.0 / (d as f64).sqrt();
+    match DecodeAttention::from_env() {
+        DecodeAttention::Sdpa => {
+            let mask = bias.view([b, 1, 1, s]).to_kind(q.kind());
+            Tensor::scaled_dot_product_attention(q, k, v, Some(&mask), 0.0, false, None, true)
+        }
+        DecodeAttention::Matmul => {
+            // Query head h uses kv head h / group (transformers' repeat_kv).
+            let q = q.reshape([b, n_kv, n_q / n_kv, d]);
+            let scores = q.matmul(&k.transpose(-1, -2)).to_kind(Kind::Float) * scale
+                + bias.view([b, 1, 1, s]);
+            scores
+                .softmax(-1, Kind::Float)
+                .to_kind(v.kind())
+                .matmul(v)
+                .reshape([b, n_q, t, d])
+        }
+    }
+}
+
 /// Boolean (B, 1, T, S) mask, true where query i (at absolute position past+i) may attend key j:
 /// `j <= past + i && (key j is real || j == past + i)`.
 pub fn attention_mask_4d(attention_mask: &Tensor, t: i64, past: i64) -> Tensor {

@@ -176,6 +176,11 @@ impl KvCache {
         (kb.narrow(2, 0, needed), vb.narrow(2, 0, needed))
     }
 
+    /// Layer `layer`'s K and V buffers (B, n_kv, capacity, d), None before the first forward.
+    pub(crate) fn layer(&self, layer: usize) -> Option<(&Tensor, &Tensor)> {
+        self.layers[layer].as_ref().map(|(k, v)| (k, v))
+    }
+
     /// Called once per forward, after every layer appended `t` positions.
     pub(crate) fn advance(&mut self, t: i64) {
         self.len += t;

@@ -68,6 +68,7 @@ pub mod save;
 pub mod seeded;
 pub mod shared_base;
 pub mod shared_prefix;
+pub mod static_decode;
 pub mod tokenizer;
 pub mod vocab_blocks;
 

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use anyhow::Result;
 use tch::{nn, Device, Kind, Tensor};
 
-use crate::attention::{attend_cached, attention_mask_4d, sdpa};
+use crate::attention::{attend_cached, attend_fixed, attention_mask_4d, sdpa};
 use crate::config::ModelConfig;
 use crate::dtype::ComputeKind;
 use crate::kv_cache::KvCache;
@@ -16,9 +16,11 @@ use crate::lora::{LoraAdapter, LoraConfig};
 use crate::rope::{apply_rope, Rope};
 use crate::sampling_weights::SamplingWeights;
 use crate::shared_base::SharedBase;
+use crate::static_decode::{StaticDecoder, StaticKv};
 
 mod checkpoint;
 mod sampling;
+mod static_step;
 
 pub use checkpoint::LayerCheckpoints;
 pub(crate) use checkpoint::Segment;
@@ -157,6 +159,12 @@ pub struct CausalLm {
     /// Fused, compute-dtype copies of the matmul weights while a sampling call runs
     /// ([`CausalLm::with_sampling_weights`]).
     sampling: RefCell<Option<SamplingWeights>>,
+    /// On CUDA, the sampling copies of the last call, refreshed in place by the next one so
+    /// that captured decode steps, which read their addresses, stay valid.
+    kept_sampling: RefCell<Option<SamplingWeights>>,
+    /// The fixed-shape decode step and its cache ([`crate::static_decode`]), kept across
+    /// sampling calls (its CUDA graphs with it).
+    static_decoder: RefCell<Option<StaticDecoder>>,
     rope: Rope,
     compute: ComputeKind,
     source_dir: Option<PathBuf>,
@@ -283,6 +291,8 @@ impl CausalLm {
             norm,
             lm_head,
             sampling: RefCell::new(None),
+            kept_sampling: RefCell::new(None),
+            static_decoder: RefCell::new(None),
             rope,
             compute,
             source_dir: None,
@@ -580,6 +590,7 @@ impl CausalLm {
             mask: &mask,
             decode_bias: decode_bias.as_ref(),
             cached_attention,
+            fixed: None,
         };
         let sampling = self.sampling.borrow();
         let sparse = self.sparse_embedding_grad();
@@ -652,8 +663,13 @@ impl CausalLm {
         if let Some(collected) = collected {
             collected.push((k.shallow_clone(), v.shallow_clone()));
         }
-        let attn = match cache {
-            Some(cache) => {
+        let attn = match (cache, ctx.fixed) {
+            (_, Some((kv, index))) => {
+                let (k, v) = kv.write(i, &k, &v, index);
+                let bias = ctx.decode_bias.expect("the fixed-shape step has a bias");
+                attend_fixed(&q, &k, &v, bias, ctx.cached_attention).to_kind(kind)
+            }
+            (Some(cache), None) => {
                 let (k, v) = cache.append(i, &k, &v);
                 if ctx.cached_attention {
                     attend_cached(&q, &k, &v, ctx.mask, ctx.decode_bias).to_kind(kind)
@@ -661,7 +677,7 @@ impl CausalLm {
                     sdpa(&q, &k, &v, ctx.mask)
                 }
             }
-            None => match past {
+            (None, None) => match past {
                 Some((pk, pv)) => sdpa(
                     &q,
                     &Tensor::cat(&[pk, &k], 2),
@@ -812,6 +828,9 @@ struct LayerContext<'a> {
     decode_bias: Option<&'a Tensor>,
     /// Attention in f32 over the cache (CPU).
     cached_attention: bool,
+    /// The fixed-shape decode step's cache and write positions (B, n_kv, 1, d)
+    /// ([`crate::static_decode`]); `decode_bias` then covers its whole capacity.
+    fixed: Option<(&'a StaticKv, &'a Tensor)>,
 }
 
 /// Which keys each new token attends to.

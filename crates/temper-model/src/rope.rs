@@ -48,6 +48,11 @@ impl Rope {
         Rope { inv_freq }
     }
 
+    /// The frequencies (f32, `head_dim / 2`).
+    pub fn inv_freq(&self) -> &Tensor {
+        &self.inv_freq
+    }
+
     /// `(cos, sin)` of shape (B, 1, T, head_dim) in `kind`, for position ids (B, T).
     pub fn cos_sin(&self, position_ids: &Tensor, kind: Kind) -> (Tensor, Tensor) {
         let freqs = position_ids.to_kind(Kind::Float).unsqueeze(-1) * &self.inv_freq; // (B, T, d/2)

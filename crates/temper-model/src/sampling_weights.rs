@@ -93,3 +93,56 @@ pub(crate) struct SamplingWeights {
     pub layers: Vec<FrozenLayer>,
     pub head: FrozenLinear,
 }
+
+impl FrozenLinear {
+    /// The tensors a GPU forward reads (plain copies; the CPU's packed kernels hold their own).
+    fn tensors(&self) -> Vec<&Tensor> {
+        match self {
+            FrozenLinear::Plain { weight, bias } => std::iter::once(weight).chain(bias).collect(),
+            _ => Vec::new(),
+        }
+    }
+}
+
+impl SamplingWeights {
+    /// Every tensor of the plain copies.
+    pub(crate) fn tensors(&self) -> Vec<&Tensor> {
+        let mut out = self.head.tensors();
+        for l in &self.layers {
+            for f in [&l.qkv, &l.o, &l.gate_up, &l.down] {
+                out.extend(f.tensors());
+            }
+        }
+        out
+    }
+
+    /// Copies `fresh`'s values into these copies, in place (their addresses stay, so a captured
+    /// CUDA graph that reads them stays valid); false, changing nothing, unless both are plain
+    /// copies of the same shapes.
+    pub(crate) fn refresh_from(&self, fresh: &SamplingWeights) -> bool {
+        let (mine, theirs) = (self.tensors(), fresh.tensors());
+        let plain = |w: &SamplingWeights| {
+            std::iter::once(&w.head)
+                .chain(
+                    w.layers
+                        .iter()
+                        .flat_map(|l| [&l.qkv, &l.o, &l.gate_up, &l.down]),
+                )
+                .all(|f| matches!(f, FrozenLinear::Plain { .. }))
+        };
+        if !plain(self)
+            || !plain(fresh)
+            || mine.len() != theirs.len()
+            || mine
+                .iter()
+                .zip(&theirs)
+                .any(|(a, b)| a.size() != b.size() || a.kind() != b.kind())
+        {
+            return false;
+        }
+        for (a, b) in mine.into_iter().zip(theirs) {
+            a.shallow_clone().copy_(b);
+        }
+        true
+    }
+}

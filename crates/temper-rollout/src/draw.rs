@@ -17,6 +17,7 @@
 
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha20Rng;
+use tch::{Kind, Tensor};
 
 /// The random stream of sample `sample_index` of a request seeded with `seed`.
 pub fn sample_rng(seed: u64, sample_index: usize) -> ChaCha20Rng {
@@ -142,6 +143,58 @@ fn draw_index_blocks(weights: &[f32], key: u64) -> Option<usize> {
         }
     }
     best.map(|(i, _)| i)
+}
+
+/// The exponential race of [`draw_index`] on a tensor's own device: `weights` (rows, V) f32,
+/// `keys` (rows,) i64 holding each row's u64 key bit for bit. Returns (rows,) i64 on that device:
+/// the index [`draw_index`] returns for the row, or -1 where it returns `None` (no positive
+/// weight, or a NaN).
+///
+/// The uniforms are [`race_uniform`]'s SplitMix64 outputs computed with wrapping int64 tensor ops
+/// (a logical right shift is an arithmetic one masked to the low bits), and the scores are the
+/// same f64 `w / -ln u`, so CPU and CUDA draw the same token from the same probabilities, and
+/// nothing of the vocabulary leaves the device. No pruning: every entry is scored (one pass of a
+/// few elementwise kernels, cheap on a GPU). Rows go a slice at a time so that the int64 and f64
+/// temporaries stay near 128 MB each whatever the batch and vocabulary.
+pub fn draw_index_tensor(weights: &Tensor, keys: &Tensor) -> Tensor {
+    let (rows, vocab) = weights.size2().expect("weights must be (rows, vocab)");
+    assert_eq!(keys.size(), [rows], "one key per row");
+    let device = weights.device();
+    // (index + 1) * gamma, wrapping: the offset SplitMix64 adds to the key for entry `index`.
+    let offsets = (Tensor::arange_start(1, vocab + 1, (Kind::Int64, device)) * GOLDEN_GAMMA as i64)
+        .unsqueeze(0);
+    let keys = keys.to_device(device).to_kind(Kind::Int64).unsqueeze(1);
+    let slice = (16_777_216 / vocab.max(1)).max(1);
+    let mut out = Vec::new();
+    let mut start = 0;
+    while start < rows {
+        let n = slice.min(rows - start);
+        let w = weights.narrow(0, start, n);
+        let z = mix64_tensor(&(keys.narrow(0, start, n) + &offsets));
+        // ((z >> 11) + 1) / 2^53 in (0, 1], exactly as `race_uniform` forms it.
+        let u =
+            (shift_right_logical(&z, 11) + 1).to_kind(Kind::Double) * (1.0 / (1u64 << 53) as f64);
+        let w64 = w.to_kind(Kind::Double);
+        let score = (&w64 / -u.log()).where_self(&w64.gt(0.0), &w64.full_like(-1.0));
+        let (best, index) = score.max_dim(1, false);
+        let none = best.le(0.0).logical_or(&w.isnan().any_dim(1, false));
+        out.push(index.masked_fill(&none, -1));
+        start += n;
+    }
+    Tensor::cat(&out, 0)
+}
+
+/// [`mix64`] on every element of an int64 tensor, wrapping like u64 arithmetic.
+fn mix64_tensor(z: &Tensor) -> Tensor {
+    let z = z.bitwise_xor_tensor(&shift_right_logical(z, 30)) * 0xBF58_476D_1CE4_E5B9u64 as i64;
+    let z = z.bitwise_xor_tensor(&shift_right_logical(&z, 27)) * 0x94D0_49BB_1331_11EBu64 as i64;
+    z.bitwise_xor_tensor(&shift_right_logical(&z, 31))
+}
+
+/// `z >> n` on int64 as on u64: libtorch's shift is arithmetic, so the copied sign bits are masked.
+fn shift_right_logical(z: &Tensor, n: u32) -> Tensor {
+    z.bitwise_right_shift_tensor_scalar(n as i64)
+        .bitwise_and(((1u64 << (64 - n)) - 1) as i64)
 }
 
 /// Index of the largest value; the lowest index wins ties (like `torch.argmax`). NaNs are skipped.
@@ -299,6 +352,38 @@ mod tests {
             );
         }
         assert!(flips <= 2, "{flips} of {draws} draws flipped");
+    }
+
+    /// The tensor race draws what the host race draws, key for key: long-tailed weights with
+    /// zeros, a NaN row and an all-zero row, on a vocabulary-sized row.
+    #[test]
+    fn tensor_race_equals_the_host_race() {
+        let mut rng = sample_rng(17, 0);
+        let (rows, v) = (24usize, 4_099usize);
+        let mut w: Vec<f32> = (0..rows * v)
+            .map(|_| {
+                let x: f64 = rng.random();
+                if x < 0.3 {
+                    0.0
+                } else {
+                    x.powi(12) as f32
+                }
+            })
+            .collect();
+        w[3 * v + 7] = f32::NAN;
+        w[5 * v..6 * v].iter_mut().for_each(|x| *x = 0.0);
+        for round in 0..5 {
+            let keys: Vec<u64> = (0..rows).map(|_| next_key(&mut rng)).collect();
+            let want: Vec<i64> = (0..rows)
+                .map(|r| draw_index(&w[r * v..(r + 1) * v], keys[r]).map_or(-1, |i| i as i64))
+                .collect();
+            let weights = Tensor::from_slice(&w).view([rows as i64, v as i64]);
+            let k: Vec<i64> = keys.iter().map(|&k| k as i64).collect();
+            let got =
+                Vec::<i64>::try_from(draw_index_tensor(&weights, &Tensor::from_slice(&k))).unwrap();
+            assert_eq!(got, want, "round {round}");
+            assert_eq!((got[3], got[5]), (-1, -1));
+        }
     }
 
     #[test]

@@ -20,8 +20,9 @@ use temper_model::CausalLm;
 
 use crate::draw::next_key;
 use crate::params::{Finish, Request, Sample, StopReason};
-use crate::running_batch::{Batch, Row};
+use crate::running_batch::{Batch, Row, RunningBatch};
 use crate::scheduler::{Scheduler, SchedulerConfig};
+use crate::slot_batch::SlotBatch;
 use crate::step::{sample_step, RowView};
 use crate::stop::{Decode, StopStrings};
 
@@ -72,8 +73,34 @@ pub struct Engine<'a> {
     eos_ids: Vec<i64>,
     decoder: Option<&'a dyn Decode>,
     config: EngineConfig,
+    decode: DecodeMode,
     /// Seeds for requests without one: reproducible per engine, different on every call.
     seeder: Mutex<ChaCha20Rng>,
+}
+
+/// How decode steps run.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum DecodeMode {
+    /// Static on CUDA, growing on the CPU (where it is the faster: attention reads only the
+    /// filled positions, and there are no launches to save).
+    #[default]
+    Auto,
+    /// Fixed-shape slots and buckets ([`temper_model::static_decode`]), captured as CUDA graphs
+    /// on CUDA and run uncaptured elsewhere.
+    Static,
+    /// A cache that grows with the longest row and shrinks as rows leave.
+    Growing,
+}
+
+impl DecodeMode {
+    /// What `Auto` means on `device`.
+    pub fn resolve(self, device: tch::Device) -> DecodeMode {
+        match self {
+            DecodeMode::Auto if device.is_cuda() => DecodeMode::Static,
+            DecodeMode::Auto => DecodeMode::Growing,
+            other => other,
+        }
+    }
 }
 
 /// What every sample of one request shares.
@@ -101,6 +128,7 @@ impl<'a> Engine<'a> {
             eos_ids,
             decoder: None,
             config,
+            decode: DecodeMode::Auto,
             seeder: Mutex::new(ChaCha20Rng::seed_from_u64(config.seed)),
         }
     }
@@ -115,6 +143,12 @@ impl<'a> Engine<'a> {
     pub fn with_config(mut self, config: EngineConfig) -> Self {
         self.config = config;
         self.seeder = Mutex::new(ChaCha20Rng::seed_from_u64(config.seed));
+        self
+    }
+
+    /// How decode steps run ([`DecodeMode::Auto`] unless set).
+    pub fn with_decode_mode(mut self, mode: DecodeMode) -> Self {
+        self.decode = mode;
         self
     }
 
@@ -249,11 +283,15 @@ impl<'a> Engine<'a> {
         let mut next_index = 0;
         // Per request: samples still running, and those finished.
         let mut open: HashMap<usize, (usize, Vec<Sample>)> = HashMap::new();
-        let mut batch = Batch::empty(self.model.device());
+        let device = self.model.device();
+        let mut batch: Box<dyn RunningBatch> = match self.decode.resolve(device) {
+            DecodeMode::Static => Box::new(SlotBatch::new(device)),
+            _ => Box::new(Batch::empty(device)),
+        };
         let (mut accepting, mut finished, mut generated_tokens) = (true, 0, 0);
         loop {
             if accepting {
-                let idle = batch.rows.is_empty() && scheduler.is_empty();
+                let idle = batch.rows().is_empty() && scheduler.is_empty();
                 match inbox(idle) {
                     Incoming::Requests(requests) => {
                         for r in requests {
@@ -281,17 +319,17 @@ impl<'a> Engine<'a> {
                     prepared.remove(r);
                 }
                 scheduler.retain_requests(|r| open.contains_key(&r));
-                let keep: Vec<i64> = (0..batch.rows.len())
-                    .filter(|&i| open.contains_key(&batch.rows[i].request))
+                let keep: Vec<i64> = (0..batch.rows().len())
+                    .filter(|&i| open.contains_key(&batch.rows()[i].request))
                     .map(|i| i as i64)
                     .collect();
-                batch.keep_rows(&keep);
+                batch.keep_rows(self.model, &keep);
             }
-            let units = scheduler.admit(batch.rows.len());
+            let units = scheduler.admit(batch.rows().len());
             let logits = if !units.is_empty() {
                 batch.rebuild(self.model, &prepared, &units)?
-            } else if !batch.rows.is_empty() {
-                batch.decode(self.model)
+            } else if !batch.rows().is_empty() {
+                batch.decode(self.model)?
             } else if accepting {
                 continue;
             } else {
@@ -299,12 +337,12 @@ impl<'a> Engine<'a> {
             };
             // One key per row and step, greedy or not, so a row's stream never depends on others.
             let keys: Vec<u64> = batch
-                .rows
+                .rows_mut()
                 .iter_mut()
                 .map(|r| next_key(&mut r.rng))
                 .collect();
             let views: Vec<RowView> = batch
-                .rows
+                .rows()
                 .iter()
                 .map(|row| {
                     let p = &prepared[&row.request];
@@ -317,10 +355,10 @@ impl<'a> Engine<'a> {
                 })
                 .collect();
             let drawn = sample_step(&logits, &views, &keys)?;
-            let mut keep = Vec::with_capacity(batch.rows.len());
+            let mut keep = Vec::with_capacity(batch.rows().len());
             let mut answered = vec![];
             for (i, (token, logprob)) in drawn.into_iter().enumerate() {
-                let row = &mut batch.rows[i];
+                let row = &mut batch.rows_mut()[i];
                 let p = &prepared[&row.request];
                 row.completion.push(token);
                 row.logprobs.push(logprob);
@@ -357,7 +395,7 @@ impl<'a> Engine<'a> {
                 open.remove(&r);
                 prepared.remove(&r);
             }
-            batch.keep_rows(&keep);
+            batch.keep_rows(self.model, &keep);
             progress(Progress {
                 finished_samples: finished,
                 total_samples: 0,

@@ -24,11 +24,12 @@ pub mod remote;
 mod running_batch;
 pub mod sampler;
 pub mod scheduler;
+mod slot_batch;
 pub mod step;
 pub mod stop;
 pub mod verify;
 
-pub use engine::{Engine, EngineConfig, Incoming, Progress};
+pub use engine::{DecodeMode, Engine, EngineConfig, Incoming, Progress};
 pub use params::{Finish, LogprobKind, Request, Sample, SamplingParams, StopReason};
 pub use sampler::Sampler;
 pub use stop::Decode;

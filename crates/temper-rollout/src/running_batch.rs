@@ -21,6 +21,109 @@ pub(crate) struct Row {
     pub(crate) seen: Vec<i64>,
 }
 
+/// The rows being decoded and the cache they decode against: [`Batch`] (a cache that grows and
+/// shrinks with its rows, the CPU's) or [`crate::slot_batch::SlotBatch`] (fixed-shape slots, the
+/// step captured as a CUDA graph).
+pub(crate) trait RunningBatch {
+    /// The rows, in the order of the logits the other methods return.
+    fn rows(&self) -> &[Row];
+    fn rows_mut(&mut self) -> &mut [Row];
+    /// Admit `units`: returns next-token logits for every row (active rows first, then the new
+    /// samples in unit order).
+    fn rebuild(&mut self, model: &CausalLm, prepared: &Requests, units: &[Unit]) -> Result<Tensor>;
+    /// One token per row; returns next-token logits.
+    fn decode(&mut self, model: &CausalLm) -> Result<Tensor>;
+    /// Keep only rows `keep` (ascending indices into `rows`).
+    fn keep_rows(&mut self, model: &CausalLm, keep: &[i64]);
+}
+
+impl RunningBatch for Batch {
+    fn rows(&self) -> &[Row] {
+        &self.rows
+    }
+    fn rows_mut(&mut self) -> &mut [Row] {
+        &mut self.rows
+    }
+    fn rebuild(&mut self, model: &CausalLm, prepared: &Requests, units: &[Unit]) -> Result<Tensor> {
+        Batch::rebuild(self, model, prepared, units)
+    }
+    fn decode(&mut self, model: &CausalLm) -> Result<Tensor> {
+        Ok(Batch::decode(self, model))
+    }
+    fn keep_rows(&mut self, _model: &CausalLm, keep: &[i64]) {
+        Batch::keep_rows(self, keep)
+    }
+}
+
+/// Admitted prompts prefilled together, left-padded, one cache row per unit.
+pub(crate) struct Prefilled {
+    pub(crate) cache: KvCache,
+    /// (units, V) next-token logits.
+    pub(crate) logits: Tensor,
+    /// (units, width) 0/1 padding mask.
+    pub(crate) mask: Tensor,
+    /// Left pads of each unit's row.
+    pub(crate) pads: Vec<i64>,
+    /// The unit (cache row) of each new sample row.
+    pub(crate) source: Vec<i64>,
+    /// The new rows, `count` per unit in unit order.
+    pub(crate) rows: Vec<Row>,
+}
+
+/// Prefill `units`' prompts (left-padded, `room` positions reserved after the longest) and make
+/// their samples' rows.
+pub(crate) fn prefill_units(
+    model: &CausalLm,
+    prepared: &Requests,
+    units: &[Unit],
+    room: usize,
+    device: Device,
+) -> Prefilled {
+    let seqs: Vec<&[i64]> = units
+        .iter()
+        .map(|u| prepared[&u.request].request.prompt_ids.as_slice())
+        .collect();
+    let prompts: Vec<(&[i64], &[i64])> = seqs.iter().map(|s| (*s, &[][..])).collect();
+    // Prompts alone: left-padded (pads are id 0, never attended).
+    let padded = PaddedRows::new(&prompts, 0);
+    let longest = padded.prompt_width;
+    let (ids, mask, pos) = padded.tensors(device);
+    let mut cache = KvCache::with_capacity(model.num_layers(), (longest + room) as i64);
+    let hidden = model.forward_hidden(&ids, &pos, &mask, Some(&mut cache));
+    let logits = model.logits(&hidden.select(1, -1));
+    let mut source: Vec<i64> = Vec::new();
+    let mut rows = Vec::new();
+    for (u, unit) in units.iter().enumerate() {
+        source.extend(std::iter::repeat_n(u as i64, unit.count));
+        let p = &prepared[&unit.request];
+        let mut seen = Vec::new();
+        if p.request.params.repetition_penalty != 1.0 {
+            seen = p.request.prompt_ids.clone();
+            seen.sort_unstable();
+            seen.dedup();
+        }
+        for sample in unit.first_sample..unit.first_sample + unit.count {
+            rows.push(Row {
+                request: unit.request,
+                sample,
+                completion: Vec::new(),
+                logprobs: Vec::new(),
+                rng: sample_rng(p.seed, sample),
+                seen: seen.clone(),
+            });
+        }
+    }
+    let pads = seqs.iter().map(|s| (longest - s.len()) as i64).collect();
+    Prefilled {
+        cache,
+        logits,
+        mask,
+        pads,
+        source,
+        rows,
+    }
+}
+
 /// The rows being decoded, their cache and attention mask.
 pub(crate) struct Batch {
     pub(crate) rows: Vec<Row>,
@@ -98,47 +201,16 @@ impl Batch {
         room: usize,
     ) -> Result<Tensor> {
         debug_assert!(self.rows.is_empty());
-        let seqs: Vec<Vec<i64>> = units
-            .iter()
-            .map(|u| prepared[&u.request].request.prompt_ids.clone())
-            .collect();
-        let prompts: Vec<(&[i64], &[i64])> = seqs.iter().map(|s| (s.as_slice(), &[][..])).collect();
-        // Prompts alone: left-padded (pads are id 0, never attended).
-        let padded = PaddedRows::new(&prompts, 0);
-        let longest = padded.prompt_width;
-        let (ids, mask, pos) = padded.tensors(self.device);
-        let mut cache = KvCache::with_capacity(model.num_layers(), (longest + room) as i64);
-        let hidden = model.forward_hidden(&ids, &pos, &mask, Some(&mut cache));
-        let logits = model.logits(&hidden.select(1, -1));
-        // Repeat each prompt row for its samples.
-        let mut index: Vec<i64> = Vec::new();
-        for (u, unit) in units.iter().enumerate() {
-            index.extend(std::iter::repeat_n(u as i64, unit.count));
-            let p = &prepared[&unit.request];
-            let mut seen = Vec::new();
-            if p.request.params.repetition_penalty != 1.0 {
-                seen = p.request.prompt_ids.clone();
-                seen.sort_unstable();
-                seen.dedup();
-            }
-            for sample in unit.first_sample..unit.first_sample + unit.count {
-                self.rows.push(Row {
-                    request: unit.request,
-                    sample,
-                    completion: Vec::new(),
-                    logprobs: Vec::new(),
-                    rng: sample_rng(p.seed, sample),
-                    seen: seen.clone(),
-                });
-            }
-        }
-        let index = Tensor::from_slice(&index).to_device(self.device);
+        let p = prefill_units(model, prepared, units, room, self.device);
+        let index = Tensor::from_slice(&p.source).to_device(self.device);
+        let mut cache = p.cache;
         if units.iter().any(|u| u.count != 1) {
             cache.select_rows(&index);
         }
-        self.mask = mask.index_select(0, &index);
+        self.mask = p.mask.index_select(0, &index);
         self.cache = Some(cache);
-        Ok(logits.index_select(0, &index))
+        self.rows = p.rows;
+        Ok(p.logits.index_select(0, &index))
     }
 
     /// One token per row against the cache; returns next-token logits.

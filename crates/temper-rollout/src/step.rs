@@ -9,7 +9,7 @@ use anyhow::{bail, Result};
 use tch::{Device, Kind, Tensor};
 use temper_model::logprobs_of;
 
-use crate::draw::draw_index;
+use crate::draw::{draw_index, draw_index_tensor};
 use crate::params::{LogprobKind, SamplingParams};
 use crate::processors;
 
@@ -36,13 +36,78 @@ pub fn processed_logits(logits: &Tensor, rows: &[RowView]) -> Tensor {
     processors::top_k_top_p(&x, &ks, &ps)
 }
 
+/// Where a step's tokens are drawn.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DrawOn {
+    /// The processed probabilities are read to the host and raced there ([`draw_index`]: pruned
+    /// and vectorised, the fastest on a CPU, where "reading" them is free).
+    Host,
+    /// On the logits' device ([`draw_index_tensor`], the same race with the same uniforms): only
+    /// each row's token and logprob are read back, one small copy per step.
+    Device,
+}
+
+impl DrawOn {
+    /// Host for CPU tensors, the device otherwise.
+    pub fn for_device(device: Device) -> Self {
+        if device == Device::Cpu {
+            DrawOn::Host
+        } else {
+            DrawOn::Device
+        }
+    }
+}
+
 /// Draw one token per row and its logprob. `logits`: (rows, V) f32 next-token logits;
 /// `keys[r]`: row `r`'s random key for this step (unused by greedy rows; see [`crate::draw`]).
+/// Drawn where [`DrawOn::for_device`] says for the logits' device.
 pub fn sample_step(logits: &Tensor, rows: &[RowView], keys: &[u64]) -> Result<Vec<(i64, f32)>> {
-    let (n, vocab) = logits.size2().expect("logits must be (rows, vocab)");
+    sample_step_on(logits, rows, keys, DrawOn::for_device(logits.device()))
+}
+
+/// [`sample_step`] with the draw made `on` the host or the device: both give the same tokens and
+/// logprobs from the same logits (`tests/device_draw.rs`).
+pub fn sample_step_on(
+    logits: &Tensor,
+    rows: &[RowView],
+    keys: &[u64],
+    on: DrawOn,
+) -> Result<Vec<(i64, f32)>> {
+    let (n, _) = logits.size2().expect("logits must be (rows, vocab)");
     assert_eq!((rows.len(), keys.len()), (n as usize, n as usize));
+    let device = logits.device();
     let processed = processed_logits(logits, rows);
     let greedy: Vec<bool> = rows.iter().map(|r| r.params.is_greedy()).collect();
+    let tokens = match on {
+        DrawOn::Host => {
+            Tensor::from_slice(&host_tokens(&processed, &greedy, keys)?).to_device(device)
+        }
+        DrawOn::Device => device_tokens(&processed, &greedy, keys),
+    };
+    // A row without a token (-1) gathers entry 0 here and fails below.
+    let logprobs = token_logprobs(logits, &processed, rows, &tokens.clamp_min(0));
+    // The step's one read: (token, logprob) per row, exact in f64.
+    let both = Tensor::stack(
+        &[tokens.to_kind(Kind::Double), logprobs.to_kind(Kind::Double)],
+        1,
+    );
+    let both = Vec::<f64>::try_from(both.to_device(Device::Cpu).flatten(0, -1))?;
+    let mut out = Vec::with_capacity(n as usize);
+    for (r, pair) in both.chunks(2).enumerate() {
+        if pair[0] < 0.0 {
+            bail!(
+                "row {r}: no token has positive probability (the model produced NaN/inf logits?)"
+            );
+        }
+        out.push((pair[0] as i64, pair[1] as f32));
+    }
+    Ok(out)
+}
+
+/// Tokens drawn on the host: the argmax for greedy rows, the race over the processed
+/// probabilities (read to the host) for the others; -1 where no token can be drawn.
+fn host_tokens(processed: &Tensor, greedy: &[bool], keys: &[u64]) -> Result<Vec<i64>> {
+    let (n, vocab) = processed.size2().expect("logits must be (rows, vocab)");
     let argmax = if greedy.iter().any(|&g| g) {
         Vec::<i64>::try_from(processed.argmax(-1, false).to_device(Device::Cpu))?
     } else {
@@ -52,40 +117,42 @@ pub fn sample_step(logits: &Tensor, rows: &[RowView], keys: &[u64]) -> Result<Ve
     let probs: Vec<f32> = if sampled_rows.is_empty() {
         Vec::new()
     } else {
-        let p = select_rows(&processed, &sampled_rows, n).softmax(-1, Kind::Float);
+        let p = select_rows(processed, &sampled_rows, n).softmax(-1, Kind::Float);
         Vec::<f32>::try_from(p.to_device(Device::Cpu).flatten(0, -1))?
     };
-    let v = vocab as usize;
-    let draws = draw_rows(&probs, v, &sampled_rows, keys);
-    let mut tokens = Vec::with_capacity(n as usize);
-    let mut k = 0;
-    for r in 0..n as usize {
-        if greedy[r] {
-            tokens.push(argmax[r]);
-            continue;
-        }
-        match draws[k] {
-            Some(t) => tokens.push(t as i64),
-            None => bail!(
-                "row {r}: no token has positive probability (the model produced NaN/inf logits?)"
-            ),
-        }
-        k += 1;
-    }
-    let logprobs = token_logprobs(logits, &processed, rows, &tokens)?;
-    Ok(tokens.into_iter().zip(logprobs).collect())
+    let mut draws = draw_rows(&probs, vocab as usize, &sampled_rows, keys).into_iter();
+    Ok((0..n as usize)
+        .map(|r| match greedy[r] {
+            true => argmax[r],
+            false => draws.next().flatten().map_or(-1, |t| t as i64),
+        })
+        .collect())
 }
 
-/// Logprob of `tokens[r]` in row `r` under the distribution its params ask for.
+/// Tokens drawn on the processed logits' device: the same choices as [`host_tokens`].
+fn device_tokens(processed: &Tensor, greedy: &[bool], keys: &[u64]) -> Tensor {
+    let device = processed.device();
+    // Each u64 key travels as the i64 of the same bits.
+    let keys: Vec<i64> = keys.iter().map(|&k| k as i64).collect();
+    let keys = Tensor::from_slice(&keys).to_device(device);
+    let raced = draw_index_tensor(&processed.softmax(-1, Kind::Float), &keys);
+    if !greedy.iter().any(|&g| g) {
+        return raced;
+    }
+    let mask = Tensor::from_slice(greedy).to_device(device);
+    processed.argmax(-1, false).where_self(&mask, &raced)
+}
+
+/// Logprob of `tokens[r]` in row `r` under the distribution its params ask for: (rows,) f32 on
+/// the logits' device (0 for greedy rows asking for processed logprobs).
 fn token_logprobs(
     logits: &Tensor,
     processed: &Tensor,
     rows: &[RowView],
-    tokens: &[i64],
-) -> Result<Vec<f32>> {
+    tokens: &Tensor,
+) -> Tensor {
     let device = logits.device();
     let n = rows.len() as i64;
-    let mut out = vec![0f32; rows.len()];
     // Rows grouped by the temperature their logprob uses (1 for raw and greedy rows).
     let mut groups: Vec<(f64, Vec<i64>)> = Vec::new();
     let mut processed_rows = Vec::new();
@@ -106,25 +173,33 @@ fn token_logprobs(
             None => groups.push((t, vec![r as i64])),
         }
     }
-    let mut fill = |source: &Tensor, idx: &[i64], temperature: f64| -> Result<()> {
-        let targets: Vec<i64> = idx.iter().map(|&r| tokens[r as usize]).collect();
-        let targets = Tensor::from_slice(&targets).to_device(device);
-        let lp = logprobs_of(&select_rows(source, idx, n), &targets, temperature);
-        for (&r, v) in idx
-            .iter()
-            .zip(Vec::<f32>::try_from(lp.to_device(Device::Cpu))?)
-        {
-            out[r as usize] = v;
+    let every_row = |idx: &[i64]| idx.len() as i64 == n;
+    // The usual case, every row in one group: no scatter.
+    if let [(t, idx)] = groups.as_slice() {
+        if every_row(idx) {
+            return logprobs_of(logits, tokens, *t);
         }
-        Ok(())
+    }
+    if groups.is_empty() && every_row(&processed_rows) {
+        return logprobs_of(processed, tokens, 1.0);
+    }
+    let mut out = Tensor::zeros([n], (Kind::Float, device));
+    let mut fill = |source: &Tensor, idx: &[i64], temperature: f64| {
+        let at = Tensor::from_slice(idx).to_device(device);
+        let lp = logprobs_of(
+            &select_rows(source, idx, n),
+            &tokens.index_select(0, &at),
+            temperature,
+        );
+        let _ = out.index_copy_(0, &at, &lp);
     };
     for (t, idx) in &groups {
-        fill(logits, idx, *t)?;
+        fill(logits, idx, *t);
     }
     if !processed_rows.is_empty() {
-        fill(processed, &processed_rows, 1.0)?;
+        fill(processed, &processed_rows, 1.0);
     }
-    Ok(out)
+    out
 }
 
 /// Rows `idx` of `x` (`n` rows), without a copy when they are all of them in order (the usual

@@ -5,6 +5,13 @@
 //! temper, ...) so background load hits both; the ratios are the result. Not a test: see
 //! BENCHMARKS.md.
 //!
+//! On CUDA a second transformers peer runs beside eager `generate`: a worker with
+//! `--impl static-compile`, i.e. `generate` with a static cache and `torch.compile`
+//! `reduce-overhead` (CUDA graphs), transformers' documented fast path. It is timed exactly like
+//! the eager one (same prompts, rounds and median); the worker compiles and captures each shape in
+//! an untimed warm-up before its first timed run. If it fails to start or errors, a one-line
+//! notice says so and the bench goes on without it.
+//!
 //! Each configuration is timed twice: with `--new-tokens` and with 1 new token (prefill + one
 //! step), so decode tok/s = rows * (new_tokens - 1) / (t_full - t_one); end-to-end tok/s counts
 //! every new token over the whole `generate` call.
@@ -63,11 +70,46 @@ fn prompts(rows: usize, len: usize, vocab: i64) -> Vec<Vec<i64>> {
         .collect()
 }
 
+/// Which transformers path a worker times (`--impl` of `tools/bench_sample.py`).
+#[derive(Clone, Copy)]
+enum HfImpl {
+    /// Eager `generate` with its default dynamic cache.
+    Eager,
+    /// `generate` with a static cache and `torch.compile(mode="reduce-overhead")` (CUDA only).
+    StaticCompile,
+}
+
+impl HfImpl {
+    /// The worker's `--impl` value.
+    fn flag(self) -> &'static str {
+        match self {
+            HfImpl::Eager => "generate",
+            HfImpl::StaticCompile => "static-compile",
+        }
+    }
+
+    /// Its name in the output.
+    fn label(self) -> &'static str {
+        match self {
+            HfImpl::Eager => "transformers generate (eager)",
+            HfImpl::StaticCompile => "transformers static cache + torch.compile reduce-overhead",
+        }
+    }
+
+    /// The label of temper's ratio to it.
+    fn ratio_label(self) -> &'static str {
+        match self {
+            HfImpl::Eager => "ratio vs eager",
+            HfImpl::StaticCompile => "ratio vs static + compile",
+        }
+    }
+}
+
 /// transformers `generate` in `tools/bench_sample.py`.
 struct HfWorker(PyWorker);
 
 impl HfWorker {
-    fn start(args: &Args, dir: &std::path::Path) -> Result<Self> {
+    fn start(args: &Args, dir: &std::path::Path, imp: HfImpl) -> Result<Self> {
         let worker_args = [
             "--model".to_string(),
             dir.display().to_string(),
@@ -77,14 +119,17 @@ impl HfWorker {
             args.threads.unwrap_or(0).to_string(),
             "--device".to_string(),
             args.device.clone(),
+            "--impl".to_string(),
+            imp.flag().to_string(),
         ];
         let (worker, ready) = PyWorker::start(
             args.python.as_deref(),
             "bench_sample.py",
             &worker_args,
             BENCH_REPLY_TIMEOUT,
-        )?;
-        eprintln!("transformers worker: {ready}");
+        )
+        .with_context(|| format!("starting the {} worker", imp.label()))?;
+        eprintln!("transformers worker ({}): {ready}", imp.flag());
         Ok(HfWorker(worker))
     }
 
@@ -103,6 +148,60 @@ impl HfWorker {
             .as_f64()
             .context("worker reply without seconds")
     }
+}
+
+/// One transformers side of the table: its worker and the current batch size's timings.
+struct Peer {
+    imp: HfImpl,
+    /// `None` once an optional peer has failed.
+    worker: Option<HfWorker>,
+    /// Whether a failure only drops this peer (with a notice) instead of failing the bench.
+    optional: bool,
+    full: Vec<f64>,
+    one: Vec<f64>,
+}
+
+impl Peer {
+    fn new(imp: HfImpl, worker: Option<HfWorker>, optional: bool) -> Self {
+        Peer {
+            imp,
+            worker,
+            optional,
+            full: vec![],
+            one: vec![],
+        }
+    }
+
+    /// Start an optional peer; a failure is a one-line notice and no worker.
+    fn start_optional(args: &Args, dir: &std::path::Path, imp: HfImpl) -> Self {
+        let worker = HfWorker::start(args, dir, imp)
+            .map_err(|e| notice(imp, &e))
+            .ok();
+        Peer::new(imp, worker, true)
+    }
+
+    /// Seconds for one `generate`, or `None` when this peer is gone. A required peer's error is
+    /// returned; an optional one's is a notice, and the peer is dropped.
+    fn generate(&mut self, prompts: &[Vec<i64>], new_tokens: usize) -> Result<Option<f64>> {
+        let Some(worker) = self.worker.as_mut() else {
+            return Ok(None);
+        };
+        match worker.generate(prompts, new_tokens) {
+            Ok(seconds) => Ok(Some(seconds)),
+            Err(e) if self.optional => {
+                notice(self.imp, &e);
+                self.worker = None;
+                Ok(None)
+            }
+            Err(e) => Err(e),
+        }
+    }
+}
+
+/// Say on one line that an optional peer failed and the bench goes on without it.
+fn notice(imp: HfImpl, e: &anyhow::Error) {
+    let why = format!("{e:#}").replace('\n', " ");
+    eprintln!("notice: skipping {} ({why})", imp.label());
 }
 
 /// Seconds for one temper `generate`.
@@ -154,35 +253,48 @@ pub fn run(args: Args) -> Result<()> {
     let dir = temper_model::resolve::resolve_model(&args.model)?;
     let model = CausalLm::load(&dir, device, args.dtype)?;
     let vocab = model.config().vocab_size;
-    let mut hf = if args.no_python {
-        None
-    } else {
-        Some(HfWorker::start(&args, &dir)?)
-    };
+    let mut peers = vec![];
+    if !args.no_python {
+        let eager = HfWorker::start(&args, &dir, HfImpl::Eager)?;
+        peers.push(Peer::new(HfImpl::Eager, Some(eager), false));
+        if matches!(device, tch::Device::Cuda(_)) {
+            peers.push(Peer::start_optional(&args, &dir, HfImpl::StaticCompile));
+        }
+    }
     eprintln!("libtorch threads: {}", tch::get_num_threads());
-    // Warm-up (allocator, oneDNN kernels) on both sides.
+    // Warm-up (allocator, oneDNN kernels) on every side.
     let warm = prompts(2, args.prompt_len, vocab);
     temper_generate(&model, &warm, 4)?;
-    if let Some(hf) = hf.as_mut() {
-        hf.generate(&warm, 4)?;
+    for peer in peers.iter_mut() {
+        peer.generate(&warm, 4)?;
     }
     println!(
         "model {} ({}, {}), prompts {} tokens, {} new tokens, sampling T=1, {} rounds (median)",
         args.model, args.dtype, args.device, args.prompt_len, args.new_tokens, args.rounds
     );
     println!("kernels: {}", model.kernel_report());
+    for peer in peers.iter().filter(|p| p.worker.is_some()) {
+        println!("peer: {}", peer.imp.label());
+    }
     println!("| batch | side | end-to-end tok/s | decode tok/s |");
     println!("| ---: | --- | ---: | ---: |");
     for &b in &args.batch {
         let ps = prompts(b, args.prompt_len, vocab);
-        let (mut ours_full, mut ours_one, mut hf_full, mut hf_one) =
-            (vec![], vec![], vec![], vec![]);
+        let (mut ours_full, mut ours_one) = (vec![], vec![]);
+        for peer in peers.iter_mut() {
+            peer.full.clear();
+            peer.one.clear();
+        }
         for _ in 0..args.rounds {
             ours_full.push(temper_generate(&model, &ps, args.new_tokens)?);
             ours_one.push(temper_generate(&model, &ps, 1)?);
-            if let Some(hf) = hf.as_mut() {
-                hf_full.push(hf.generate(&ps, args.new_tokens)?);
-                hf_one.push(hf.generate(&ps, 1)?);
+            for peer in peers.iter_mut() {
+                if let Some(s) = peer.generate(&ps, args.new_tokens)? {
+                    peer.full.push(s);
+                }
+                if let Some(s) = peer.generate(&ps, 1)? {
+                    peer.one.push(s);
+                }
             }
         }
         let rates = |full: &mut Vec<f64>, one: &mut Vec<f64>| {
@@ -193,10 +305,16 @@ pub fn run(args: Args) -> Result<()> {
         };
         let (oe, od) = rates(&mut ours_full, &mut ours_one);
         println!("| {b} | temper | {oe:.1} | {od:.1} |");
-        if hf.is_some() {
-            let (he, hd) = rates(&mut hf_full, &mut hf_one);
-            println!("| {b} | transformers | {he:.1} | {hd:.1} |");
-            println!("| {b} | ratio | {:.2}x | {:.2}x |", oe / he, od / hd);
+        // A peer that failed during this batch size has no row for it.
+        for peer in peers.iter_mut().filter(|p| p.worker.is_some()) {
+            let (he, hd) = rates(&mut peer.full, &mut peer.one);
+            println!("| {b} | {} | {he:.1} | {hd:.1} |", peer.imp.label());
+            println!(
+                "| {b} | {} | {:.2}x | {:.2}x |",
+                peer.imp.ratio_label(),
+                oe / he,
+                od / hd
+            );
         }
     }
     Ok(())

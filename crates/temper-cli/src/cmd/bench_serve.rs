@@ -4,7 +4,8 @@
 //! after another: a distinct token-id prompt, `max_tokens` new tokens with EOS ignored (so both
 //! servers make exactly as many tokens), temperature 1, a seed, the sampled tokens' logprobs (as a
 //! rollout client asks). Throughput = completion tokens / wall time of the level; latency = each
-//! request's round trip. Not a test: see BENCHMARKS.md.
+//! request's round trip. `--device cuda` serves on the GPU (temper alone: the vLLM peer here is
+//! vLLM's CPU build). Not a test: see BENCHMARKS.md.
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -17,9 +18,16 @@ pub struct Args {
     /// A model folder, a hub id or an alias (both servers load the same folder).
     #[arg(long, default_value = "smollm2")]
     pub model: String,
-    /// Compute dtype on both servers: auto (temper's choice for this CPU), f32 or bf16.
+    /// Compute dtype on both servers: auto (temper's choice for the device), f32 or bf16.
     #[arg(long, default_value = "auto")]
     pub dtype: temper_model::DtypeRequest,
+    /// Where temper serve computes: cpu, cuda or cuda:N (on CUDA the vLLM CPU peer is skipped).
+    #[arg(long, default_value = "cpu")]
+    pub device: String,
+    /// Most sequences temper serve decodes together (its --max-num-seqs); at least the largest
+    /// --clients level so that every client's request decodes at once.
+    #[arg(long)]
+    pub max_num_seqs: Option<usize>,
     /// Concurrent clients per level, comma-separated.
     #[arg(long, value_delimiter = ',', default_value = "1,8,32")]
     pub clients: Vec<usize>,
@@ -64,7 +72,8 @@ pub fn run(args: Args) -> Result<()> {
         bail!("--clients, --requests-per-client and --max-tokens must be at least 1");
     }
     let dir = temper_model::resolve::resolve_model(&args.model).context("--model")?;
-    let compute = temper_model::resolve_compute_kind(args.dtype, tch::Device::Cpu)
+    let device = temper_train::config::parse_device_for("--device", &args.device)?;
+    let compute = temper_model::resolve_compute_kind(args.dtype, device)
         .context("--dtype")?
         .compute;
     let vocab = temper_model::ModelConfig::from_file(&dir.join("config.json"))?.vocab_size;
@@ -83,6 +92,13 @@ pub fn run(args: Args) -> Result<()> {
     );
     let vllm = match args.vllm.as_str() {
         "off" => None,
+        _ if device.is_cuda() => {
+            println!(
+                "vLLM side skipped: the peer here is vLLM's CPU build (--device {})",
+                args.device
+            );
+            None
+        }
         "on" | "auto" => match vllm_unavailable() {
             None => Some(()),
             Some(why) if args.vllm == "on" => bail!("--vllm on: {why}"),
@@ -96,11 +112,16 @@ pub fn run(args: Args) -> Result<()> {
 
     let mut servers: Vec<(String, Vec<Level>)> = vec![];
     {
+        let most = args.clients.iter().copied().max().unwrap_or(1);
         let child = ServeChild::start(&[
             "--model".into(),
             dir.display().to_string(),
             "--dtype".into(),
             compute.to_string(),
+            "--device".into(),
+            args.device.clone(),
+            "--max-num-seqs".into(),
+            args.max_num_seqs.unwrap_or(most.max(64)).to_string(),
         ])?;
         let url = child.url.clone();
         servers.push(("temper serve".into(), drive(&url, &args, vocab)?));

@@ -34,6 +34,7 @@ impl Tables {
             mask: &self.mask,
             decode_bias: None,
             cached_attention: false,
+            fixed: None,
         }
     }
 }

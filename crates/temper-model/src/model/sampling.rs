@@ -8,8 +8,11 @@ impl CausalLm {
     /// Run `f` (a sampling call, under `tch::no_grad`) with inference copies of the weights: q/k/v
     /// and gate/up fused, in the compute dtype, and on CPU in oneDNN's prepacked layout (see
     /// [`crate::sampling_weights`]). Every forward inside `f` uses them; numbers differ from the
-    /// training path by float rounding only. The copies are detached and dropped when `f`
-    /// returns, so they never outlive a weight update. Nested calls reuse the outer copies.
+    /// training path by float rounding only. The copies are detached and, on the CPU, dropped
+    /// when `f` returns. On CUDA they are kept and the next call copies the new weights into
+    /// them (so captured decode steps keep reading the right addresses): they are read only
+    /// inside a call, and each call starts by refreshing them. Nested calls reuse the outer
+    /// copies.
     pub fn with_sampling_weights<T>(&self, f: impl FnOnce() -> T) -> T {
         if self.sampling.borrow().is_some() {
             return f();
@@ -17,10 +20,20 @@ impl CausalLm {
         struct Thaw<'a>(&'a CausalLm);
         impl Drop for Thaw<'_> {
             fn drop(&mut self) {
-                *self.0.sampling.borrow_mut() = None;
+                let frozen = self.0.sampling.borrow_mut().take();
+                if self.0.device().is_cuda() {
+                    *self.0.kept_sampling.borrow_mut() = frozen;
+                }
             }
         }
-        let frozen = tch::no_grad(|| self.freeze());
+        let mut frozen = tch::no_grad(|| self.freeze());
+        // On CUDA the last call's copies take the new values in place: the decode steps
+        // captured as CUDA graphs read them where they are.
+        if let Some(kept) = self.kept_sampling.borrow_mut().take() {
+            if tch::no_grad(|| kept.refresh_from(&frozen)) {
+                frozen = kept;
+            }
+        }
         *self.sampling.borrow_mut() = Some(frozen);
         let _thaw = Thaw(self);
         f()

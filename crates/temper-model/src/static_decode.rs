@@ -1,0 +1,279 @@
+//! The decode step at fixed shapes, so that it can be captured once as a CUDA graph and replayed
+//! for every token ([`crate::CausalLm::static_decode_step`]).
+//!
+//! The growing cache of [`crate::KvCache`] changes its shapes every token (the attended length,
+//! the mask's width), and a batch changes its row count as rows finish, so nothing of it can be
+//! captured. Here every shape is fixed:
+//! - the K/V buffers hold `rows` slots of `capacity` positions each, in the compute dtype, for
+//!   the batch's longest row; slot `r` holds its row's positions `0..len` left-aligned (no
+//!   padding), so a row's position is also where its next key goes;
+//! - a step decodes the first `bucket` slots, `bucket` a power of two (1, 2, 4, ..., 256, ...): a
+//!   batch of 5 rows runs the 8-slot step, the other 3 slots computing nothing anyone reads;
+//! - the inputs are one (2, rows) i64 tensor written in place before each step: each slot's
+//!   newest token and its position. Inside the step the position picks the slot to write
+//!   (`scatter_`), RoPE's angle and the attended keys (`position >= key index`, an additive
+//!   bias over the whole capacity).
+//!
+//! On CUDA each bucket's step is captured once (libtorch's `at::cuda::CUDAGraph`, all buckets
+//! sharing one memory pool) and replayed per token; the first step of a bucket runs eagerly and
+//! captures the next. A capture failure prints one line and the decoder stays eager. On the CPU
+//! the same step runs uncaptured. Attending over the whole capacity costs more than over the
+//! filled positions, but a fixed shape is what a graph needs, and on a GPU a decode step is
+//! bound by launches and weights, not by these reads.
+
+use std::collections::HashMap;
+
+use anyhow::Result;
+use tch::{Device, Kind, Tensor};
+use temper_kernels::graph::{CudaGraph, GraphPool};
+
+use crate::KvCache;
+
+/// The bucket (slots decoded together) for `rows` live rows: the next power of two.
+pub fn bucket_for(rows: usize) -> usize {
+    rows.max(1).next_power_of_two()
+}
+
+/// Capacities are whole multiples of this many positions, so that a longer row seldom forces a
+/// new cache (and new graphs).
+pub const CAPACITY_STEP: i64 = 256;
+
+/// Per-layer K and V buffers of shape (rows, n_kv_heads, capacity, head_dim).
+#[derive(Debug)]
+pub(crate) struct StaticKv {
+    layers: Vec<(Tensor, Tensor)>,
+    rows: i64,
+    capacity: i64,
+}
+
+impl StaticKv {
+    fn new(
+        layers: usize,
+        rows: i64,
+        shape: (i64, i64),
+        capacity: i64,
+        kind: Kind,
+        device: Device,
+    ) -> Self {
+        let (heads, d) = shape;
+        let zeros = || Tensor::zeros([rows, heads, capacity, d], (kind, device));
+        StaticKv {
+            layers: (0..layers).map(|_| (zeros(), zeros())).collect(),
+            rows,
+            capacity,
+        }
+    }
+
+    /// A larger cache holding this one's contents in its first slots and positions.
+    fn grown(&self, rows: i64, capacity: i64) -> Self {
+        let (k0, _) = &self.layers[0];
+        let [_, heads, _, d] = k0.size()[..] else {
+            unreachable!("K is 4-D")
+        };
+        let out = Self::new(
+            self.layers.len(),
+            rows,
+            (heads, d),
+            capacity,
+            k0.kind(),
+            k0.device(),
+        );
+        for ((k, v), (nk, nv)) in self.layers.iter().zip(&out.layers) {
+            for (old, new) in [(k, nk), (v, nv)] {
+                new.narrow(0, 0, self.rows)
+                    .narrow(2, 0, self.capacity)
+                    .copy_(old);
+            }
+        }
+        out
+    }
+
+    /// Write layer `layer`'s new keys and values (B, n_kv, 1, d) at each slot's position
+    /// (`index`: the positions broadcast to (B, n_kv, 1, d)); returns the first B slots' whole
+    /// buffers.
+    pub(crate) fn write(
+        &self,
+        layer: usize,
+        k: &Tensor,
+        v: &Tensor,
+        index: &Tensor,
+    ) -> (Tensor, Tensor) {
+        let b = k.size()[0];
+        let (kb, vb) = &self.layers[layer];
+        let (mut kb, mut vb) = (kb.narrow(0, 0, b), vb.narrow(0, 0, b));
+        let _ = kb.scatter_(2, index, k);
+        let _ = vb.scatter_(2, index, v);
+        (kb, vb)
+    }
+
+    /// Rows of a left-padded prefill `cache` into slots: slot `slots[j]` gets row `source[j]`'s
+    /// real positions (those after its `pads[j]` pads) at positions `0..`, left-aligned.
+    fn load(&self, cache: &KvCache, source: &Tensor, pads: &Tensor, slots: &Tensor) {
+        let width = cache.len();
+        let m = source.size()[0];
+        for (layer, (kb, vb)) in self.layers.iter().enumerate() {
+            let (k, v) = cache.layer(layer).expect("a prefilled cache");
+            for (from, to) in [(k, kb), (v, vb)] {
+                let [_, heads, _, d] = from.size()[..] else {
+                    unreachable!("K is 4-D")
+                };
+                let rows = from.narrow(2, 0, width).index_select(0, source);
+                // Position j of slot j's row is the prefill's position j + pads[j].
+                let at = (Tensor::arange(width, (Kind::Int64, rows.device()))
+                    .view([1, 1, width, 1])
+                    + pads.view([m, 1, 1, 1]))
+                .clamp_max(width - 1)
+                .expand([m, heads, width, d], false);
+                let aligned = rows.gather(2, &at, false);
+                let _ = to.narrow(2, 0, width).index_copy_(0, slots, &aligned);
+            }
+        }
+    }
+
+    /// Moves slots `from[j]` to `to[j]` (a batch shrinking to a smaller bucket).
+    fn move_slots(&self, from: &Tensor, to: &Tensor) {
+        for (kb, vb) in &self.layers {
+            for buf in [kb, vb] {
+                let moved = buf.index_select(0, from);
+                let _ = buf.shallow_clone().index_copy_(0, to, &moved);
+            }
+        }
+    }
+}
+
+/// One bucket's captured step and the logits each replay rewrites.
+#[derive(Debug)]
+struct Captured {
+    graph: CudaGraph,
+    logits: Tensor,
+}
+
+/// A model's fixed-shape decoder: the cache, the inputs, and on CUDA the captured steps.
+#[derive(Debug)]
+pub(crate) struct StaticDecoder {
+    pub(crate) kv: StaticKv,
+    /// (2, rows) i64: row 0 the slots' newest token ids, row 1 their positions.
+    pub(crate) inputs: Tensor,
+    graphs: HashMap<i64, Captured>,
+    pool: Option<GraphPool>,
+    /// Where every tensor the step reads lived when the graphs were captured: a graph reads
+    /// those addresses, so a weight that moved (a reload, new sampling copies) drops them.
+    pub(crate) fingerprint: Vec<usize>,
+    /// A capture failed: eager steps from then on.
+    eager_only: bool,
+}
+
+impl StaticDecoder {
+    pub(crate) fn new(
+        layers: usize,
+        rows: i64,
+        shape: (i64, i64),
+        capacity: i64,
+        kind: Kind,
+        device: Device,
+    ) -> Self {
+        StaticDecoder {
+            kv: StaticKv::new(layers, rows, shape, capacity, kind, device),
+            inputs: Tensor::zeros([2, rows], (Kind::Int64, device)),
+            graphs: HashMap::new(),
+            pool: None,
+            fingerprint: Vec::new(),
+            eager_only: !captures_on(device),
+        }
+    }
+
+    pub(crate) fn rows(&self) -> i64 {
+        self.kv.rows
+    }
+
+    pub(crate) fn capacity(&self) -> i64 {
+        self.kv.capacity
+    }
+
+    /// Room for `rows` slots of `capacity` positions, keeping what is cached; new buffers drop
+    /// the graphs that read the old ones.
+    pub(crate) fn reserve(&mut self, rows: i64, capacity: i64) {
+        if rows <= self.kv.rows && capacity <= self.kv.capacity {
+            return;
+        }
+        let rows = rows.max(self.kv.rows);
+        let capacity = capacity.max(self.kv.capacity);
+        self.kv = self.kv.grown(rows, capacity);
+        let inputs = Tensor::zeros([2, rows], (Kind::Int64, self.inputs.device()));
+        inputs
+            .narrow(1, 0, self.inputs.size()[1])
+            .copy_(&self.inputs);
+        self.inputs = inputs;
+        self.graphs.clear();
+    }
+
+    /// Forget the captured steps (the weights they read moved).
+    pub(crate) fn drop_graphs(&mut self) {
+        self.graphs.clear();
+    }
+
+    pub(crate) fn load(&self, cache: &KvCache, source: &[i64], pads: &[i64], slots: &[i64]) {
+        let device = self.inputs.device();
+        let t = |x: &[i64]| Tensor::from_slice(x).to_device(device);
+        self.kv.load(cache, &t(source), &t(pads), &t(slots));
+    }
+
+    pub(crate) fn move_slots(&self, from: &[i64], to: &[i64]) {
+        let device = self.inputs.device();
+        let t = |x: &[i64]| Tensor::from_slice(x).to_device(device);
+        self.kv.move_slots(&t(from), &t(to));
+    }
+
+    /// Runs the step of `bucket` slots (`eager` computes it; the inputs are already written):
+    /// replays its graph where one is captured, else runs it eagerly and, on CUDA, captures it
+    /// for the next time.
+    pub(crate) fn run(
+        &mut self,
+        bucket: i64,
+        eager: &dyn Fn(&StaticDecoder) -> Tensor,
+    ) -> Result<Tensor> {
+        if let Some(c) = self.graphs.get(&bucket) {
+            c.graph.replay()?;
+            return Ok(c.logits.shallow_clone());
+        }
+        let logits = eager(self);
+        if self.eager_only {
+            return Ok(logits);
+        }
+        let Device::Cuda(index) = self.inputs.device() else {
+            unreachable!("captures on CUDA only")
+        };
+        let pool = match self.pool {
+            Some(p) => p,
+            None => *self.pool.insert(GraphPool::new()?),
+        };
+        match CudaGraph::capture(index, pool, || eager(self)) {
+            Ok((graph, captured)) => {
+                self.graphs.insert(
+                    bucket,
+                    Captured {
+                        graph,
+                        logits: captured,
+                    },
+                );
+            }
+            Err(e) => {
+                eprintln!("temper: decoding without CUDA graphs (eager steps): {e:#}");
+                self.eager_only = true;
+            }
+        }
+        Ok(logits)
+    }
+
+    /// How many buckets have a captured step (for reports and tests).
+    pub(crate) fn captured(&self) -> usize {
+        self.graphs.len()
+    }
+}
+
+/// Whether steps on `device` are captured: CUDA, a CUDA build, and not `TEMPER_CUDA_GRAPHS=0`.
+fn captures_on(device: Device) -> bool {
+    matches!(device, Device::Cuda(_))
+        && temper_kernels::graph::graphs_available()
+        && std::env::var("TEMPER_CUDA_GRAPHS").map_or(true, |v| v != "0")
+}
