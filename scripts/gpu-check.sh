@@ -13,14 +13,20 @@
 #  4. check-logprobs on CUDA, f32 and bf16: sampler vs teacher-forced trainer logprobs, and the
 #     trainer's logprobs vs transformers on the same GPU and weights;
 #  5. 20 steps of the main job (examples/arith-smollm2.toml) with trainer and sampler on cuda:0;
-#  6. bench sample on CUDA vs transformers generate, batch 1/16/64, and a profile of
-#     transformers' decode in f32 and bf16 under each attention backend (tools/decode_profile.py);
+#  6. decode steps replayed as CUDA graphs against eager steps (f32, the same tokens); bench sample
+#     on CUDA, bf16 vs transformers generate (eager, and static cache + torch.compile
+#     reduce-overhead), f32 and the SDPA decode attention (temper alone), a Qwen2.5-0.5B-shaped
+#     model; bench serve on CUDA at 1-128 clients; a profile of transformers' decode in f32 and
+#     bf16 under each attention backend (tools/decode_profile.py);
 #  7. bench train on CUDA vs PyTorch eager (f32 and autocast bf16), the benchmark's 25M shape and
 #     SmolLM2's shape, then against torch.compile;
 #  8. data parallel with NCCL on 2 GPUs vs 1 (needs 2 GPUs; SKIP with one).
 # Output: $GPU_CHECK_OUT (default gpu-check/): one .txt per check, summary.txt, the main job's
 # run folder. GPU_CHECK_BUDGET_S (default 900) stops starting new checks once spent;
-# GPU_CHECK_ONLY="name name ..." runs only those checks (a lease too short for all of them).
+# GPU_CHECK_ONLY="name name ..." runs only those checks (a lease too short for all of them); a
+# lease of two 6-minute calls runs GPU_CHECK_ONLY="check-logprobs-f32 check-logprobs-bf16
+# graphs-vs-eager-f32 bench-sample-bf16 bench-sample-f32 bench-sample-bf16-sdpa
+# bench-sample-qwen-shape" first, then "main-job-cuda bench-serve-cuda" with the real SmolLM2.
 set -uo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
@@ -128,10 +134,55 @@ print(f"main job on CUDA: {len(steps)} steps; steady state (steps 6-{len(steps)}
 EOF
 fi
 
-for dtype in bf16 f32; do
-  check "bench-sample-$dtype" 300 "$bin" bench sample --model "$model" --device cuda --dtype "$dtype" \
-    --batch 1,16,64 --rounds 2 --python "$py"
-done
+# Graph replay against eager decode steps (TEMPER_CUDA_GRAPHS=0), f32: the same tokens, the
+# same logprobs. 24 rows through a 16-row batch: buckets of 16, then 8.
+graphs_vs_eager() {
+  local a=(sample --model "$model" --device cuda --dtype f32 --json -n 8 --max-tokens 96 --seed 3
+           --ignore-eos --batch-rows 16 --prompt-ids 1,2,3,4,5,6,7,8 --prompt-ids 9,10,11
+           --prompt-ids 12)
+  "$bin" "${a[@]}" > "$out/graphs-on.jsonl" || return 1
+  TEMPER_CUDA_GRAPHS=0 "$bin" "${a[@]}" > "$out/graphs-off.jsonl" || return 1
+  "$py" - "$out/graphs-on.jsonl" "$out/graphs-off.jsonl" <<'PY'
+import json, sys
+on, off = ([json.loads(l) for l in open(p)] for p in sys.argv[1:3])
+assert len(on) == len(off) == 24, (len(on), len(off))
+same = sum(a["completion_ids"] == b["completion_ids"] for a, b in zip(on, off))
+diff = max(abs(x - y) for a, b in zip(on, off)
+           for x, y in zip(a["completion_logprobs"], b["completion_logprobs"]))
+print(f"graphs vs eager (f32): {same}/24 samples token-identical, logprob max |diff| {diff:.3g}")
+sys.exit(0 if same == 24 and diff <= 1e-4 else 1)
+PY
+}
+export -f graphs_vs_eager; export bin model out py
+check graphs-vs-eager-f32 120 bash -c graphs_vs_eager
+
+# Sampling throughput, 64-token prompts, 128 new tokens, EOS banned: bf16 against transformers'
+# eager generate and its static cache + torch.compile(reduce-overhead); f32 and the SDPA decode
+# attention, temper alone.
+check bench-sample-bf16 300 "$bin" bench sample --model "$model" --device cuda --dtype bf16 \
+  --batch 1,16,64 --rounds "${GPU_CHECK_ROUNDS:-1}" --python "$py"
+check bench-sample-f32 120 "$bin" bench sample --model "$model" --device cuda --dtype f32 \
+  --batch 1,16,64,256 --rounds 2 --no-python
+check bench-sample-bf16-sdpa 120 env TEMPER_DECODE_ATTENTION=sdpa "$bin" bench sample --model "$model" \
+  --device cuda --dtype bf16 --batch 1,16,64,256 --rounds 2 --no-python
+
+# A Qwen2.5-0.5B-shaped model (its published config, SmolLM2's tokenizer, random weights).
+qwen_shape() {
+  local dir="$root/models/qwen2.5-0.5b-shape"
+  if [[ ! -f "$dir/model.safetensors" ]]; then
+    mkdir -p "$dir.like"
+    "$py" -c "import json, sys; sys.path.insert(0, 'tools'); from qwen2_5_shape import CONFIG; json.dump(CONFIG, open('$dir.like/config.json', 'w'))" || return 1
+    cp "$model_dir"/tokenizer*.json "$dir.like/" || return 1
+    "$py" tools/random_weights.py --like "$dir.like" --out "$dir" --seed 0 || return 1
+  fi
+  "$bin" bench sample --model "$dir" --device cuda --dtype bf16 --batch 1,16,64 --rounds 2 --no-python
+}
+export -f qwen_shape; export root model_dir
+check bench-sample-qwen-shape 180 bash -c qwen_shape
+
+# temper serve on the GPU under 1 to 128 concurrent clients (OpenAI completions, 128 tokens).
+check bench-serve-cuda 180 "$bin" bench serve --model "$model_dir" --device cuda \
+  --clients 1,8,32,64,128 --requests-per-client 2
 
 # Where transformers' decode spends its time, f32 vs bf16 and per attention backend (bf16
 # decoded ~4x slower than f32 on both sides on the first H100 run).

@@ -24,6 +24,10 @@ pub struct Args {
     /// Print one JSON object per sample (ids, logprobs, text, finish reason).
     #[arg(long)]
     pub json: bool,
+    /// Where to sample: cpu, cuda or cuda:N (on CUDA decode steps replay as CUDA graphs;
+    /// `TEMPER_CUDA_GRAPHS=0` runs them eagerly).
+    #[arg(long, default_value = "cpu")]
+    pub device: String,
 }
 
 /// Where prompts come from.
@@ -130,11 +134,7 @@ impl SamplingArgs {
     }
 }
 
-pub fn load(spec: &str, dtype: ComputeKind) -> Result<Policy> {
-    load_on(spec, dtype, Device::Cpu)
-}
-
-/// [`load`] onto `device`.
+/// A policy (model, tokenizer, EOS ids) from a model spec, onto `device`.
 pub fn load_on(spec: &str, dtype: ComputeKind, device: Device) -> Result<Policy> {
     let dir = temper_model::resolve::resolve_model(spec)?;
     Policy::load(&dir, device, dtype)
@@ -284,7 +284,8 @@ pub fn generate_with_progress(engine: &Engine, requests: &[Request]) -> Result<V
 pub fn run(args: Args) -> Result<()> {
     args.sampling.validate()?;
     let prompts = read_prompts(&args.prompts)?;
-    let loaded = load(&args.model, args.sampling.dtype)?;
+    let device = temper_train::config::parse_device_for("--device", &args.device)?;
+    let loaded = load_on(&args.model, args.sampling.dtype, device)?;
     let ids = tokenize_prompts(loaded.tokenizer.as_ref(), &prompts, args.prompts.chat)?;
     let requests: Vec<Request> = ids
         .into_iter()
