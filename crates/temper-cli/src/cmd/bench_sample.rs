@@ -10,7 +10,8 @@
 //! `reduce-overhead` (CUDA graphs), transformers' documented fast path. It is timed exactly like
 //! the eager one (same prompts, rounds and median); the worker compiles and captures each shape in
 //! an untimed warm-up before its first timed run. If it fails to start or errors, a one-line
-//! notice says so and the bench goes on without it.
+//! notice says so and the bench goes on without it. temper also runs an untimed generate at each
+//! batch size first (on CUDA it captures that bucket's decode step as a CUDA graph there).
 //!
 //! Each configuration is timed twice: with `--new-tokens` and with 1 new token (prefill + one
 //! step), so decode tok/s = rows * (new_tokens - 1) / (t_full - t_one); end-to-end tok/s counts
@@ -281,6 +282,8 @@ pub fn run(args: Args) -> Result<()> {
     println!("| ---: | --- | ---: | ---: |");
     for &b in &args.batch {
         let ps = prompts(b, args.prompt_len, vocab);
+        // Untimed, as the compiled peer's warm-up: on CUDA this captures the batch's decode step.
+        temper_generate(&model, &ps, 3)?;
         let (mut ours_full, mut ours_one) = (vec![], vec![]);
         for peer in peers.iter_mut() {
             peer.full.clear();
