@@ -5,10 +5,14 @@
 // makes current until the capture ends. The graphs of one decoder share one memory pool
 // (`temper_graph_pool`): they are replayed one at a time, and each one's output is read before
 // another replays. Compiled only into CUDA builds; graph_stub.cpp answers in CPU builds.
+//
+// Only libtorch's own functions are called (the device-generic guards, not CUDAGuard, whose inline
+// implementation would call CUDA's runtime from here and need it linked).
 #include <ATen/cuda/CUDAGraph.h>
-#include <ATen/cuda/CUDAContext.h>
+#include <c10/core/DeviceGuard.h>
+#include <c10/core/StreamGuard.h>
 #include <c10/cuda/CUDAFunctions.h>
-#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
 
 #include <optional>
 
@@ -20,7 +24,7 @@ namespace {
 struct Graph {
   at::cuda::CUDAGraph graph;
   // The side stream the capture runs on, current from begin to end.
-  std::optional<c10::cuda::CUDAStreamGuard> on_side_stream;
+  std::optional<c10::StreamGuard> on_side_stream;
 };
 }  // namespace
 
@@ -41,11 +45,11 @@ int temper_graph_pool(uint64_t* first, uint64_t* second, char** err) {
 int temper_graph_begin(int device, uint64_t first, uint64_t second, void** out, char** err) {
   return guarded(err, [&] {
     auto index = static_cast<c10::DeviceIndex>(device);
-    c10::cuda::CUDAGuard on_device(index);
+    c10::DeviceGuard on_device(c10::Device(c10::DeviceType::CUDA, index));
     // The capture must not race work queued before it (the cache writes of a prefill, say).
     c10::cuda::device_synchronize();
     auto g = std::make_unique<Graph>();
-    g->on_side_stream.emplace(c10::cuda::getStreamFromPool(false, index));
+    g->on_side_stream.emplace(c10::cuda::getStreamFromPool(false, index).unwrap());
     // Thread-local: other threads' CUDA calls (a server's) neither break nor join the capture.
     g->graph.capture_begin({first, second}, cudaStreamCaptureModeThreadLocal);
     *out = g.release();
