@@ -24,9 +24,8 @@
 # Output: $GPU_CHECK_OUT (default gpu-check/): one .txt per check, summary.txt, the main job's
 # run folder. GPU_CHECK_BUDGET_S (default 900) stops starting new checks once spent;
 # GPU_CHECK_ONLY="name name ..." runs only those checks (a lease too short for all of them); a
-# lease of two 6-minute calls runs GPU_CHECK_ONLY="check-logprobs-f32 check-logprobs-bf16
-# graphs-vs-eager-f32 bench-sample-bf16 bench-sample-f32 bench-sample-bf16-sdpa
-# bench-sample-qwen-shape" first, then "main-job-cuda bench-serve-cuda" with the real SmolLM2.
+# lease of two 6-minute calls runs the lists of scripts/gpu-lease.sh (sampling on random weights
+# first, then logprobs, the main job and the server on the real SmolLM2).
 set -uo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
@@ -156,16 +155,6 @@ PY
 export -f graphs_vs_eager; export bin model out py
 check graphs-vs-eager-f32 120 bash -c graphs_vs_eager
 
-# Sampling throughput, 64-token prompts, 128 new tokens, EOS banned: bf16 against transformers'
-# eager generate and its static cache + torch.compile(reduce-overhead); f32 and the SDPA decode
-# attention, temper alone.
-check bench-sample-bf16 300 "$bin" bench sample --model "$model" --device cuda --dtype bf16 \
-  --batch 1,16,64 --rounds "${GPU_CHECK_ROUNDS:-1}" --python "$py"
-check bench-sample-f32 120 "$bin" bench sample --model "$model" --device cuda --dtype f32 \
-  --batch 1,16,64,256 --rounds 2 --no-python
-check bench-sample-bf16-sdpa 120 env TEMPER_DECODE_ATTENTION=sdpa "$bin" bench sample --model "$model" \
-  --device cuda --dtype bf16 --batch 1,16,64,256 --rounds 2 --no-python
-
 # A Qwen2.5-0.5B-shaped model (its published config, SmolLM2's tokenizer, random weights).
 qwen_shape() {
   local dir="$root/models/qwen2.5-0.5b-shape"
@@ -179,6 +168,19 @@ qwen_shape() {
 }
 export -f qwen_shape; export root model_dir
 check bench-sample-qwen-shape 180 bash -c qwen_shape
+
+# Sampling throughput, 64-token prompts, 128 new tokens, EOS banned: bf16 against transformers'
+# eager generate and its static cache + torch.compile(reduce-overhead); f32 and the SDPA decode
+# attention, temper alone.
+check bench-sample-f32 120 "$bin" bench sample --model "$model" --device cuda --dtype f32 \
+  --batch 1,16,64,256 --rounds 2 --no-python
+check bench-sample-bf16-alone 120 "$bin" bench sample --model "$model" --device cuda --dtype bf16 \
+  --batch 1,16,64,256 --rounds 2 --no-python
+check bench-sample-bf16-sdpa 120 env TEMPER_DECODE_ATTENTION=sdpa "$bin" bench sample --model "$model" \
+  --device cuda --dtype bf16 --batch 1,16,64,256 --rounds 2 --no-python
+
+check bench-sample-bf16 240 "$bin" bench sample --model "$model" --device cuda --dtype bf16 \
+  --batch 1,16,64 --rounds "${GPU_CHECK_ROUNDS:-1}" --python "$py"
 
 # temper serve on the GPU under 1 to 128 concurrent clients (OpenAI completions, 128 tokens).
 check bench-serve-cuda 180 "$bin" bench serve --model "$model_dir" --device cuda \

@@ -22,6 +22,8 @@ mkdir -p "$stash"
 export TEMPER_CACHE="$stash/temper-cache"
 tar -xzf "$repo/.gpu/gpu-bundle-$ver.tar.gz" -C /root || { echo "gpu-lease: no bundle in .gpu/"; exit 1; }
 bundle="/root/gpu-bundle-$ver"
+# The checkout's scripts and tools, newer than the bundle's copies where they changed since.
+cp "$repo/scripts/gpu-check.sh" "$bundle/scripts/" && cp "$repo"/tools/*.py "$bundle/tools/"
 for part in "$repo"/.gpu/smol.gguf.xz.part*; do
   [[ -f "$part" ]] && cp "$part" "$stash/"
 done
@@ -32,8 +34,8 @@ if [[ ! -f "$gguf" && -f "$stash/smol.gguf.xz.part00" && -f "$stash/smol.gguf.xz
   echo "gpu-lease: the real SmolLM2 GGUF joined ($(stat -c %s "$gguf") bytes)"
 fi
 case "$call" in
-  1) only="check-logprobs-f32 check-logprobs-bf16 graphs-vs-eager-f32 bench-sample-bf16 bench-sample-f32 bench-sample-bf16-sdpa bench-sample-qwen-shape" ;;
-  *) only="main-job-cuda bench-serve-cuda check-logprobs-bf16" ;;
+  1) only="graphs-vs-eager-f32 bench-sample-qwen-shape bench-sample-f32 bench-sample-bf16-alone bench-sample-bf16-sdpa bench-sample-bf16" ;;
+  *) only="check-logprobs-f32 check-logprobs-bf16 main-job-cuda bench-serve-cuda" ;;
 esac
 export GPU_CHECK_ONLY="${GPU_CHECK_ONLY:-$only}"
 export GPU_CHECK_OUT="/root/gpu-check-$call"
