@@ -204,12 +204,15 @@ impl StaticDecoder {
             .narrow(1, 0, self.inputs.size()[1])
             .copy_(&self.inputs);
         self.inputs = inputs;
-        self.graphs.clear();
+        self.drop_graphs();
     }
 
-    /// Forget the captured steps (the weights they read moved).
+    /// Forget the captured steps (the buffers or weights they read moved), and their memory
+    /// pool: libtorch refuses to capture into a pool whose graphs are all gone, so the next
+    /// captures start a new one.
     pub(crate) fn drop_graphs(&mut self) {
         self.graphs.clear();
+        self.pool = None;
     }
 
     pub(crate) fn load(&self, cache: &KvCache, source: &[i64], pads: &[i64], slots: &[i64]) {
