@@ -155,6 +155,10 @@ PY
 export -f graphs_vs_eager; export bin model out py
 check graphs-vs-eager-f32 120 bash -c graphs_vs_eager
 
+# temper serve on the GPU under 1 to 128 concurrent clients (OpenAI completions, 128 tokens).
+check bench-serve-cuda 180 "$bin" bench serve --model "$model_dir" --device cuda \
+  --clients 1,8,32,64,128 --requests-per-client 2
+
 # A Qwen2.5-0.5B-shaped model (its published config, SmolLM2's tokenizer, random weights).
 qwen_shape() {
   local dir="$root/models/qwen2.5-0.5b-shape"
@@ -180,11 +184,7 @@ check bench-sample-bf16-sdpa 120 env TEMPER_DECODE_ATTENTION=sdpa "$bin" bench s
   --device cuda --dtype bf16 --batch 1,16,64,256 --rounds 2 --no-python
 
 check bench-sample-bf16 240 "$bin" bench sample --model "$model" --device cuda --dtype bf16 \
-  --batch 1,16,64 --rounds "${GPU_CHECK_ROUNDS:-1}" --python "$py"
-
-# temper serve on the GPU under 1 to 128 concurrent clients (OpenAI completions, 128 tokens).
-check bench-serve-cuda 180 "$bin" bench serve --model "$model_dir" --device cuda \
-  --clients 1,8,32,64,128 --requests-per-client 2
+  --batch "${GPU_CHECK_PEER_BATCH:-1,16,64}" --rounds "${GPU_CHECK_ROUNDS:-1}" --python "$py"
 
 # Where transformers' decode spends its time, f32 vs bf16 and per attention backend (bf16
 # decoded ~4x slower than f32 on both sides on the first H100 run).
