@@ -235,7 +235,18 @@ pub fn bf16_linear_speedup() -> f64 {
 /// benchmark headers ([`crate::CausalLm::kernel_report`]).
 pub fn kernel_report(compute: ComputeKind, device: Device, head_dim: i64) -> String {
     if device != Device::Cpu {
-        return format!("{device:?}: {compute} matmuls (cuBLAS), libtorch attention");
+        let graphs = match crate::static_decode::captures_on(device) {
+            true => "replayed as CUDA graphs",
+            false => "eager",
+        };
+        let attention = match crate::attention::DecodeAttention::from_env() {
+            crate::attention::DecodeAttention::Sdpa => "SDPA",
+            crate::attention::DecodeAttention::Matmul => "grouped matmuls",
+        };
+        return format!(
+            "{device:?}: {compute} matmuls (cuBLAS), libtorch attention; decode steps at fixed \
+             shapes, {graphs}, {attention} over the cache"
+        );
     }
     let cpu = CpuFeatures::get();
     let training = match compute {

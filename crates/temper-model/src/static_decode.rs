@@ -275,7 +275,7 @@ impl StaticDecoder {
 }
 
 /// Whether steps on `device` are captured: CUDA, a CUDA build, and not `TEMPER_CUDA_GRAPHS=0`.
-fn captures_on(device: Device) -> bool {
+pub(crate) fn captures_on(device: Device) -> bool {
     matches!(device, Device::Cuda(_))
         && temper_kernels::graph::graphs_available()
         && std::env::var("TEMPER_CUDA_GRAPHS").map_or(true, |v| v != "0")
