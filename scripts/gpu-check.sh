@@ -173,6 +173,17 @@ qwen_shape() {
 export -f qwen_shape; export root model_dir
 check bench-sample-qwen-shape 180 bash -c qwen_shape
 
+# GRPO steps against TRL's GRPOTrainer on the same GPU at the seeds' shape: Qwen2.5-0.5B's shape,
+# 32 prompts x 8 answers, up to 512 new tokens (TRL travels as wheels: scripts/gpu-wheels.sh).
+grpo_cuda() {
+  local dir="$root/models/qwen2.5-0.5b-shape"
+  [[ -f "$dir/model.safetensors" ]] || qwen_shape >/dev/null || return 1
+  "$bin" bench grpo --device cuda --model "$dir" --dtype bfloat16 --prompts 32 --n 8 \
+    --max-tokens 512 --reward letters --micro 32 --steps 2 --warmup 1 --rounds 1 --python "$py"
+}
+export -f grpo_cuda
+check bench-grpo-cuda 400 bash -c grpo_cuda
+
 # Sampling throughput, 64-token prompts, 128 new tokens, EOS banned: bf16 against transformers'
 # eager generate and its static cache + torch.compile(reduce-overhead); f32 and the SDPA decode
 # attention, temper alone.

@@ -9,6 +9,7 @@
 #   On the device machine, two calls sent back to back (the warm machine keeps /root for 30 s):
 #     bash scripts/gpu-lease.sh 1   # carry .gpu/gpu-bundle-2.11.0.tar.gz .gpu/smol.gguf.xz.part00
 #     bash scripts/gpu-lease.sh 2   # carry .gpu/gpu-bundle-2.11.0.tar.gz .gpu/smol.gguf.xz.part01
+#     bash scripts/gpu-lease.sh 3   # carry the bundle and .gpu/whl (scripts/gpu-wheels.sh): TRL
 # Call 1 stashes its half of the real SmolLM2 under /root/stash and runs the checks that random
 # weights of SmolLM2's shape serve (logprobs, graphs vs eager, sampling throughput); call 2 joins
 # the halves (if the first is still there) and runs the main job and the server on the real
@@ -33,9 +34,16 @@ if [[ ! -f "$gguf" && -f "$stash/smol.gguf.xz.part00" && -f "$stash/smol.gguf.xz
   cat "$stash"/smol.gguf.xz.part0{0,1} | xz -d > "$gguf.tmp" && mv "$gguf.tmp" "$gguf"
   echo "gpu-lease: the real SmolLM2 GGUF joined ($(stat -c %s "$gguf") bytes)"
 fi
+# Wheels the image lacks (scripts/gpu-wheels.sh), for TRL on the GPU.
+if compgen -G "$repo/.gpu/whl/*.whl" >/dev/null; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+    --target /tmp/site "$repo"/.gpu/whl/*.whl && export PYTHONPATH=/tmp/site
+fi
 case "$call" in
   1) only="graphs-vs-eager-f32 bench-sample-qwen-shape bench-sample-f32 bench-sample-bf16-alone bench-sample-bf16-sdpa" ;;
-  *) only="check-logprobs-f32 check-logprobs-bf16 main-job-cuda bench-serve-cuda bench-sample-bf16" ;;
+  2) only="check-logprobs-f32 check-logprobs-bf16 main-job-cuda bench-serve-cuda bench-sample-bf16" ;;
+  # A call of its own (about 6 minutes), with scripts/gpu-wheels.sh's wheels in .gpu/whl carried.
+  *) only="bench-grpo-cuda" ;;
 esac
 export GPU_CHECK_ONLY="${GPU_CHECK_ONLY:-$only}"
 export GPU_CHECK_OUT="/root/gpu-check-$call"

@@ -1,4 +1,4 @@
-"""TRL's GRPOTrainer on CPU, timed per step: the reference side of `temper bench grpo`.
+"""TRL's GRPOTrainer on the CPU or a GPU, timed per step: the reference side of `temper bench grpo`.
 
 Runs GRPO with the same model folder, prompts (chat messages), group size, completion length,
 sampling temperature, loss (token-level, TRL's "dapo" = temper's token-mean), learning rate and
@@ -7,6 +7,7 @@ no KL term as temper's side, and prints one JSON object:
 
 Usage: trl_grpo_bench.py --model DIR --prompts FILE.json --n 8 --max-tokens 12 --steps 3 [--warmup 1]
        [--min-tokens N] [--reward arith|digits|letters] [--micro N] [--gradient-checkpointing] [--bf16]
+       [--device cpu|cuda]   (on CUDA, accelerate's GPU; "peak_rss_mb" is then the CUDA allocator's peak)
 FILE.json is a list of {"prompt": [{"role", "content"}...], "answer": "7"} in the order used.
 TRL version pinned by the project: trl==1.16.0 (scripts/setup-env.sh).
 """
@@ -37,6 +38,7 @@ p.add_argument("--warmup", type=int, default=1)
 p.add_argument("--lr", type=float, default=1e-5)
 p.add_argument("--temperature", type=float, default=1.0)
 p.add_argument("--out", default="/tmp/trl-grpo-bench")
+p.add_argument("--device", default="cpu", help="cpu, or cuda[:N] (TRL on that GPU; peak = CUDA allocator's)")
 args = p.parse_args()
 
 rows = json.load(open(args.prompts))
@@ -99,7 +101,7 @@ responses = args.prompts_per_step * args.n
 micro = args.micro or responses
 cfg = GRPOConfig(
     output_dir=args.out,
-    use_cpu=True,
+    use_cpu=args.device == "cpu",
     bf16=args.bf16,
     per_device_train_batch_size=micro,
     gradient_accumulation_steps=responses // micro,
@@ -133,7 +135,7 @@ print(
         {
             "step_s": timer.times[args.warmup :],
             "warmup_s": timer.times[: args.warmup],
-            "peak_rss_mb": peak_rss_mb(),
+            "peak_rss_mb": torch.cuda.max_memory_allocated() / 2**20 if args.device != "cpu" else peak_rss_mb(),
             "trl": trl.__version__,
             "torch": torch.__version__,
             "threads": torch.get_num_threads(),

@@ -2,7 +2,7 @@
 //! (`tools/trl_grpo_bench.py`), on the same model (SmolLM2-135M-Instruct by default), prompts
 //! (1-digit addition in the chat template), group size, completion length, temperature, loss
 //! (token-mean / TRL "dapo", clip 0.2, no KL), learning rate, one optimizer step per GRPO step,
-//! f32. The sides alternate (temper in this process, then TRL in a child process, `--rounds`
+//! f32, on the CPU or one GPU (`--device`). The sides alternate (temper in this process, then TRL in a child process, `--rounds`
 //! times) so that background load hits both; each run's warm-up steps are untimed, and the
 //! result is the ratio of the median step times. Peak memory is each process's VmHWM. Not a
 //! test: see BENCHMARKS.md.
@@ -65,6 +65,10 @@ pub struct Args {
     /// master weights; TRL's `bf16=True`, autocast with f32 master weights).
     #[arg(long, default_value = "float32")]
     pub dtype: DtypeRequest,
+    /// Where both sides train and sample: cpu, cuda or cuda:N (temper's `trainer.device`, TRL on
+    /// that GPU). On CUDA the peak is each side's CUDA allocator peak, not its resident size.
+    #[arg(long, default_value = "cpu")]
+    pub device: String,
     /// Only time temper.
     #[arg(long)]
     pub no_python: bool,
@@ -161,6 +165,7 @@ pub fn run(args: Args) -> Result<()> {
     if micro == 0 || !responses.is_multiple_of(micro) {
         bail!("--micro {micro} must divide the step's {responses} responses");
     }
+    let device = temper_train::config::parse_device_for("--device", &args.device)?;
     let model_dir = temper_model::resolve::resolve_model(&args.model)?;
     let scratch = super::bench::ScratchDir::new("grpo")?;
     let tmp = scratch.0.clone();
@@ -194,6 +199,7 @@ pub fn run(args: Args) -> Result<()> {
         "trainer.progress=false".into(),
         format!("trainer.default_local_dir={:?}", tmp.display().to_string()),
         "trainer.experiment_name=temper".into(),
+        format!("trainer.device={:?}", args.device),
     ];
     let (python, script) =
         temper_train::pyworker::python_and_script(args.python.as_deref(), "trl_grpo_bench.py")?;
@@ -203,6 +209,9 @@ pub fn run(args: Args) -> Result<()> {
         let mut ov = overrides.clone();
         ov.push(format!("trainer.experiment_name=\"temper-{round}\""));
         let cfg = load_config(None, &ov)?.config;
+        if let tch::Device::Cuda(i) = device {
+            temper_kernels::memory::reset_cuda_peak(i);
+        }
         let mut t = Trainer::create(cfg, "bench", &[])?;
         if let Some(reward) = CharFraction::named(&args.reward) {
             t.reward = Box::new(reward);
@@ -223,7 +232,13 @@ pub fn run(args: Args) -> Result<()> {
         ours.steps.extend(col("timing_s/step"));
         ours.gen.extend(col("timing_s/gen"));
         ours.update.extend(col("timing_s/update"));
-        ours.peak_mb = peak_rss_mb();
+        ours.peak_mb = match device {
+            tch::Device::Cuda(i) => ours.peak_mb.max(
+                temper_kernels::memory::cuda_peak_allocated_bytes(i).unwrap_or(0) as f64
+                    / 1048576.0,
+            ),
+            _ => peak_rss_mb(),
+        };
         eprintln!("  temper s/step: {:?}", col("timing_s/step"));
         // The same prompts, in order, as chat messages for TRL.
         let prompts: Vec<serde_json::Value> = t
@@ -266,6 +281,7 @@ pub fn run(args: Args) -> Result<()> {
                     .then_some("--gradient-checkpointing"),
             )
             .args(bf16.then_some("--bf16"))
+            .args(["--device", &args.device])
             .args([
                 "--steps",
                 &args.steps.to_string(),
@@ -306,7 +322,12 @@ pub fn run(args: Args) -> Result<()> {
         );
     }
     println!(
-        "| side | s/step median | mean | min | max | gen s (median) | update s (median) | peak RSS MiB |"
+        "| side | s/step median | mean | min | max | gen s (median) | update s (median) | {} |",
+        if device.is_cuda() {
+            "peak CUDA allocated MiB"
+        } else {
+            "peak RSS MiB"
+        }
     );
     println!("| --- | --- | --- | --- | --- | --- | --- | --- |");
     let row = |name: &str, s: &Side| {
