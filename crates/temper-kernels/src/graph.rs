@@ -44,7 +44,10 @@ impl GraphPool {
         let mut err = std::ptr::null_mut();
         // SAFETY: out pointers are valid; errors come back as a message.
         if unsafe { temper_graph_pool(&mut a, &mut b, &mut err) } != 0 {
-            bail!("a CUDA graph memory pool: {}", crate::take_error(err));
+            bail!(
+                "a CUDA graph memory pool: {}",
+                first_line(crate::take_error(err))
+            );
         }
         Ok(GraphPool(a, b))
     }
@@ -72,7 +75,7 @@ impl CudaGraph {
         if unsafe { temper_graph_begin(device as c_int, pool.0, pool.1, &mut ptr, &mut err) } != 0 {
             bail!(
                 "CUDA graph capture could not begin: {}",
-                crate::take_error(err)
+                first_line(crate::take_error(err))
             );
         }
         let graph = CudaGraph { ptr };
@@ -94,7 +97,10 @@ impl CudaGraph {
                 bail!("CUDA graph capture failed: {line}")
             }
             Ok(_) if ended != 0 => {
-                bail!("CUDA graph capture failed: {}", crate::take_error(err))
+                bail!(
+                    "CUDA graph capture failed: {}",
+                    first_line(crate::take_error(err))
+                )
             }
             Ok(out) => Ok((graph, out)),
         }
@@ -105,10 +111,20 @@ impl CudaGraph {
         let mut err = std::ptr::null_mut();
         // SAFETY: `ptr` is a captured graph.
         if unsafe { temper_graph_replay(self.ptr, &mut err) } != 0 {
-            bail!("CUDA graph replay: {}", crate::take_error(err));
+            bail!("CUDA graph replay: {}", first_line(crate::take_error(err)));
         }
         Ok(())
     }
+}
+
+/// libtorch's messages carry a stack trace after their first line; the notice is one line.
+fn first_line(message: String) -> String {
+    message
+        .lines()
+        .next()
+        .unwrap_or_default()
+        .trim_end()
+        .to_string()
 }
 
 impl Drop for CudaGraph {

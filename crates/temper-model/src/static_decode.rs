@@ -247,10 +247,10 @@ impl StaticDecoder {
             unreachable!("captures on CUDA only")
         };
         let pool = match self.pool {
-            Some(p) => p,
-            None => *self.pool.insert(GraphPool::new()?),
+            Some(p) => Ok(p),
+            None => GraphPool::new().inspect(|p| self.pool = Some(*p)),
         };
-        match CudaGraph::capture(index, pool, || eager(self)) {
+        match pool.and_then(|pool| CudaGraph::capture(index, pool, || eager(self))) {
             Ok((graph, captured)) => {
                 self.graphs.insert(
                     bucket,
