@@ -9,6 +9,11 @@
 //!   share one prefill. Rows still running take their due decode step first, and the two caches
 //!   are merged right-aligned (`KvCache::merge_rows`), so a freed slot is refilled without
 //!   re-prefilling the running rows; the scheduler refills once enough slots are free.
+//!
+//! That is the growing cache (`running_batch.rs`), the CPU's. On CUDA ([`DecodeMode`]) the rows
+//! live in fixed-shape slots of the model's static cache instead (`slot_batch.rs`): admitted rows
+//! are copied into free slots, finished ones free theirs, and each step is a power-of-two bucket
+//! of slots replayed as a CUDA graph ([`temper_model::static_decode`]).
 
 use std::collections::HashMap;
 use std::sync::Mutex;

@@ -1,7 +1,10 @@
 //! One sampling step: next-token logits `(rows, V)` in, one `(token, logprob)` per row out.
 //!
 //! The token is drawn from the processed distribution (processors in `crate::processors`) with the
-//! row's own random key (an exponential race, see `crate::draw`); greedy rows (temperature 0) take the argmax of the processed logits.
+//! row's own random key (an exponential race, see `crate::draw`); greedy rows (temperature 0) take
+//! the argmax of the processed logits. The race runs on the host for CPU logits and on the
+//! logits' device otherwise ([`DrawOn`]): the same tokens either way, and on a GPU only each
+//! row's token and logprob are read back.
 //! The logprob is taken from the distribution named by `SamplingParams::logprobs`, computed with
 //! `temper_model::logprobs_of`, the very function the trainer's `token_logprobs` uses.
 
