@@ -3,7 +3,8 @@
 //! refused with the numbers, rather than killed by the kernel at its first update.
 //!
 //! The peak is what stays (f32 master weights and AdamW's two moments of what trains, the
-//! reference policy, a sampling copy on `rollout.device`) plus the larger of the two phases: the
+//! reference policy, a sampling copy on `rollout.device`; on CUDA also the engine's compute copy
+//! and its fixed-shape KV cache, kept between rollouts) plus the larger of the two phases: the
 //! rollout (the in-process engine's frozen compute copy of the weights, its KV cache for the rows
 //! in flight) and the update (the gradients, one micro-batch's activations, about
 //! [`ModelConfig::activation_bytes_per_token`] per token, and one chunk of the unembedding's
@@ -89,7 +90,7 @@ pub(crate) fn estimate(
         cfg.data.max_response_length as u64,
     );
     let n = cfg.rollout.n.max(1) as u64;
-    let resident = vec![
+    let mut resident = vec![
         ("weights", params * f32),
         ("AdamW moments", 2 * trainable * f32),
         ("reference", if needs_reference { params * f32 } else { 0 }),
@@ -104,6 +105,9 @@ pub(crate) fn estimate(
     ];
     // The in-process engine: its copy of the weights and a KV cache for the rows in flight, both
     // in the compute dtype.
+    // On CUDA the engine keeps both between rollouts, through the updates: its decode steps,
+    // captured as CUDA graphs, read them where they are. Its cache there has a bucket of rows (a
+    // power of two) of whole 256-position blocks (`temper_model::static_decode`).
     let rollout = if cfg.rollout.is_remote() {
         vec![]
     } else {
@@ -111,11 +115,21 @@ pub(crate) fn estimate(
         let kv_per_token = 2
             * (m.num_hidden_layers * m.num_key_value_heads * m.head_dim).max(0) as u64
             * compute_bytes;
-        vec![
-            ("sampling copy", params * compute_bytes),
-            ("KV cache", rows * (prompt + response) * kv_per_token),
-            ("logits", rows * m.vocab_size.max(0) as u64 * f32),
-        ]
+        let logits = ("logits", rows * m.vocab_size.max(0) as u64 * f32);
+        if samples_on_cuda(cfg) {
+            let slots = temper_model::static_decode::bucket_for(rows as usize) as u64;
+            let step = temper_model::static_decode::CAPACITY_STEP as u64;
+            let positions = (prompt + response).div_ceil(step) * step;
+            resident.push(("sampling copy", params * compute_bytes));
+            resident.push(("KV cache", slots * positions * kv_per_token));
+            vec![logits]
+        } else {
+            vec![
+                ("sampling copy", params * compute_bytes),
+                ("KV cache", rows * (prompt + response) * kv_per_token),
+                logits,
+            ]
+        }
     };
     // One micro-batch with autograd: with shared prefixes each group's prompt runs once.
     let mini_rows = (cfg.actor.ppo_mini_batch_size * cfg.rollout.n).div_ceil(world.max(1));
@@ -175,6 +189,14 @@ pub(crate) fn estimate(
         resident,
         rollout,
         update,
+    }
+}
+
+/// Whether the in-process engine samples on CUDA (`rollout.device`, else `trainer.device`).
+fn samples_on_cuda(cfg: &Config) -> bool {
+    match cfg.rollout.device.is_empty() {
+        true => cfg.trainer.device == crate::config::TrainerDevice::Cuda,
+        false => cfg.rollout.device.starts_with("cuda"),
     }
 }
 
@@ -320,6 +342,25 @@ mod tests {
 
     /// The sampling copy and the KV cache are in the compute dtype (bf16: half of f32); what
     /// stays f32 (weights, AdamW moments, gradients) does not change with it.
+    /// Sampling on CUDA keeps the engine's copy and its fixed-shape cache through the update.
+    #[test]
+    fn on_cuda_the_sampling_copy_and_cache_stay() {
+        let cpu = estimate(&config(&[]), &smollm2(), ComputeKind::Bf16, 1);
+        let cuda = estimate(
+            &config(&["trainer.device=\"cuda\""]),
+            &smollm2(),
+            ComputeKind::Bf16,
+            1,
+        );
+        let names = |parts: &[(&'static str, u64)]| parts.iter().map(|p| p.0).collect::<Vec<_>>();
+        assert!(names(&cpu.rollout).contains(&"KV cache"));
+        assert!(!names(&cpu.resident).contains(&"KV cache"));
+        assert!(names(&cuda.resident).contains(&"sampling copy"));
+        assert!(names(&cuda.resident).contains(&"KV cache"));
+        assert_eq!(names(&cuda.rollout), ["logits"]);
+        assert!(cuda.peak() > cpu.peak());
+    }
+
     #[test]
     fn the_sampling_copy_and_kv_cache_follow_the_compute_dtype() {
         let cfg = config(&[]);
