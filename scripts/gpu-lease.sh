@@ -5,7 +5,6 @@
 #     scripts/gpu-bundle.sh 2.11.0 && mkdir -p .gpu && cp target/gpu-bundle-2.11.0.tar.gz .gpu/
 #     xz -T1 -6 -c ~/.cache/temper/gguf/SmolLM2-135M-Instruct.Q4_1.gguf > .gpu/smol.gguf.xz
 #     (cd .gpu && split -n 2 -d smol.gguf.xz smol.gguf.xz.part && rm smol.gguf.xz)
-#     echo /.gpu/ >> .git/info/exclude
 #   On the device machine, two calls sent back to back (the warm machine keeps /root for 30 s):
 #     bash scripts/gpu-lease.sh 1   # carry .gpu/gpu-bundle-2.11.0.tar.gz .gpu/smol.gguf.xz.part00
 #     bash scripts/gpu-lease.sh 2   # carry .gpu/gpu-bundle-2.11.0.tar.gz .gpu/smol.gguf.xz.part01
