@@ -93,8 +93,10 @@ impl CudaGraph {
                     .map(String::as_str)
                     .or_else(|| panic.downcast_ref::<&str>().copied())
                     .unwrap_or("a panic");
-                let line = what.lines().next().unwrap_or(what);
-                bail!("CUDA graph capture failed: {line}")
+                bail!(
+                    "CUDA graph capture failed: {}",
+                    first_line(what.to_string())
+                )
             }
             Ok(_) if ended != 0 => {
                 bail!(

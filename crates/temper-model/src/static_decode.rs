@@ -38,27 +38,36 @@ pub fn bucket_for(rows: usize) -> usize {
 /// new cache (and new graphs).
 pub const CAPACITY_STEP: i64 = 256;
 
+/// What every layer's K and V buffer holds besides its rows and positions.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct KvShape {
+    pub(crate) layers: usize,
+    pub(crate) kv_heads: i64,
+    pub(crate) head_dim: i64,
+    pub(crate) kind: Kind,
+    pub(crate) device: Device,
+}
+
 /// Per-layer K and V buffers of shape (rows, n_kv_heads, capacity, head_dim).
 #[derive(Debug)]
 pub(crate) struct StaticKv {
     layers: Vec<(Tensor, Tensor)>,
+    shape: KvShape,
     rows: i64,
     capacity: i64,
 }
 
 impl StaticKv {
-    fn new(
-        layers: usize,
-        rows: i64,
-        shape: (i64, i64),
-        capacity: i64,
-        kind: Kind,
-        device: Device,
-    ) -> Self {
-        let (heads, d) = shape;
-        let zeros = || Tensor::zeros([rows, heads, capacity, d], (kind, device));
+    fn new(shape: KvShape, rows: i64, capacity: i64) -> Self {
+        let zeros = || {
+            Tensor::zeros(
+                [rows, shape.kv_heads, capacity, shape.head_dim],
+                (shape.kind, shape.device),
+            )
+        };
         StaticKv {
-            layers: (0..layers).map(|_| (zeros(), zeros())).collect(),
+            layers: (0..shape.layers).map(|_| (zeros(), zeros())).collect(),
+            shape,
             rows,
             capacity,
         }
@@ -66,18 +75,7 @@ impl StaticKv {
 
     /// A larger cache holding this one's contents in its first slots and positions.
     fn grown(&self, rows: i64, capacity: i64) -> Self {
-        let (k0, _) = &self.layers[0];
-        let [_, heads, _, d] = k0.size()[..] else {
-            unreachable!("K is 4-D")
-        };
-        let out = Self::new(
-            self.layers.len(),
-            rows,
-            (heads, d),
-            capacity,
-            k0.kind(),
-            k0.device(),
-        );
+        let out = Self::new(self.shape, rows, capacity);
         for ((k, v), (nk, nv)) in self.layers.iter().zip(&out.layers) {
             for (old, new) in [(k, nk), (v, nv)] {
                 new.narrow(0, 0, self.rows)
@@ -111,19 +109,16 @@ impl StaticKv {
     fn load(&self, cache: &KvCache, source: &Tensor, pads: &Tensor, slots: &Tensor) {
         let width = cache.len();
         let m = source.size()[0];
+        // Position j of slot j's row is the prefill's position j + pads[j]: one index for every
+        // layer's keys and values.
+        let at = (Tensor::arange(width, (Kind::Int64, self.shape.device)).view([1, 1, width, 1])
+            + pads.view([m, 1, 1, 1]))
+        .clamp_max(width - 1)
+        .expand([m, self.shape.kv_heads, width, self.shape.head_dim], false);
         for (layer, (kb, vb)) in self.layers.iter().enumerate() {
             let (k, v) = cache.layer(layer).expect("a prefilled cache");
             for (from, to) in [(k, kb), (v, vb)] {
-                let [_, heads, _, d] = from.size()[..] else {
-                    unreachable!("K is 4-D")
-                };
                 let rows = from.narrow(2, 0, width).index_select(0, source);
-                // Position j of slot j's row is the prefill's position j + pads[j].
-                let at = (Tensor::arange(width, (Kind::Int64, rows.device()))
-                    .view([1, 1, width, 1])
-                    + pads.view([m, 1, 1, 1]))
-                .clamp_max(width - 1)
-                .expand([m, heads, width, d], false);
                 let aligned = rows.gather(2, &at, false);
                 let _ = to.narrow(2, 0, width).index_copy_(0, slots, &aligned);
             }
@@ -164,21 +159,14 @@ pub(crate) struct StaticDecoder {
 }
 
 impl StaticDecoder {
-    pub(crate) fn new(
-        layers: usize,
-        rows: i64,
-        shape: (i64, i64),
-        capacity: i64,
-        kind: Kind,
-        device: Device,
-    ) -> Self {
+    pub(crate) fn new(shape: KvShape, rows: i64, capacity: i64) -> Self {
         StaticDecoder {
-            kv: StaticKv::new(layers, rows, shape, capacity, kind, device),
-            inputs: Tensor::zeros([2, rows], (Kind::Int64, device)),
+            kv: StaticKv::new(shape, rows, capacity),
+            inputs: Tensor::zeros([2, rows], (Kind::Int64, shape.device)),
             graphs: HashMap::new(),
             pool: None,
             fingerprint: Vec::new(),
-            eager_only: !captures_on(device),
+            eager_only: !captures_on(shape.device),
         }
     }
 
@@ -199,11 +187,8 @@ impl StaticDecoder {
         let rows = rows.max(self.kv.rows);
         let capacity = capacity.max(self.kv.capacity);
         self.kv = self.kv.grown(rows, capacity);
-        let inputs = Tensor::zeros([2, rows], (Kind::Int64, self.inputs.device()));
-        inputs
-            .narrow(1, 0, self.inputs.size()[1])
-            .copy_(&self.inputs);
-        self.inputs = inputs;
+        // Every step writes its slots' inputs first: nothing of the old ones is kept.
+        self.inputs = Tensor::zeros([2, rows], (Kind::Int64, self.inputs.device()));
         self.drop_graphs();
     }
 

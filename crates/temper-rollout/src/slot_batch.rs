@@ -21,27 +21,33 @@ use crate::scheduler::Unit;
 
 pub(crate) struct SlotBatch {
     rows: Vec<Row>,
-    /// The slot of each row.
-    slots: Vec<i64>,
-    /// The prompt length of each row.
-    prompt_lens: Vec<i64>,
-    /// The token budget of each row (its prompt plus `max_new`): the positions it may need.
-    needs: Vec<i64>,
+    /// Where each row lives, aligned with `rows`.
+    places: Vec<Place>,
     /// Slots decoded per step: every owned slot is below it.
     bucket: usize,
     device: Device,
+}
+
+/// A row's slot and what its positions are counted from.
+struct Place {
+    slot: i64,
+    prompt_len: i64,
+    /// The row's token budget (its prompt plus `max_new`): the positions it may need.
+    need: i64,
 }
 
 impl SlotBatch {
     pub(crate) fn new(device: Device) -> Self {
         SlotBatch {
             rows: Vec::new(),
-            slots: Vec::new(),
-            prompt_lens: Vec::new(),
-            needs: Vec::new(),
+            places: Vec::new(),
             bucket: 0,
             device,
         }
+    }
+
+    fn slots(&self) -> Vec<i64> {
+        self.places.iter().map(|p| p.slot).collect()
     }
 }
 
@@ -61,24 +67,25 @@ impl RunningBatch for SlotBatch {
             false => Some(self.decode(model)?.copy()),
         };
         let p = prefill_units(model, prepared, units, 0, self.device);
-        let old = self.rows.len();
-        for row in &p.rows {
-            let prep = &prepared[&row.request];
-            let prompt = prep.request.prompt_ids.len() as i64;
-            self.prompt_lens.push(prompt);
-            self.needs.push(prompt + prep.max_new as i64);
-        }
-        let bucket = bucket_for(old + p.rows.len()).max(self.bucket);
-        let positions = self.needs.iter().copied().max().unwrap_or(1);
-        model.static_decode_reserve(bucket, positions);
-        let owned: HashSet<i64> = self.slots.iter().copied().collect();
+        let bucket = bucket_for(self.rows.len() + p.rows.len()).max(self.bucket);
+        let owned: HashSet<i64> = self.places.iter().map(|p| p.slot).collect();
         let free: Vec<i64> = (0..bucket as i64)
             .filter(|s| !owned.contains(s))
             .take(p.rows.len())
             .collect();
+        for (row, &slot) in p.rows.iter().zip(&free) {
+            let prep = &prepared[&row.request];
+            let prompt_len = prep.request.prompt_ids.len() as i64;
+            self.places.push(Place {
+                slot,
+                prompt_len,
+                need: prompt_len + prep.max_new as i64,
+            });
+        }
+        let positions = self.places.iter().map(|p| p.need).max().unwrap_or(1);
+        model.static_decode_reserve(bucket, positions);
         let pads: Vec<i64> = p.source.iter().map(|&u| p.pads[u as usize]).collect();
         model.static_decode_load(&p.cache, &p.source, &pads, &free);
-        self.slots.extend(&free);
         self.rows.extend(p.rows);
         self.bucket = bucket;
         let index = Tensor::from_slice(&p.source).to_device(self.device);
@@ -92,18 +99,22 @@ impl RunningBatch for SlotBatch {
     fn decode(&mut self, model: &CausalLm) -> Result<Tensor> {
         let mut ids = vec![0i64; self.bucket];
         let mut positions = vec![0i64; self.bucket];
-        for (i, row) in self.rows.iter().enumerate() {
-            let slot = self.slots[i] as usize;
+        for (row, place) in self.rows.iter().zip(&self.places) {
+            let slot = place.slot as usize;
             ids[slot] = *row.completion.last().expect("decoded rows have a token");
-            positions[slot] = self.prompt_lens[i] + row.completion.len() as i64 - 1;
+            positions[slot] = place.prompt_len + row.completion.len() as i64 - 1;
         }
         let logits = model.static_decode_step(&ids, &positions)?;
         let in_order = self.rows.len() == self.bucket
-            && self.slots.iter().enumerate().all(|(i, &s)| s == i as i64);
+            && self
+                .places
+                .iter()
+                .enumerate()
+                .all(|(i, p)| p.slot == i as i64);
         Ok(match in_order {
             true => logits,
             false => {
-                logits.index_select(0, &Tensor::from_slice(&self.slots).to_device(self.device))
+                logits.index_select(0, &Tensor::from_slice(&self.slots()).to_device(self.device))
             }
         })
     }
@@ -113,18 +124,15 @@ impl RunningBatch for SlotBatch {
             return;
         }
         let keep: HashSet<usize> = keep.iter().map(|&i| i as usize).collect();
-        let mut i = 0;
+        let (mut i, mut j) = (0, 0);
         self.rows.retain(|_| {
             i += 1;
             keep.contains(&(i - 1))
         });
-        for v in [&mut self.slots, &mut self.prompt_lens, &mut self.needs] {
-            let mut i = 0;
-            v.retain(|_| {
-                i += 1;
-                keep.contains(&(i - 1))
-            });
-        }
+        self.places.retain(|_| {
+            j += 1;
+            keep.contains(&(j - 1))
+        });
         if self.rows.is_empty() {
             self.bucket = 0;
             return;
@@ -134,16 +142,16 @@ impl RunningBatch for SlotBatch {
         if want >= self.bucket {
             return;
         }
-        let owned: HashSet<i64> = self.slots.iter().copied().collect();
+        let owned: HashSet<i64> = self.places.iter().map(|p| p.slot).collect();
         let mut free = (0..want as i64).filter(|s| !owned.contains(s));
         let (mut from, mut to) = (Vec::new(), Vec::new());
-        for slot in self.slots.iter_mut().filter(|s| **s >= want as i64) {
+        for place in self.places.iter_mut().filter(|p| p.slot >= want as i64) {
             let target = free
                 .next()
                 .expect("a smaller bucket has room for every row");
-            from.push(*slot);
+            from.push(place.slot);
             to.push(target);
-            *slot = target;
+            place.slot = target;
         }
         if !from.is_empty() {
             model.static_decode_move(&from, &to);

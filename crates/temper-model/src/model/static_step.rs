@@ -4,7 +4,7 @@ use anyhow::{bail, Result};
 use tch::{Device, Kind, Tensor};
 
 use super::{CausalLm, LayerContext};
-use crate::static_decode::{bucket_for, StaticDecoder, CAPACITY_STEP};
+use crate::static_decode::{bucket_for, KvShape, StaticDecoder, CAPACITY_STEP};
 use crate::KvCache;
 
 impl CausalLm {
@@ -18,15 +18,14 @@ impl CausalLm {
         let fingerprint = self.static_fingerprint();
         let mut slot = self.static_decoder.borrow_mut();
         let dec = slot.get_or_insert_with(|| {
-            let c = &self.config;
-            StaticDecoder::new(
-                self.layers.len(),
-                rows,
-                (c.num_key_value_heads, c.head_dim),
-                capacity,
-                self.compute.kind(),
-                self.device(),
-            )
+            let shape = KvShape {
+                layers: self.layers.len(),
+                kv_heads: self.config.num_key_value_heads,
+                head_dim: self.config.head_dim,
+                kind: self.compute.kind(),
+                device: self.device(),
+            };
+            StaticDecoder::new(shape, rows, capacity)
         });
         dec.reserve(rows, capacity);
         if dec.fingerprint != fingerprint {
