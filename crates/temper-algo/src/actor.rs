@@ -80,6 +80,7 @@ pub fn actor_loss(
             advantages: inp.advantages,
             response_mask: inp.response_mask,
             rollout_is_weights: inp.rollout_is_weights,
+            ratio_mask: None,
         },
         ctx,
     )?;

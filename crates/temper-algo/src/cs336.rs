@@ -77,6 +77,7 @@ pub fn grpo_microbatch_train_step(s: &MicrobatchStep) -> Result<(Tensor, Metrics
             advantages: adv,
             response_mask: s.response_mask,
             rollout_is_weights: None,
+            ratio_mask: None,
         },
         &ctx,
     )?;

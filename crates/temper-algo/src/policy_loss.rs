@@ -19,6 +19,12 @@
 //!   `clip_high_threshold` are `1 - lo` / `1 + hi`, default 0.8 / 1.2), with `D` not clamped
 //!   (Tinker's own formulas). These rows are the Tinker API's losses too
 //!   ([`crate::tinker_loss`]); its `cross_entropy` is `no_baseline` with the weights as `A`.
+//! - `tinker_gspo` (Tinker's GSPO-token): `log s = mean_{t in R} sg(D_t)` over the ratio mask `R`
+//!   (`ratio_mask`, Tinker's `sequence_ratio_mask`), `s_t = exp(log s + logp - sg(logp))`,
+//!   `-min(s_t A, clip(s_t, 1-lo, 1+hi) A)`, SUMMED over every position; nothing clamped.
+//! - `tinker_stable_reinforce` (temper's reading of Tinker's StableReinforce, docs/tinker.md):
+//!   `-sg(min(r, cap)) A logp + kl_coeff (r - 1 - D)` with `old` = the sampler's recorded logprobs
+//!   and `cap` = `ratio_cap` (default 2), SUMMED over the sampled positions (`response_mask`).
 //!
 //! Metrics (full verl names): `actor/pg_clipfrac`, `actor/pg_clipfrac_lower`, `actor/ppo_kl`
 //! (verl's masked means `sum / (count + 1e-8)` over the micro-batch's valid tokens: 0 when it has
@@ -53,6 +59,8 @@ named_enum! {
         TinkerPpo => "tinker_ppo",
         TinkerCispo => "tinker_cispo",
         TinkerDro => "tinker_dro",
+        TinkerGspo => "tinker_gspo",
+        TinkerStableReinforce => "tinker_stable_reinforce",
     }
 }
 
@@ -74,6 +82,8 @@ impl PolicyLossMode {
                 | PolicyLossMode::TinkerPpo
                 | PolicyLossMode::TinkerCispo
                 | PolicyLossMode::TinkerDro
+                | PolicyLossMode::TinkerGspo
+                | PolicyLossMode::TinkerStableReinforce
         )
     }
 
@@ -102,6 +112,9 @@ fn default_tau_neg() -> f64 {
 }
 /// `tinker_dro`'s `beta` (the Tinker docs' example value; they document no default).
 pub const DRO_DEFAULT_BETA: f64 = 0.05;
+/// `tinker_stable_reinforce`'s cap on the importance weight: verl's default truncation
+/// (`rollout_is_threshold`) for off-policy rollouts.
+pub const STABLE_REINFORCE_DEFAULT_CAP: f64 = 2.0;
 
 /// Parameters of the policy losses (verl's `actor.*` names; slime's and CS336's as aliases).
 #[derive(Debug, Clone, Copy, PartialEq, serde::Deserialize)]
@@ -132,6 +145,13 @@ pub struct PolicyLossParams {
     /// `beta` of `tinker_dro` (default [`DRO_DEFAULT_BETA`]).
     #[serde(default)]
     pub dro_beta: Option<f64>,
+    /// The KL coefficient of `tinker_stable_reinforce` (default 0).
+    #[serde(default)]
+    pub kl_coeff: Option<f64>,
+    /// The importance-weight cap of `tinker_stable_reinforce` (default
+    /// [`STABLE_REINFORCE_DEFAULT_CAP`]).
+    #[serde(default)]
+    pub ratio_cap: Option<f64>,
 }
 
 impl Default for PolicyLossParams {
@@ -145,6 +165,8 @@ impl Default for PolicyLossParams {
             tau_neg: default_tau_neg(),
             cispo_max_ratio: None,
             dro_beta: None,
+            kl_coeff: None,
+            ratio_cap: None,
         }
     }
 }
@@ -168,6 +190,9 @@ pub struct PolicyLossInput<'a> {
     pub response_mask: &'a Tensor,
     /// Rollout-correction weights (already detached), multiplied into the per-token loss.
     pub rollout_is_weights: Option<&'a Tensor>,
+    /// The positions `tinker_gspo`'s sequence ratio averages over (Tinker's
+    /// `sequence_ratio_mask`); `None` for every other loss.
+    pub ratio_mask: Option<&'a Tensor>,
 }
 
 pub struct PolicyLossOutput {
@@ -339,6 +364,40 @@ pub fn policy_loss(
             metrics.insert("actor/pg_clipfrac_lower", 0.0);
             metrics.insert("actor/ppo_kl", scalar(&masked_mean(&-&d, mask, None)));
             l1.maximum(&l2)
+        }
+        PolicyLossMode::TinkerGspo => {
+            let d = logp - old.as_ref().expect("checked");
+            let Some(ratio_mask) = inp.ratio_mask else {
+                bail!("loss_mode tinker_gspo needs ratio_mask (sequence_ratio_mask)");
+            };
+            let m = mask_like(ratio_mask, logp);
+            let len = m.sum_dim_intlist(-1, false, None::<Kind>);
+            let d_seq = (d.detach() * &m).sum_dim_intlist(-1, false, None::<Kind>) / len;
+            let s = (logp - logp.detach() + d_seq.unsqueeze(-1)).exp();
+            let l1 = -&adv * &s;
+            let l2 = -&adv * s.clamp(1.0 - lo, 1.0 + hi);
+            let clipfrac = masked_mean(&as_float(&l2.gt_tensor(&l1), logp), mask, None);
+            metrics.insert("actor/pg_clipfrac", scalar(&clipfrac));
+            metrics.insert("actor/pg_clipfrac_lower", 0.0);
+            metrics.insert("actor/ppo_kl", scalar(&masked_mean(&-&d, mask, None)));
+            l1.maximum(&l2)
+        }
+        PolicyLossMode::TinkerStableReinforce => {
+            let d = logp - old.as_ref().expect("checked");
+            let r = d.exp();
+            let cap = params.ratio_cap.unwrap_or(STABLE_REINFORCE_DEFAULT_CAP);
+            let weight = r.clamp_max(cap);
+            let clipfrac = masked_mean(&as_float(&r.gt(cap), logp), mask, None);
+            metrics.insert("actor/pg_clipfrac", scalar(&clipfrac));
+            metrics.insert("actor/pg_clipfrac_lower", 0.0);
+            metrics.insert("actor/ppo_kl", scalar(&masked_mean(&-&d, mask, None)));
+            let pg = -weight.detach() * &adv * logp;
+            let k = params.kl_coeff.unwrap_or(0.0);
+            if k == 0.0 {
+                pg
+            } else {
+                pg + (r - 1.0 - d) * k
+            }
         }
         PolicyLossMode::Sapo => {
             let (d, r) = ratio_clamped(old.as_ref().expect("checked"));

@@ -100,6 +100,7 @@ fn micro_loss(
             response_mask: &mask,
             entropy: Some(&entropy),
             rollout_is_weights: None,
+            ratio_mask: None,
         },
         ctx,
     )
@@ -192,6 +193,7 @@ fn ratio_one_reports_exact_zeros() {
                     advantages: &b.adv,
                     response_mask: &b.mask,
                     rollout_is_weights: None,
+                    ratio_mask: None,
                 },
                 &ctx,
             )

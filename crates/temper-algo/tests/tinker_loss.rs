@@ -1,8 +1,10 @@
-//! Tinker's five losses against PyTorch running the Tinker docs' own snippets
-//! (tools/tinker_loss_reference.py, float64): the loss value and its gradient with respect to the
-//! training logprobs, for default and custom `loss_fn_config`, ratios inside and outside the clip
-//! range, log-ratios beyond +-20 (not clamped, as in Tinker's snippets), negative cross-entropy
-//! weights. And the request errors a server returns.
+//! Tinker's losses against PyTorch running the Tinker docs' own snippets
+//! (tools/tinker_loss_reference.py, float64; `stable_reinforce` against temper's published
+//! reading of it, written there independently): the loss value and its gradient with respect to
+//! the training logprobs, for default and custom `loss_fn_config`, ratios inside and outside the
+//! clip range, log-ratios beyond +-20 (not clamped, as in Tinker's snippets), negative
+//! cross-entropy weights, a GSPO ratio mask and StableReinforce's sampled positions. And the
+//! request errors a server returns.
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
@@ -18,6 +20,10 @@ struct Case {
     logprobs: Vec<f64>,
     advantages: Vec<f64>,
     weights: Vec<f64>,
+    #[serde(default)]
+    mask: Vec<f64>,
+    #[serde(default)]
+    recorded: Vec<f64>,
     loss: f64,
     grad: Vec<f64>,
 }
@@ -39,7 +45,7 @@ fn reference() -> Vec<Case> {
 #[test]
 fn losses_and_gradients_match_pytorch() {
     let cases = reference();
-    assert_eq!(cases.len(), 32);
+    assert_eq!(cases.len(), 52);
     for c in &cases {
         let loss = TinkerLoss::from_request(&c.loss_fn, &c.config).unwrap();
         let lp = Tensor::from_slice(&c.lp).set_requires_grad(true);
@@ -48,6 +54,8 @@ fn losses_and_gradients_match_pytorch() {
                 "logprobs" => &c.logprobs,
                 "advantages" => &c.advantages,
                 "weights" => &c.weights,
+                "sequence_ratio_mask" | "sampled_mask" => &c.mask,
+                "recorded_logprobs" => &c.recorded,
                 other => panic!("{other}"),
             })
         };
@@ -83,9 +91,16 @@ fn request_errors_name_the_problem() {
             .unwrap_err()
             .to_string()
     };
-    for n in ["stable_reinforce", "gspo", "custom"] {
-        assert!(err(n, &[]).contains(&format!("`{n}` is not implemented in temper yet")));
-    }
+    assert!(err("custom", &[]).contains("with forward_backward_custom"));
+    assert!(err("gspo", &[("kl_coeff", 0.1)]).contains("`kl_coeff` does not apply"));
+    assert!(err("stable_reinforce", &[("kl_coeff", -1.0)]).contains("must be a finite number >= 0"));
+    assert_eq!(
+        TinkerLoss::from_request("stable_reinforce", &none).unwrap(),
+        TinkerLoss::StableReinforce {
+            kl_coeff: 0.0,
+            ratio_cap: 2.0
+        }
+    );
     assert!(err("ppo2", &[]).starts_with("unknown loss_fn `ppo2`"));
     assert!(err("ppo", &[("beta", 0.1)]).contains("`beta` does not apply to loss_fn `ppo`"));
     assert!(err("cispo", &[("clip_low_threshold", 2.0)]).contains("must not exceed"));

@@ -120,6 +120,8 @@ fn loss_params(a: &Args) -> Result<PolicyLossParams> {
         tau_neg: a.f64_or("tau_neg", d.tau_neg)?,
         cispo_max_ratio: a.opt_f64("cispo_max_ratio", None)?,
         dro_beta: a.opt_f64("dro_beta", None)?,
+        kl_coeff: a.opt_f64("kl_coeff", None)?,
+        ratio_cap: a.opt_f64("ratio_cap", None)?,
     })
 }
 
@@ -144,6 +146,7 @@ pub(super) fn run_policy_loss(a: &Args, inp: &Inputs, wants: &Want) -> Result<Ou
             advantages: &adv,
             response_mask: &mask,
             rollout_is_weights: weights.as_ref(),
+            ratio_mask: None,
         },
         &ctx,
     )?;
