@@ -4,6 +4,8 @@ use std::collections::BTreeMap;
 
 use anyhow::{bail, Result};
 
+use crate::provenance::{Provenance, Recorded};
+
 /// One `loss_fn_inputs` value: Tinker's `TensorData` (int64 token ids or float32 values).
 #[derive(Debug, Clone, PartialEq)]
 pub enum TensorData {
@@ -38,9 +40,47 @@ impl TensorData {
 pub struct Datum {
     pub model_input: Vec<i64>,
     pub loss_fn_inputs: BTreeMap<String, TensorData>,
+    /// Where the tokens came from (Tinker's `model_input_spans` / `loss_fn_input_spans`).
+    pub provenance: Option<Provenance>,
+    /// What the sampler recorded for the targets, resolved from `provenance` against the
+    /// server's records ([`crate::SequenceRecords::resolve`]); `stable_reinforce` needs it.
+    pub recorded: Option<Recorded>,
 }
 
 impl Datum {
+    /// A datum without provenance.
+    pub fn new(model_input: Vec<i64>, loss_fn_inputs: BTreeMap<String, TensorData>) -> Datum {
+        Datum {
+            model_input,
+            loss_fn_inputs,
+            provenance: None,
+            recorded: None,
+        }
+    }
+
+    /// The checks of a loss that reads the sampler's records (`stable_reinforce`): the records
+    /// are there and no target that is not a sampled token has a non-zero advantage (its
+    /// gradient would have no recorded logprob to weigh it).
+    pub fn validate_recorded(&self, index: usize, loss_fn: &str) -> Result<()> {
+        let Some(recorded) = &self.recorded else {
+            bail!(
+                "datum {index}: loss_fn {loss_fn} needs provenance: sample with \
+                 record_stability_info=True and attach the sequence ids \
+                 (Datum.with_provenance)"
+            );
+        };
+        if let Some(adv) = self.loss_fn_inputs.get("advantages").map(TensorData::to_f64) {
+            if let Some(t) = (0..adv.len()).find(|&t| adv[t] != 0.0 && !recorded.sampled[t]) {
+                bail!(
+                    "datum {index}: loss_fn_inputs.advantages[{t}] = {} but target {t} is not a \
+                     sampled token (loss_fn {loss_fn} trains sampled tokens only)",
+                    adv[t]
+                );
+            }
+        }
+        Ok(())
+    }
+
     /// The checks a server answers with a user error: non-empty input, token ids in the
     /// vocabulary, `target_tokens` and every field `needs` present, integer targets, all of the
     /// input's length. `index` names the datum in the message.

@@ -3,6 +3,8 @@
 //!
 //! - [`Datum`]: a `model_input` token list and its `loss_fn_inputs` (`target_tokens`, `weights`,
 //!   `logprobs`, `advantages`), validated with errors naming the datum index and the field.
+//! - [`SequenceRecords`]: what samplers recorded for StableReinforce (`record_stability_info`),
+//!   bounded, and the check of a datum's [`Provenance`] against it.
 //! - [`TrainingModel::forward`] / [`TrainingModel::forward_backward`]: per-datum logprobs of the
 //!   targets and the loss (`loss:sum`), a SUM over tokens and datums
 //!   ([`temper_algo::TinkerLoss`]); `forward_backward` accumulates gradients across calls.
@@ -15,11 +17,13 @@
 //!   without the optimizer state.
 
 mod datum;
+pub mod provenance;
 mod sampling;
 mod state;
 mod training;
 
 pub use datum::{Datum, TensorData};
+pub use provenance::{Provenance, Recorded, SequenceRecords, Span, SpanSource};
 pub use sampling::{
     engine_request, prompt_logprobs, sampled_sequence, SampledSequence, SamplingModel,
     TinkerSamplingParams,

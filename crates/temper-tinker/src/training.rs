@@ -141,6 +141,11 @@ impl TrainingModel {
             .enumerate()
             .map(|(i, d)| d.validate(i, vocab, loss.inputs()))
             .collect::<Result<_>>()?;
+        if loss.needs_provenance() {
+            for (i, d) in data.iter().enumerate() {
+                d.validate_recorded(i, loss_fn)?;
+            }
+        }
         // Datums run in passes of at most `pass_tokens` padded tokens (activations are per pass;
         // gradients add up over passes as over forward_backward calls).
         let pass_tokens = pass_tokens(self.model.config());
@@ -209,7 +214,15 @@ impl TrainingModel {
             let row = scores.logp.narrow(0, start, n);
             start += n;
             let input = |name: &str| -> Tensor {
-                let v = d.loss_fn_inputs[name].to_f64();
+                let v: Vec<f64> = match (name, &d.recorded) {
+                    (temper_algo::tinker_loss::RECORDED_LOGPROBS, Some(r)) => {
+                        r.logprobs.iter().map(|&x| x as f64).collect()
+                    }
+                    (temper_algo::tinker_loss::SAMPLED_MASK, Some(r)) => {
+                        r.sampled.iter().map(|&x| f64::from(u8::from(x))).collect()
+                    }
+                    _ => d.loss_fn_inputs[name].to_f64(),
+                };
                 Tensor::from_slice(&v).to_kind(Kind::Float).to(device)
             };
             let l = loss.datum_loss(&row, &input)?;

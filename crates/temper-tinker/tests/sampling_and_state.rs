@@ -34,10 +34,7 @@ fn ce_datum() -> Datum {
         TensorData::I64(TOKENS[1..].to_vec()),
     );
     inputs.insert("weights".into(), TensorData::F32(vec![1.0; n]));
-    Datum {
-        model_input: TOKENS[..n].to_vec(),
-        loss_fn_inputs: inputs,
-    }
+    Datum::new(TOKENS[..n].to_vec(), inputs)
 }
 
 #[test]

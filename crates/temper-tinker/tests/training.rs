@@ -70,10 +70,7 @@ fn data() -> Vec<Datum> {
                 "advantages".into(),
                 TensorData::F32(prompt_like(f(&mut || next() * 2.0 - 1.0))),
             );
-            Datum {
-                model_input: tokens[..n].to_vec(),
-                loss_fn_inputs: inputs,
-            }
+            Datum::new(tokens[..n].to_vec(), inputs)
         })
         .collect()
 }

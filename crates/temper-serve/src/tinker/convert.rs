@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
 use serde_json::Value;
-use temper_tinker::{Datum, TensorData, TinkerSamplingParams};
+use temper_tinker::{Datum, Provenance, Span, SpanSource, TensorData, TinkerSamplingParams};
 
 use super::proto;
 
@@ -78,12 +78,50 @@ pub fn datums(data: &[proto::Datum]) -> Result<Vec<Datum>> {
                 let v = tensor_values(t, &format!("datum {i}: loss_fn_inputs.{name}"))?;
                 loss_fn_inputs.insert(name.clone(), v);
             }
-            Ok(Datum {
-                model_input,
-                loss_fn_inputs,
-            })
+            let mut datum = Datum::new(model_input, loss_fn_inputs);
+            datum.provenance = provenance(i, d)?;
+            Ok(datum)
         })
         .collect()
+}
+
+/// The datum's provenance: both span lists or neither (as the SDK sends them).
+fn provenance(i: usize, d: &proto::Datum) -> Result<Option<Provenance>> {
+    let (inputs, targets) = (&d.model_input_spans, &d.loss_fn_input_spans);
+    if inputs.is_empty() && targets.is_empty() {
+        return Ok(None);
+    }
+    if inputs.is_empty() != targets.is_empty() {
+        bail!("datum {i}: model_input_spans and loss_fn_input_spans come as a pair: both or neither");
+    }
+    let runs = |field: &str, spans: &[proto::ProvenanceSpan]| -> Result<Vec<Span>> {
+        spans
+            .iter()
+            .enumerate()
+            .map(|(k, s)| {
+                let (source, run) = match &s.span {
+                    Some(proto::provenance_span::Span::PromptTokens(r)) => (SpanSource::Prompt, r),
+                    Some(proto::provenance_span::Span::SampledTokens(r)) => {
+                        (SpanSource::Sampled, r)
+                    }
+                    None => bail!("datum {i}: {field}[{k}]: neither prompt_tokens nor sampled_tokens"),
+                };
+                if run.sequence_id.is_empty() {
+                    bail!("datum {i}: {field}[{k}]: sequence_id is empty");
+                }
+                Ok(Span {
+                    source,
+                    sequence_id: run.sequence_id.clone(),
+                    offset: run.offset,
+                    length: run.length,
+                })
+            })
+            .collect()
+    };
+    Ok(Some(Provenance {
+        model_input: runs("model_input_spans", inputs)?,
+        targets: runs("loss_fn_input_spans", targets)?,
+    }))
 }
 
 /// `loss_fn_config`: the numbers of v2 (preferred) or of the legacy map.

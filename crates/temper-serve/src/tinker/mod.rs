@@ -38,6 +38,8 @@ pub struct Tinker {
     sessions: sessions::Sessions,
     /// Numbers the sampled sequences' ids.
     samples: AtomicU64,
+    /// What samplers with `record_stability_info` recorded (StableReinforce), bounded.
+    records: temper_tinker::SequenceRecords,
     models: Mutex<HashMap<String, ModelHandle>>,
     samplers: samplers::Samplers,
     /// The base weights the LoRA training models share: one copy per base model, not per client.
@@ -65,6 +67,10 @@ impl Tinker {
             futures: Arc::new(futures::Futures::default()),
             sessions: sessions::Sessions::new(session_timeout),
             samples: AtomicU64::new(0),
+            records: temper_tinker::SequenceRecords::new(
+                temper_tinker::provenance::DEFAULT_RECORD_CAP_TOKENS,
+                temper_tinker::provenance::DEFAULT_RECORD_TTL,
+            ),
             models: Mutex::new(HashMap::new()),
             samplers: samplers::Samplers::new(pruner),
             bases: Arc::default(),
@@ -110,6 +116,7 @@ impl Tinker {
             ids
         };
         self.samplers.forget(&prefix);
+        self.records.forget_session(id);
         eprintln!(
             "temper serve: Tinker session {id} ended ({why}); freed {} training model(s)",
             dropped.len()

@@ -46,6 +46,38 @@ pub struct Datum {
     pub model_input: Vec<Chunk>,
     #[prost(map = "string, message", tag = "2")]
     pub loss_fn_inputs: HashMap<String, Tensor>,
+    #[prost(message, repeated, tag = "3")]
+    pub model_input_spans: Vec<ProvenanceSpan>,
+    #[prost(message, repeated, tag = "4")]
+    pub loss_fn_input_spans: Vec<ProvenanceSpan>,
+}
+
+/// A run of a datum field's positions: a prompt's or a sampled sequence's tokens.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct ProvenanceSpan {
+    #[prost(oneof = "provenance_span::Span", tags = "1, 2")]
+    pub span: Option<provenance_span::Span>,
+}
+
+pub mod provenance_span {
+    #[derive(Clone, PartialEq, prost::Oneof)]
+    pub enum Span {
+        #[prost(message, tag = "1")]
+        PromptTokens(super::SpanRun),
+        #[prost(message, tag = "2")]
+        SampledTokens(super::SpanRun),
+    }
+}
+
+/// `PromptProvenanceSpan` and `SampledProvenanceSpan` (the same fields).
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct SpanRun {
+    #[prost(string, tag = "1")]
+    pub sequence_id: String,
+    #[prost(int64, tag = "2")]
+    pub offset: i64,
+    #[prost(int64, tag = "3")]
+    pub length: i64,
 }
 
 #[derive(Clone, PartialEq, prost::Message)]

@@ -406,8 +406,9 @@ async fn forward_backward(State(state): S, body: Bytes) -> Response {
     future_blocking(&state, json!({}), move || {
         let r = proto::ForwardBackwardRequest::decode(body.as_ref())
             .map_err(|e| anyhow!("request body: not a ForwardBackwardRequest protobuf: {e}"))?;
-        let data = convert::datums(&r.data)?;
+        let mut data = convert::datums(&r.data)?;
         check_datum_lengths(&data, max_model_len)?;
+        resolve_provenance(&t, &r.model_id, &mut data)?;
         let job = Job::ForwardBackward {
             data,
             config: convert::loss_config(&r)?,
@@ -417,6 +418,30 @@ async fn forward_backward(State(state): S, body: Bytes) -> Response {
         to_model(&t, &r.model_id, r.seq_id as i64, job)
     })
     .await
+}
+
+/// Each datum's provenance checked against what the samplers of the model's session recorded,
+/// and the recorded logprobs attached to it (what `stable_reinforce` trains with).
+fn resolve_provenance(
+    t: &Tinker,
+    model_id: &str,
+    data: &mut [temper_tinker::Datum],
+) -> Result<()> {
+    let session = super::sessions::session_of(model_id);
+    for (i, d) in data.iter_mut().enumerate() {
+        let Some(provenance) = &d.provenance else {
+            continue;
+        };
+        let Some(temper_tinker::TensorData::I64(targets)) = d.loss_fn_inputs.get("target_tokens")
+        else {
+            bail!("datum {i}: loss_fn_inputs.target_tokens: missing or not int64 token ids");
+        };
+        let recorded = t
+            .records
+            .resolve(i, session, provenance, &d.model_input, targets)?;
+        d.recorded = Some(recorded);
+    }
+    Ok(())
 }
 
 /// Each datum's tokens within `--max-model-len`: a pass holds at least one whole datum, so one
@@ -613,9 +638,20 @@ async fn asample(State(state): S, body: Bytes) -> Response {
     // Sequence ids only for a count within the limit (a refused count gets none).
     let admissible = n.filter(|&n| n >= 1 && n <= limits.max_n);
     let rid = state.tinker.samples.fetch_add(1, Ordering::Relaxed);
+    // Sequence ids are session-scoped (the sampling session's session) and unique across
+    // server runs (session ids are).
+    let session = v["sampling_session_id"]
+        .as_str()
+        .map(|s| super::sessions::session_of(s).to_string())
+        .unwrap_or_default();
     let ids: Vec<String> = (0..admissible.unwrap_or(0))
-        .map(|k| format!("seq-{rid}-{k}"))
+        .map(|k| format!("{session}:seq:{rid}-{k}"))
         .collect();
+    let record = v["record_stability_info"].as_bool().unwrap_or(false);
+    let recording = record.then(|| Recording {
+        session: session.clone(),
+        ids: ids.clone(),
+    });
     let st = state.clone();
     future_blocking(&state, json!({"sample_sequence_ids": ids}), move || {
         if v.is_null() {
@@ -665,6 +701,7 @@ async fn asample(State(state): S, body: Bytes) -> Response {
             weights,
             request,
             prompt_logprobs,
+            recording,
         ))
     })
     .await
@@ -678,10 +715,13 @@ fn on_the_serving_worker(
     weights: Weights,
     request: temper_rollout::Request,
     prompt_logprobs: bool,
+    recording: Option<Recording>,
 ) -> Dispatch {
     Box::new(move |promise| {
         tokio::spawn(async move {
-            let outcome = sample_on_worker(&state.worker, weights, request, prompt_logprobs).await;
+            let records = recording.map(|r| (r, &state.tinker.records));
+            let outcome =
+                sample_on_worker(&state.worker, weights, request, prompt_logprobs, records).await;
             promise.complete(outcome.unwrap_or_else(|failed| failed));
         });
     })
@@ -689,11 +729,18 @@ fn on_the_serving_worker(
 
 /// The `asample` result of `request` on the worker, or the failure as the future's result (a
 /// refusal the client caused is a user error, anything else a server error).
+/// A sample request's `record_stability_info`: where its sequences are recorded, under which ids.
+struct Recording {
+    session: String,
+    ids: Vec<String>,
+}
+
 async fn sample_on_worker(
     worker: &crate::worker::Worker,
     weights: Weights,
     request: temper_rollout::Request,
     prompt_logprobs: bool,
+    records: Option<(Recording, &temper_tinker::SequenceRecords)>,
 ) -> Result<Outcome, Outcome> {
     let refused = |(status, e): crate::reply::Failure| {
         if status.is_client_error() {
@@ -703,6 +750,7 @@ async fn sample_on_worker(
         }
     };
     let prompt = request.prompt_ids;
+    let recorded_prompt = records.as_ref().map(|_| Arc::new(prompt.clone()));
     let mut per_prompt = worker
         .generate_on(
             &weights,
@@ -728,10 +776,21 @@ async fn sample_on_worker(
     } else {
         None
     };
-    let seqs = samples
+    let seqs: Vec<_> = samples
         .into_iter()
         .map(temper_tinker::sampled_sequence)
         .collect();
+    if let (Some((recording, store)), Some(prompt)) = (records, recorded_prompt) {
+        for (id, seq) in recording.ids.iter().zip(&seqs) {
+            store.record(
+                id,
+                &recording.session,
+                prompt.clone(),
+                seq.tokens.clone(),
+                seq.logprobs.clone(),
+            );
+        }
+    }
     Ok(super::samplers::sample_response(seqs, logprobs))
 }
 

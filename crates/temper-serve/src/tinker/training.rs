@@ -344,15 +344,15 @@ mod tests {
     }
 
     fn fb() -> Job {
-        let datum = Datum {
-            model_input: vec![1, 5, 9, 12],
-            loss_fn_inputs: [
+        let datum = Datum::new(
+            vec![1, 5, 9, 12],
+            [
                 ("target_tokens".into(), TensorData::I64(vec![5, 9, 12, 3])),
                 ("weights".into(), TensorData::F32(vec![0.0, 1.0, 1.0, 1.0])),
             ]
             .into_iter()
             .collect(),
-        };
+        );
         Job::ForwardBackward {
             data: vec![datum],
             loss_fn: "cross_entropy".into(),
