@@ -5,7 +5,8 @@ every answer against an independent computation.
         .venv/bin/python tools/tinker_sdk_check.py BASE_MODEL_DIR
 
 Checks:
-- each of the five losses: `loss:sum` equals the loss computed here in PyTorch from the logprobs
+- each of the seven losses (`stable_reinforce` as temper reads it, docs/tinker.md, with a sampler
+  that records and datums with provenance): `loss:sum` equals the loss computed here in PyTorch from the logprobs
   the server returns (the formulas of Tinker's docs), and its gradient equals the gradient of that
   PyTorch loss: one model is stepped with the server's loss, an identically initialised one with
   `forward_backward_custom` (the SDK sends cross_entropy with weights -dC/dlogprobs), both with
@@ -15,7 +16,8 @@ Checks:
 - optim_step changes the next forward; seeded sampling reproduces; a stop token ends a sample and
   is returned; several samples per prompt;
 - save_state / load_state / create_training_client_from_state_with_optimizer restore the weights;
-- bad input (unknown loss, an unimplemented loss, a datum with a wrong length or token id, an
+- bad input (unknown loss, `custom`, stable_reinforce without provenance or with provenance whose
+  tokens were not sampled or whose sequence is unknown, a datum with a wrong length or token id, an
   unknown checkpoint) is an error naming the datum and field, and the server keeps serving.
 Prints one line per check and exits non-zero on the first failure.
 """
@@ -53,6 +55,8 @@ def datum(prompt, completion, adv_scale=1.0, with_weights=False):
         "target_tokens": full[1:],
         "logprobs": [-1.0] * n,  # the sampler's logprobs (q)
         "advantages": [0.0] * (len(prompt) - 1) + [adv_scale * (k + 1) / 3 for k in range(len(completion))],
+        # gspo's sequence ratio runs over the completion
+        "sequence_ratio_mask": [0.0] * (len(prompt) - 1) + [1.0] * len(completion),
     }
     if with_weights:
         inputs = {"target_tokens": full[1:],
@@ -82,7 +86,23 @@ def torch_loss(name, lp, d, cfg):
     if name == "dro":
         beta = cfg.get("beta", 0.05)
         return -(lp * a - 0.5 * beta * (lp - q) ** 2).sum()
+    if name == "gspo":
+        # The Tinker docs' GSPO-token snippet.
+        in_ratio = torch.tensor(arr(li["sequence_ratio_mask"])) != 0
+        log_ratio = (lp.detach() - q)[in_ratio].mean()
+        ratio = torch.exp(log_ratio + lp - lp.detach())
+        return -torch.minimum(ratio * a, torch.clamp(ratio, lo, hi) * a).sum()
     raise ValueError(name)
+
+
+def stable_loss(lp, recorded, sampled, a, cfg):
+    """temper's reading of StableReinforce (docs/tinker.md), over the sampled targets, with the
+    logprobs the sampler returned (and recorded)."""
+    keep = sampled != 0
+    lp, recorded, a = lp[keep], recorded[keep], a[keep]
+    r = torch.exp(lp - recorded)
+    cap, kl = cfg.get("ratio_cap", 2.0), cfg.get("kl_coeff", 0.0)
+    return -(torch.clamp(r, max=cap).detach() * lp * a).sum() + kl * (r - 1 - torch.log(r)).sum()
 
 
 sc = tinker.ServiceClient()
@@ -134,7 +154,8 @@ ok([list(q.tokens) for q in tk.sequences] == [c["token_ids"] for c in oa]
 
 # Loss values against PyTorch, on forward (no gradient).
 configs = {"cross_entropy": {}, "importance_sampling": {}, "ppo": {"clip_low_threshold": 0.9, "clip_high_threshold": 1.1},
-           "cispo": {"clip_low_threshold": 0.8, "clip_high_threshold": 1.2}, "dro": {"beta": 0.05}}
+           "cispo": {"clip_low_threshold": 0.8, "clip_high_threshold": 1.2}, "dro": {"beta": 0.05},
+           "gspo": {"clip_low_threshold": 0.9, "clip_high_threshold": 1.1}}
 for name, cfg in configs.items():
     d = ce if name == "cross_entropy" else rl
     out = tc.forward([d, d], name, loss_fn_config=cfg or None).result()
@@ -165,6 +186,64 @@ for name, cfg in configs.items():
     moved = np.abs(la - base_probe).max()
     ok(moved > 2e-5 and np.abs(la - lb).max() <= 1e-3 * moved,
        f"{name}: gradient == torch's (step moved logprobs by {moved:.2e}, server vs torch differ by {np.abs(la - lb).max():.1e})")
+
+# StableReinforce: a sampler that records, datums naming its sequences (tinker-cookbook's rl_loop
+# layout), the loss and its gradient against PyTorch with the logprobs the sampler returned. The
+# sampler draws at temperature 0.6, so its logprobs differ from the trained model's (ratios away
+# from 1: the cap and the KL term matter).
+recorder = tc.save_weights_and_get_sampling_client(record_stability_info=True).result()
+got = recorder.sample(types.ModelInput.from_ints(prompt), num_samples=2,
+                      sampling_params=types.SamplingParams(max_tokens=5, seed=7, stop=[], temperature=0.6)).result()
+ok(all(q.sequence_id for q in got.sequences) and got.sequences[0].sequence_id != got.sequences[1].sequence_id,
+   f"record_stability_info: each sequence has its own sequence_id ({got.sequences[0].sequence_id})")
+
+
+def stable_datum(seq, advantage):
+    toks, n_p = list(seq.tokens), len(prompt)
+    d = types.Datum(model_input=types.ModelInput.from_ints(prompt + toks[:-1]),
+                    loss_fn_inputs={"target_tokens": prompt[1:] + toks,
+                                    "logprobs": [0.0] * (n_p - 1) + list(seq.logprobs),
+                                    "advantages": [0.0] * (n_p - 1) + [advantage] * len(toks)})
+    sid = seq.sequence_id
+    return d.with_provenance(
+        model_input=[types.PromptProvenanceSpan(sequence_id=sid, length=n_p),
+                     types.SampledProvenanceSpan(sequence_id=sid, length=len(toks) - 1)],
+        loss_fn_inputs=[types.PromptProvenanceSpan(sequence_id=sid, offset=1, length=n_p - 1),
+                        types.SampledProvenanceSpan(sequence_id=sid, length=len(toks))])
+
+
+sdata = [stable_datum(got.sequences[0], 0.75), stable_datum(got.sequences[1], -0.5)]
+sr_losses = []
+for cfg in [{}, {"kl_coeff": 0.1, "ratio_cap": 1.5}]:
+    def sr_loss(data, logprobs_list, cfg=cfg):
+        total = 0
+        for dd, lp in zip(data, logprobs_list):
+            li = dd.loss_fn_inputs
+            sampled = torch.tensor([0.0] * (len(prompt) - 1) + [1.0] * (len(arr(li["target_tokens"])) - len(prompt) + 1))
+            total = total + stable_loss(lp.double(), torch.tensor(arr(li["logprobs"])), sampled,
+                                        torch.tensor(arr(li["advantages"])), cfg)
+        return total, {}
+
+    out = tc.forward(sdata, "stable_reinforce", loss_fn_config=cfg or None).result()
+    lps = [torch.tensor(arr(o["logprobs"])) for o in out.loss_fn_outputs]
+    want = sr_loss(sdata, lps)[0].item()
+    ok(abs(out.metrics["loss:sum"] - want) <= 1e-4 * max(1.0, abs(want)),
+       f"stable_reinforce {cfg}: loss:sum {out.metrics['loss:sum']:.6f} == torch {want:.6f}")
+    sr_losses.append(want)
+    a = sc.create_lora_training_client(base_model=BASE, rank=RANK, seed=5).result()
+    b = sc.create_lora_training_client(base_model=BASE, rank=RANK, seed=5).result()
+    a.forward_backward(sdata, "stable_reinforce", loss_fn_config=cfg or None).result()
+    a.optim_step(adam).result()
+    b.forward_backward_custom(sdata, sr_loss).result()
+    b.optim_step(adam).result()
+    la = arr(a.forward([probe], "importance_sampling").result().loss_fn_outputs[0]["logprobs"])
+    lb = arr(b.forward([probe], "importance_sampling").result().loss_fn_outputs[0]["logprobs"])
+    base_probe = arr(tc.forward([probe], "importance_sampling").result().loss_fn_outputs[0]["logprobs"])
+    moved = np.abs(la - base_probe).max()
+    ok(moved > 2e-5 and np.abs(la - lb).max() <= 1e-3 * moved,
+       f"stable_reinforce {cfg}: gradient == torch's (moved {moved:.2e}, differ by {np.abs(la - lb).max():.1e})")
+
+ok(abs(sr_losses[0] - sr_losses[1]) > 1e-3, f"stable_reinforce: the cap and kl_coeff change the loss ({sr_losses})")
 
 # Gradients accumulate across forward_backward calls; optim_step changes the next forward.
 before = arr(tc.forward([rl], "importance_sampling").result().loss_fn_outputs[0]["logprobs"])
@@ -263,7 +342,19 @@ def fails(fn, needle, what):
     ok(False, f"{what}: no error")
 
 
-fails(lambda: tc.forward_backward([rl], "stable_reinforce").result(), "stable_reinforce", "an unimplemented loss")
+fails(lambda: tc.forward_backward([rl], "stable_reinforce").result(), "needs provenance",
+      "stable_reinforce without provenance")
+tampered = sdata[0]
+tampered = types.Datum(model_input=tampered.model_input,
+                       loss_fn_inputs={**tampered.loss_fn_inputs,
+                                       "target_tokens": [7] + list(arr(tampered.loss_fn_inputs["target_tokens"]).astype(int))[1:]},
+                       model_input_spans=tampered.model_input_spans, loss_fn_input_spans=tampered.loss_fn_input_spans)
+fails(lambda: tc.forward_backward([sdata[1], tampered], "stable_reinforce").result(),
+      "datum 1: loss_fn_input_spans[0]: position 0 holds token 7", "provenance whose tokens were not sampled")
+import dataclasses
+ghost = dataclasses.replace(sdata[0], loss_fn_input_spans=[dataclasses.replace(sp, sequence_id="nope") for sp in sdata[0].loss_fn_input_spans])
+fails(lambda: tc.forward_backward([ghost], "stable_reinforce").result(), '"nope" is not recorded', "an unknown sequence_id")
+fails(lambda: tc.forward_backward([rl], "custom").result(), "forward_backward_custom", "loss_fn custom")
 fails(lambda: tc.forward_backward([rl], "bogus").result(), "bogus", "an unknown loss")
 short = types.Datum(model_input=rl.model_input,
                     loss_fn_inputs={**rl.loss_fn_inputs, "advantages": [1.0, 2.0]})

@@ -36,8 +36,8 @@ use anyhow::{bail, Result};
 use tch::{Kind, Tensor};
 
 use crate::agg::{AggContext, AggMode};
-pub use crate::policy_loss::{DRO_DEFAULT_BETA, STABLE_REINFORCE_DEFAULT_CAP};
 use crate::policy_loss::{policy_loss, PolicyLossInput, PolicyLossMode, PolicyLossParams};
+pub use crate::policy_loss::{DRO_DEFAULT_BETA, STABLE_REINFORCE_DEFAULT_CAP};
 
 /// A Tinker loss with its `loss_fn_config` resolved.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -89,7 +89,10 @@ impl TinkerLoss {
                     TINKER_LOSSES.join(", ")
                 )
             }
-            n => bail!("unknown loss_fn `{n}` (one of {})", TINKER_LOSSES.join(", ")),
+            n => bail!(
+                "unknown loss_fn `{n}` (one of {})",
+                TINKER_LOSSES.join(", ")
+            ),
         };
         if let Some(k) = config.keys().find(|k| !allowed.contains(&k.as_str())) {
             bail!(

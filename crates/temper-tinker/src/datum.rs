@@ -69,7 +69,11 @@ impl Datum {
                  (Datum.with_provenance)"
             );
         };
-        if let Some(adv) = self.loss_fn_inputs.get("advantages").map(TensorData::to_f64) {
+        if let Some(adv) = self
+            .loss_fn_inputs
+            .get("advantages")
+            .map(TensorData::to_f64)
+        {
             if let Some(t) = (0..adv.len()).find(|&t| adv[t] != 0.0 && !recorded.sampled[t]) {
                 bail!(
                     "datum {index}: loss_fn_inputs.advantages[{t}] = {} but target {t} is not a \

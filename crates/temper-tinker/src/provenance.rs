@@ -137,7 +137,9 @@ impl SequenceRecords {
         s.records.insert(id.to_string(), record);
         s.order.push_back(id.to_string());
         while s.tokens > self.cap_tokens {
-            let Some(old) = s.order.pop_front() else { break };
+            let Some(old) = s.order.pop_front() else {
+                break;
+            };
             s.drop_record(&old);
         }
         // The order list keeps ids already dropped until they reach its front; compact it when
@@ -212,7 +214,11 @@ impl SequenceRecords {
                 };
                 let expired = self.ttl;
                 let r = match s.records.get_mut(&span.sequence_id) {
-                    Some(r) if r.session == session && now.duration_since(r.last_used) <= expired => r,
+                    Some(r)
+                        if r.session == session && now.duration_since(r.last_used) <= expired =>
+                    {
+                        r
+                    }
                     Some(r) if r.session != session => bail!(
                         "{}: sequence_id {:?} was sampled in another session; provenance works \
                          within one session",
@@ -308,8 +314,16 @@ mod tests {
 
     /// The cookbook's `rl_loop` layout: input = prompt + sampled[..-1], targets = prompt[1..] +
     /// sampled.
-    fn rl_loop_datum(prompt: &[i64], sampled: &[i64], id: &str) -> (Vec<i64>, Vec<i64>, Provenance) {
-        let input: Vec<i64> = prompt.iter().chain(&sampled[..sampled.len() - 1]).copied().collect();
+    fn rl_loop_datum(
+        prompt: &[i64],
+        sampled: &[i64],
+        id: &str,
+    ) -> (Vec<i64>, Vec<i64>, Provenance) {
+        let input: Vec<i64> = prompt
+            .iter()
+            .chain(&sampled[..sampled.len() - 1])
+            .copied()
+            .collect();
         let targets: Vec<i64> = prompt[1..].iter().chain(sampled).copied().collect();
         let p = prompt.len() as i64;
         let n = sampled.len() as i64;
@@ -329,7 +343,13 @@ mod tests {
     #[test]
     fn resolves_the_recorded_logprobs_of_sampled_targets() {
         let r = SequenceRecords::new(1000, DEFAULT_RECORD_TTL);
-        r.record("s:seq:0-0", "s", Arc::new(vec![5, 6, 7]), vec![8, 9], vec![-0.5, -1.5]);
+        r.record(
+            "s:seq:0-0",
+            "s",
+            Arc::new(vec![5, 6, 7]),
+            vec![8, 9],
+            vec![-0.5, -1.5],
+        );
         let (input, targets, prov) = rl_loop_datum(&[5, 6, 7], &[8, 9], "s:seq:0-0");
         let rec = r.resolve(0, "s", &prov, &input, &targets).unwrap();
         assert_eq!(rec.sampled, vec![false, false, true, true]);
@@ -339,15 +359,26 @@ mod tests {
     #[test]
     fn bad_provenance_is_a_one_line_error_naming_the_run() {
         let r = SequenceRecords::new(1000, DEFAULT_RECORD_TTL);
-        r.record("a", "s", Arc::new(vec![5, 6, 7]), vec![8, 9], vec![-0.5, -1.5]);
+        r.record(
+            "a",
+            "s",
+            Arc::new(vec![5, 6, 7]),
+            vec![8, 9],
+            vec![-0.5, -1.5],
+        );
         let (input, targets, prov) = rl_loop_datum(&[5, 6, 7], &[8, 9], "a");
         let err = |prov: &Provenance, input: &[i64], targets: &[i64], session: &str| {
-            r.resolve(3, session, prov, input, targets).unwrap_err().to_string()
+            r.resolve(3, session, prov, input, targets)
+                .unwrap_err()
+                .to_string()
         };
         let mut wrong = targets.clone();
         wrong[3] = 1;
         let e = err(&prov, &input, &wrong, "s");
-        assert!(e.contains("datum 3: loss_fn_input_spans[1]: position 3 holds token 1"), "{e}");
+        assert!(
+            e.contains("datum 3: loss_fn_input_spans[1]: position 3 holds token 1"),
+            "{e}"
+        );
         assert!(err(&prov, &input, &targets, "t").contains("another session"));
         let mut unknown = prov.clone();
         unknown.targets[1].sequence_id = "b".into();
@@ -355,7 +386,10 @@ mod tests {
         let mut past = prov.clone();
         past.targets[1].offset = 1;
         let e = err(&past, &input, &targets, "s");
-        assert!(e.contains("past the end of sequence \"a\"'s sampled tokens"), "{e}");
+        assert!(
+            e.contains("past the end of sequence \"a\"'s sampled tokens"),
+            "{e}"
+        );
         let mut short = prov.clone();
         short.model_input.pop();
         assert!(err(&short, &input, &targets, "s").contains("must tile it exactly"));
@@ -372,7 +406,13 @@ mod tests {
         let r = SequenceRecords::new(10, DEFAULT_RECORD_TTL);
         let prompt = Arc::new(vec![1, 2, 3]);
         for k in 0..5 {
-            r.record(&format!("x{k}"), "s", prompt.clone(), vec![4, 5], vec![0.0, 0.0]);
+            r.record(
+                &format!("x{k}"),
+                "s",
+                prompt.clone(),
+                vec![4, 5],
+                vec![0.0, 0.0],
+            );
         }
         // 5 tokens each, a cap of 10: the two newest stay.
         assert_eq!(r.usage(), (2, 10));

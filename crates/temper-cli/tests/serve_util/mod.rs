@@ -153,6 +153,7 @@ pub fn forward_backward_body(
                     dense(proto::DType::Float32, weights, targets.len()),
                 ),
             ]),
+            ..Default::default()
         }],
         loss_fn: "cross_entropy".into(),
         forward_only,

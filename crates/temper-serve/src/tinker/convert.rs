@@ -92,7 +92,9 @@ fn provenance(i: usize, d: &proto::Datum) -> Result<Option<Provenance>> {
         return Ok(None);
     }
     if inputs.is_empty() != targets.is_empty() {
-        bail!("datum {i}: model_input_spans and loss_fn_input_spans come as a pair: both or neither");
+        bail!(
+            "datum {i}: model_input_spans and loss_fn_input_spans come as a pair: both or neither"
+        );
     }
     let runs = |field: &str, spans: &[proto::ProvenanceSpan]| -> Result<Vec<Span>> {
         spans
@@ -104,7 +106,9 @@ fn provenance(i: usize, d: &proto::Datum) -> Result<Option<Provenance>> {
                     Some(proto::provenance_span::Span::SampledTokens(r)) => {
                         (SpanSource::Sampled, r)
                     }
-                    None => bail!("datum {i}: {field}[{k}]: neither prompt_tokens nor sampled_tokens"),
+                    None => {
+                        bail!("datum {i}: {field}[{k}]: neither prompt_tokens nor sampled_tokens")
+                    }
                 };
                 if run.sequence_id.is_empty() {
                     bail!("datum {i}: {field}[{k}]: sequence_id is empty");

@@ -422,11 +422,7 @@ async fn forward_backward(State(state): S, body: Bytes) -> Response {
 
 /// Each datum's provenance checked against what the samplers of the model's session recorded,
 /// and the recorded logprobs attached to it (what `stable_reinforce` trains with).
-fn resolve_provenance(
-    t: &Tinker,
-    model_id: &str,
-    data: &mut [temper_tinker::Datum],
-) -> Result<()> {
+fn resolve_provenance(t: &Tinker, model_id: &str, data: &mut [temper_tinker::Datum]) -> Result<()> {
     let session = super::sessions::session_of(model_id);
     for (i, d) in data.iter_mut().enumerate() {
         let Some(provenance) = &d.provenance else {
