@@ -16,6 +16,9 @@ Checks:
 - optim_step changes the next forward; seeded sampling reproduces; a stop token ends a sample and
   is returned; several samples per prompt;
 - save_state / load_state / create_training_client_from_state_with_optimizer restore the weights;
+- get_server_capabilities lists the served model; create_custom_loss runs client-side and equals
+  cross_entropy; inflight sampling clients follow the model's latest inflight save while a
+  snapshot keeps its weights;
 - bad input (unknown loss, `custom`, stable_reinforce without provenance or with provenance whose
   tokens were not sampled or whose sequence is unknown, a datum with a wrong length or token id, an
   unknown checkpoint) is an error naming the datum and field, and the server keeps serving.
@@ -244,6 +247,42 @@ for cfg in [{}, {"kl_coeff": 0.1, "ratio_cap": 1.5}]:
        f"stable_reinforce {cfg}: gradient == torch's (moved {moved:.2e}, differ by {np.abs(la - lb).max():.1e})")
 
 ok(abs(sr_losses[0] - sr_losses[1]) > 1e-3, f"stable_reinforce: the cap and kl_coeff change the loss ({sr_losses})")
+
+# get_server_capabilities: exactly the served model, trainable and sampleable.
+caps = tinker.RestClient().get_server_capabilities().result()
+ok(len(caps.supported_models) == 1 and caps.supported_models[0].trainable
+   and caps.supported_models[0].max_context_length == cli.max_model_len,
+   f"get_server_capabilities lists the served model ({caps.supported_models[0].model_name})")
+
+# create_custom_loss (the SDK traces it and, as temper's client config says, runs it client-side
+# through forward_backward_custom): its loss equals the built-in cross_entropy's.
+def neg_ll(logprobs, weights):
+    loss = -(logprobs * weights).sum()
+    return loss, {"custom/neg_ll:sum": loss}
+
+
+handle = sc.create_custom_loss(neg_ll, input_ranks={"logprobs": 1, "weights": 1}).result()
+c = sc.create_lora_training_client(base_model=BASE, rank=RANK, seed=5).result()
+builtin = c.forward([ce], "cross_entropy").result().metrics["loss:sum"]
+custom_out = c.forward_backward_custom([ce], handle).result()
+ok(abs(custom_out.metrics["custom/neg_ll:sum"] - builtin) <= 1e-4 * max(1.0, abs(builtin)),
+   f"create_custom_loss + forward_backward_custom: {custom_out.metrics['custom/neg_ll:sum']:.6f} == cross_entropy {builtin:.6f}")
+
+# Inflight sampling clients: every inflight client of a model samples its latest inflight save
+# (the SDK's SamplingClientKind contract); a snapshot keeps its weights.
+seq = types.ModelInput.from_ints(prompt + completion)
+inf_a = c.save_weights_and_get_sampling_client(kind="inflight").result()
+snap_before = c.save_weights_and_get_sampling_client().result()
+lp_a0 = inf_a.compute_logprobs(seq).result()[1:]
+c.forward_backward([ce], "cross_entropy").result()
+c.optim_step(types.AdamParams(learning_rate=0.05)).result()
+inf_b = c.save_weights_and_get_sampling_client(kind="inflight").result()
+lp_a1, lp_b = inf_a.compute_logprobs(seq).result()[1:], inf_b.compute_logprobs(seq).result()[1:]
+lp_snap = snap_before.compute_logprobs(seq).result()[1:]
+trained = arr(c.forward([ce], "cross_entropy").result().loss_fn_outputs[0]["logprobs"])
+ok(np.allclose(lp_a1, lp_b, atol=1e-6) and np.allclose(lp_b, trained, atol=1e-5)
+   and np.abs(np.array(lp_a1) - np.array(lp_a0)).max() > 1e-4 and np.allclose(lp_snap, lp_a0, atol=1e-6),
+   "an inflight client samples the model's latest inflight save; a snapshot keeps its weights")
 
 # Gradients accumulate across forward_backward calls; optim_step changes the next forward.
 before = arr(tc.forward([rl], "importance_sampling").result().loss_fn_outputs[0]["logprobs"])

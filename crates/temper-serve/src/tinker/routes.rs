@@ -55,6 +55,8 @@ pub fn routes(state: Arc<AppState>) -> Router<Arc<AppState>> {
         .route("/api/v1/samplers/{id}", get(get_sampler))
         .route("/api/v1/asample", post(asample))
         .route("/api/v1/retrieve_future", post(retrieve_future))
+        .route("/api/v1/get_server_capabilities", get(server_capabilities))
+        .route("/api/v1/create_custom_loss", post(create_custom_loss))
         .route_layer(middleware::from_fn_with_state(state, require_key));
     Router::new()
         .route(
@@ -515,7 +517,21 @@ async fn save_weights_for_sampler(State(state): S, body: Bytes) -> Response {
             let sess = id.split(":train:").next().unwrap_or(&id);
             format!("{sess}:sample:{k}")
         });
-        to_model(&t, &id, seq, Job::SaveForSampler { name, session })
+        let inflight = match v["kind"].as_str() {
+            None | Some("snapshot") => false,
+            Some("inflight") => true,
+            Some(k) => bail!("kind: {k:?} is neither \"snapshot\" nor \"inflight\""),
+        };
+        to_model(
+            &t,
+            &id,
+            seq,
+            Job::SaveForSampler {
+                name,
+                session,
+                inflight,
+            },
+        )
     })
 }
 
@@ -608,6 +624,28 @@ async fn create_sampling_session(State(state): S, body: Bytes) -> Response {
         Ok(json!({"sampling_session_id": id, "type": "create_sampling_session"}))
     })
     .await
+}
+
+/// The one model this server serves, trainable (LoRA or full) and sampleable, with its context.
+async fn server_capabilities(State(state): S) -> Response {
+    Json(json!({"supported_models": [{
+        "model_name": state.model_name,
+        "max_context_length": state.worker.limits.max_model_len,
+        "trainable": true,
+        "sampleable": true,
+    }]}))
+    .into_response()
+}
+
+/// Server-side custom losses would run code a client uploads inside the server: temper does not,
+/// and says what to use instead.
+async fn create_custom_loss(State(state): S) -> Response {
+    future(&state, json!({}), || {
+        bail!(
+            "create_custom_loss: temper does not run client-defined losses on the server; \
+             compute the loss client-side with forward_backward_custom, or use a built-in loss_fn"
+        )
+    })
 }
 
 async fn get_sampler(State(state): S, UrlPath(id): UrlPath<String>) -> Response {

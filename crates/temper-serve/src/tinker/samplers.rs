@@ -22,6 +22,9 @@ pub struct Session {
     pub base_model: String,
     /// `tinker://...` when made from saved sampler weights.
     pub model_path: Option<String>,
+    /// For an inflight sampling client (`kind="inflight"`), the training model whose latest
+    /// inflight save it samples.
+    pub inflight_of: Option<String>,
 }
 
 /// The sampling sessions, and the worker to tell when their weights are no longer needed;
@@ -61,8 +64,43 @@ impl Samplers {
                     dir: dir.to_path_buf(),
                     base_model: base_model.to_string(),
                     model_path: model_path.map(str::to_string),
+                    inflight_of: None,
                 },
             );
+    }
+
+    /// An inflight sampling client of training model `model_id` (the SDK's
+    /// `SamplingClientKind` contract): it and every earlier inflight client of that model now
+    /// sample the weights just saved in `dir`; the weights no session samples any more are
+    /// unloaded.
+    pub fn register_inflight(
+        &self,
+        id: &str,
+        dir: &Path,
+        base_model: &str,
+        model_path: &str,
+        model_id: &str,
+    ) {
+        let keep = {
+            let mut sessions = self.sessions.lock().unwrap_or_else(|e| e.into_inner());
+            for s in sessions.values_mut() {
+                if s.inflight_of.as_deref() == Some(model_id) {
+                    s.dir = dir.to_path_buf();
+                    s.model_path = Some(model_path.to_string());
+                }
+            }
+            sessions.insert(
+                id.to_string(),
+                Session {
+                    dir: dir.to_path_buf(),
+                    base_model: base_model.to_string(),
+                    model_path: Some(model_path.to_string()),
+                    inflight_of: Some(model_id.to_string()),
+                },
+            );
+            sessions.values().map(|s| s.dir.clone()).collect()
+        };
+        self.pruner.prune(keep);
     }
 
     pub fn session(&self, id: &str) -> Option<Session> {

@@ -33,6 +33,8 @@ pub enum Job {
     SaveForSampler {
         name: Option<String>,
         session: Option<String>,
+        /// `kind="inflight"`: the session follows this model's later inflight saves.
+        inflight: bool,
     },
     LoadState {
         dir: PathBuf,
@@ -180,7 +182,11 @@ fn execute(
                 "path": format!("tinker://{}/weights/{name}", info.model_id), "type": "save_weights",
             })))
         }
-        Job::SaveForSampler { name, session } => {
+        Job::SaveForSampler {
+            name,
+            session,
+            inflight,
+        } => {
             let leaf = match (&name, &session) {
                 (Some(n), _) => {
                     check_name(n)?;
@@ -196,7 +202,17 @@ fn execute(
             let path = format!("tinker://{}/sampler_weights/{leaf}", info.model_id);
             match session {
                 Some(s) if name.is_none() => {
-                    samplers.register(&s, &dir, &info.base_model, Some(&path));
+                    if inflight {
+                        samplers.register_inflight(
+                            &s,
+                            &dir,
+                            &info.base_model,
+                            &path,
+                            &info.model_id,
+                        );
+                    } else {
+                        samplers.register(&s, &dir, &info.base_model, Some(&path));
+                    }
                     Ok(Outcome::Json(
                         json!({"sampling_session_id": s, "path": path}),
                     ))
