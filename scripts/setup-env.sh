@@ -23,9 +23,15 @@ stamp="$venv/.temper-env"
 # and the run loggers trainer.logger starts (tensorboard reads the event files in tests; wandb writes
 # offline runs through tools/wandb_sidecar.py).
 REFERENCE_PACKAGES=(numpy "transformers==5.23.0" "gguf==0.19.0" safetensors sentencepiece protobuf "trl==1.16.0" "peft==0.21.2" "tinker==0.38.0" "math-verify==0.9.0" "tensorboard==2.21.0" "wandb==0.31.0")
+# tinker-cookbook's recipes run against `temper serve` in the tests. Its PyPI metadata requires
+# tml-renderers>=0.4.1, which PyPI does not have (0.2.1 at most) and which the recipes tested do not
+# import: the cookbook goes in without its dependencies, and these (its other requirements) beside it.
+COOKBOOK="tinker-cookbook==0.6.1"
+COOKBOOK_DEPS=("aiohttp>=3.9" "anyio>=4" "blobfile>=3" "chz>=0.4.0" "cloudpickle>=3" "datasets>=2.14"
+  "pillow>=10" "pyrage>=1.4" "rich>=13" "termcolor>=2" "tiktoken>=0.12" "tqdm>=4.60" "pylatexenc>=2.0")
 cuda="${TEMPER_CUDA:-}"
 if [[ -z "$cuda" ]] && command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then cuda=1; fi
-want="torch=$TORCH_VERSION cuda=${cuda:-0} ${REFERENCE_PACKAGES[*]}"
+want="torch=$TORCH_VERSION cuda=${cuda:-0} ${REFERENCE_PACKAGES[*]} $COOKBOOK"
 
 # c10d's Gloo process group (data-parallel training, temper-kernels/csrc/comm.cpp) includes the gloo
 # headers, which PyTorch's wheel does not ship: Debian's libgloo-dev provides them (headers only are
@@ -47,6 +53,8 @@ echo "temper: setting up $venv ($want); first time only" >&2
 pip=("$venv/bin/python" -m pip install --quiet --disable-pip-version-check)
 "${pip[@]}" "torch==$TORCH_VERSION"
 "${pip[@]}" "${REFERENCE_PACKAGES[@]}"
+"${pip[@]}" "${COOKBOOK_DEPS[@]}"
+"${pip[@]}" --no-deps "$COOKBOOK"
 
 site="$("$venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
 ln -sfn "$site" "$venv/site"

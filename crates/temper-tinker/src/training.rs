@@ -53,6 +53,7 @@ const PASS_ACTIVATION_BYTES: u64 = 2 << 30;
 /// Padded tokens per pass, whatever the model: small models need no more to use the machine.
 const MAX_PASS_TOKENS: usize = 16384;
 
+
 /// How many padded tokens one pass over a model of this shape may hold.
 fn pass_tokens(config: &temper_model::ModelConfig) -> usize {
     let per_token = config.activation_bytes_per_token();
@@ -65,6 +66,13 @@ pub struct TrainingModel {
     pub model: CausalLm,
     params: Vec<(String, Tensor)>,
     optimizer: AdamW,
+    /// A forward_backward pass of more padded tokens than this keeps only each layer's input and
+    /// runs the layers again in the backward (activation checkpointing, as the trainer's
+    /// `gradient_checkpointing`). Passes are cut at [`pass_tokens`], so only a datum longer than
+    /// a whole pass gets here: it then costs about its layer inputs, not every activation of
+    /// every layer (memory linear in its tokens, and a small slope). Shorter passes keep the
+    /// plain backward (faster, and the same numbers as before).
+    checkpoint_above: usize,
 }
 
 impl TrainingModel {
@@ -79,11 +87,19 @@ impl TrainingModel {
             d.eps,
             d.weight_decay,
         );
+        let checkpoint_above = pass_tokens(model.config());
         TrainingModel {
             model,
             params,
             optimizer,
+            checkpoint_above,
         }
+    }
+
+    /// Checkpoint the layers of every forward_backward pass of more than `tokens` padded tokens
+    /// (default: passes longer than a pass may be, that is, a datum longer than a pass).
+    pub fn set_checkpoint_above(&mut self, tokens: usize) {
+        self.checkpoint_above = tokens;
     }
 
     /// The outputs and loss without touching gradients.
@@ -196,8 +212,14 @@ impl TrainingModel {
             real.extend((0..d.model_input.len()).map(|k| (i * width + k) as i64));
         }
         let (ids, mask, pos) = padded.tensors(device);
+        let checkpointed = backward && width * data.len() > self.checkpoint_above;
+        let (hidden, checkpoints) = if checkpointed {
+            let (h, c) = self.model.forward_hidden_checkpointed(&ids, &pos, &mask);
+            (h, Some(c))
+        } else {
+            (self.model.forward_hidden(&ids, &pos, &mask, None), None)
+        };
         // Only the datums' own positions (not the padding) reach the unembedding, in datum order.
-        let hidden = self.model.forward_hidden(&ids, &pos, &mask, None);
         let h = *hidden.size().last().expect("hidden is (B, T, H)");
         let hidden = hidden
             .reshape([-1, h])
@@ -206,6 +228,10 @@ impl TrainingModel {
         let scores =
             self.model
                 .score_tokens(&hidden, &tgt, 1.0, self.model.default_unembed_chunk());
+        let scores = match checkpoints {
+            Some(c) => scores.with_checkpoints(c),
+            None => scores,
+        };
         let mut total: Option<Tensor> = None;
         let mut logprobs = Vec::with_capacity(data.len());
         let mut start = 0;
