@@ -82,11 +82,7 @@ fn math_rl_runs_with_its_default_loss() {
         "behavior_if_log_dir_exists=delete".into(),
     ]
     .into();
-    let out = recipe(
-        &server.url,
-        "tinker_cookbook.recipes.math_rl.train",
-        &args,
-    );
+    let out = recipe(&server.url, "tinker_cookbook.recipes.math_rl.train", &args);
     assert!(out.contains("stable_reinforce"), "{out}");
     assert!(out.contains("Training completed successfully"), "{out}");
     // One line per training step (each with the optimizer's metrics), and a closing line.

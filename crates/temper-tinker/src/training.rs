@@ -53,7 +53,6 @@ const PASS_ACTIVATION_BYTES: u64 = 2 << 30;
 /// Padded tokens per pass, whatever the model: small models need no more to use the machine.
 const MAX_PASS_TOKENS: usize = 16384;
 
-
 /// How many padded tokens one pass over a model of this shape may hold.
 fn pass_tokens(config: &temper_model::ModelConfig) -> usize {
     let per_token = config.activation_bytes_per_token();

@@ -56,11 +56,16 @@ fn a_long_datum_is_checkpointed_same_gradients_a_fraction_of_the_memory() {
     // can only lower the second call's rise.
     let (plain, plain_mib) = forward_backward(usize::MAX);
     let (checkpointed, checkpointed_mib) = forward_backward(0);
-    println!("peak rise over RSS: plain {plain_mib:.0} MiB, checkpointed {checkpointed_mib:.0} MiB");
+    println!(
+        "peak rise over RSS: plain {plain_mib:.0} MiB, checkpointed {checkpointed_mib:.0} MiB"
+    );
     for (a, b) in plain.iter().zip(&checkpointed) {
         let scale = a.abs().max().double_value(&[]).max(1e-6);
         let diff = (a - b).abs().max().double_value(&[]);
-        assert!(diff <= 1e-4 * scale, "gradient differs by {diff} (scale {scale})");
+        assert!(
+            diff <= 1e-4 * scale,
+            "gradient differs by {diff} (scale {scale})"
+        );
     }
     assert!(
         checkpointed_mib < plain_mib / 2.0,

@@ -204,6 +204,12 @@ pub fn sampling_params(v: &Value, context_left: usize) -> Result<TinkerSamplingP
         _ => bail!("sampling_params.stop: not a string or a list"),
     }
     let max_tokens = match &v["max_tokens"] {
+        // Without max_tokens a sample runs to the end of the context: a prompt that already
+        // fills it leaves no room, which is the prompt's fault, not a field the client sent.
+        Value::Null if context_left == 0 => bail!(
+            "prompt: it fills the model's whole context (--max-model-len), so no token can be \
+             sampled; shorten the prompt or start the server with a larger --max-model-len"
+        ),
         Value::Null => context_left,
         x => x
             .as_u64()
@@ -308,6 +314,11 @@ mod sampling_tests {
         let p = sampling_params(&json!({"max_tokens": 7, "seed": -1, "top_k": 5}), 100).unwrap();
         assert_eq!((p.max_tokens, p.seed, p.top_k), (7, Some(u64::MAX), 5));
         assert_eq!(sampling_params(&json!({}), 100).unwrap().max_tokens, 100);
+        let full = sampling_params(&json!({}), 0).unwrap_err().to_string();
+        assert!(
+            full.contains("fills the model's whole context (--max-model-len)"),
+            "{full}"
+        );
         for (bad, field) in [
             (json!({"max_tokens": -5}), "sampling_params.max_tokens"),
             (json!({"max_tokens": 2.5}), "sampling_params.max_tokens"),
