@@ -16,6 +16,9 @@ Checks:
 - optim_step changes the next forward; seeded sampling reproduces; a stop token ends a sample and
   is returned; several samples per prompt;
 - save_state / load_state / create_training_client_from_state_with_optimizer restore the weights;
+- topk_prompt_logprobs (and prompt_logprobs, prompt_logprobs_last_n) and cross_entropy on (N, K)
+  targets against transformers on the same model folder, and the (N, K) gradient against the
+  SDK's client-side path;
 - get_server_capabilities lists the served model; create_custom_loss runs client-side and equals
   cross_entropy; inflight sampling clients follow the model's latest inflight save while a
   snapshot keeps its weights;
@@ -247,6 +250,62 @@ for cfg in [{}, {"kl_coeff": 0.1, "ratio_cap": 1.5}]:
        f"stable_reinforce {cfg}: gradient == torch's (moved {moved:.2e}, differ by {np.abs(la - lb).max():.1e})")
 
 ok(abs(sr_losses[0] - sr_losses[1]) > 1e-3, f"stable_reinforce: the cap and kl_coeff change the loss ({sr_losses})")
+
+# Top-k prompt logprobs and (N, K) cross_entropy (distillation onto a teacher's top-k) against
+# transformers running the same model folder.
+from transformers import AutoModelForCausalLM
+
+hf = AutoModelForCausalLM.from_pretrained(BASE, torch_dtype=torch.float32)
+toks = prompt + completion
+with torch.no_grad():
+    ref = torch.log_softmax(hf(torch.tensor([toks])).logits[0].double(), -1)  # row i predicts toks[i+1]
+K = 5
+res = base_sampler.sample(types.ModelInput.from_ints(toks), 1, types.SamplingParams(max_tokens=1),
+                          include_prompt_logprobs=True, topk_prompt_logprobs=K).result()
+topk = res.topk_prompt_logprobs
+best = [sorted(ref[i - 1].tolist(), reverse=True)[:K] for i in range(1, len(toks))]
+ok(topk[0] is None and len(topk) == len(toks)
+   and all(len(row) == K for row in topk[1:])
+   and all(abs(lp - ref[i - 1][tid].item()) < 1e-4 for i, row in enumerate(topk) if row for tid, lp in row)
+   and all(np.allclose([lp for _, lp in row], best[i - 1], atol=1e-4) for i, row in enumerate(topk) if row),
+   f"topk_prompt_logprobs={K}: the {K} most likely next tokens and their logprobs == transformers'")
+ok(np.allclose(res.prompt_logprobs[1:], [ref[i - 1][toks[i]].item() for i in range(1, len(toks))], atol=1e-4),
+   "prompt_logprobs beside topk_prompt_logprobs == transformers'")
+last = base_sampler.sample(types.ModelInput.from_ints(toks), 1, types.SamplingParams(max_tokens=1),
+                           include_prompt_logprobs=True, topk_prompt_logprobs=2, prompt_logprobs_last_n=3).result()
+ok(all(x is None for x in last.prompt_logprobs[:-3]) and all(x is not None for x in last.prompt_logprobs[-3:])
+   and all(r is None for r in last.topk_prompt_logprobs[:-3]),
+   "prompt_logprobs_last_n=3 scores only the last 3 positions")
+
+# (N, K) targets: each position's top-K teacher tokens with weights (zero on the prompt), sent as
+# torch tensors (the SDK sends them sparse when that is smaller).
+n_in = len(toks) - 1
+tgt_nk = torch.tensor([[tid for tid, _ in (topk[i + 1] or [(0, 0.0)] * K)] for i in range(n_in)], dtype=torch.long)
+w_nk = torch.tensor([[0.0] * K if i < len(prompt) - 1 else [float(np.exp(lp)) for _, lp in topk[i + 1]]
+                     for i in range(n_in)], dtype=torch.float32)
+nk = types.Datum(model_input=types.ModelInput.from_ints(toks[:-1]),
+                 loss_fn_inputs={"target_tokens": tgt_nk, "weights": w_nk})
+fresh = sc.create_lora_training_client(base_model=BASE, rank=RANK, seed=5).result()
+out_nk = fresh.forward([nk], "cross_entropy").result()
+lp_nk = out_nk.loss_fn_outputs[0]["logprobs"].to_torch()
+want_lp = torch.stack([ref[i][tgt_nk[i]] for i in range(n_in)])
+want_loss = -(want_lp * w_nk.double()).sum().item()
+ok(tuple(lp_nk.shape) == (n_in, K) and torch.allclose(lp_nk.double(), want_lp, atol=1e-4)
+   and abs(out_nk.metrics["loss:sum"] - want_loss) <= 1e-4 * max(1.0, abs(want_loss)),
+   f"cross_entropy on ({n_in}, {K}) targets: logprobs and loss:sum {out_nk.metrics['loss:sum']:.5f} == transformers' {want_loss:.5f}")
+a = sc.create_lora_training_client(base_model=BASE, rank=RANK, seed=5).result()
+b = sc.create_lora_training_client(base_model=BASE, rank=RANK, seed=5).result()
+a.forward_backward([nk], "cross_entropy").result()
+a.optim_step(adam).result()
+b.forward_backward_custom([nk], lambda data, lps: (sum(-(lp.double() * dd.loss_fn_inputs["weights"].to_torch().double()).sum()
+                                                       for dd, lp in zip(data, lps)), {})).result()
+b.optim_step(adam).result()
+la = arr(a.forward([probe], "importance_sampling").result().loss_fn_outputs[0]["logprobs"])
+lb = arr(b.forward([probe], "importance_sampling").result().loss_fn_outputs[0]["logprobs"])
+base_probe = arr(fresh.forward([probe], "importance_sampling").result().loss_fn_outputs[0]["logprobs"])
+moved = np.abs(la - base_probe).max()
+ok(moved > 2e-5 and np.abs(la - lb).max() <= 1e-3 * moved,
+   f"cross_entropy (N, K): gradient == torch's (moved {moved:.2e}, differ by {np.abs(la - lb).max():.1e})")
 
 # get_server_capabilities: exactly the served model, trainable and sampleable.
 caps = tinker.RestClient().get_server_capabilities().result()

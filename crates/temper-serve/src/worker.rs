@@ -35,7 +35,15 @@ pub use crate::models::Weights;
 use crate::reply::{bad, Failure};
 
 type SampleReply = tokio::sync::oneshot::Sender<Result<Vec<Sample>, String>>;
-type LogprobsReply = tokio::sync::oneshot::Sender<Result<Vec<Option<f32>>, String>>;
+type LogprobsReply = tokio::sync::oneshot::Sender<Result<PromptScores, String>>;
+
+/// A prompt scored on the worker: per position, its token's logprob and (when asked) the top-k
+/// next tokens, `None` at the first position.
+#[derive(Debug, Default)]
+pub struct PromptScores {
+    pub logprobs: Option<Vec<Option<f32>>>,
+    pub topk: Option<Vec<Option<temper_tinker::TopTokens>>>,
+}
 
 /// One queued job.
 enum Job {
@@ -48,6 +56,10 @@ enum Job {
     Logprobs {
         weights: Weights,
         tokens: Vec<i64>,
+        /// Whether the tokens' own logprobs are wanted.
+        logprobs: bool,
+        /// How many top next tokens per position (0: none).
+        topk: usize,
         reply: LogprobsReply,
     },
     /// Load the weights of the HF folder `dir` (same architecture) in place of the served ones.
@@ -262,13 +274,16 @@ impl Worker {
         Ok(results)
     }
 
-    /// Per position of `tokens`, log p(token | the tokens before it) under `weights` (`None`
-    /// for the first): Tinker's compute_logprobs. Counts as one request in the queue.
-    pub async fn prompt_logprobs(
+    /// Per position of `tokens` under `weights` (`None` for the first): with `logprobs`,
+    /// log p(token | the tokens before it) (Tinker's compute_logprobs); with `topk` > 0, the
+    /// `topk` most likely next tokens. Counts as one request in the queue.
+    pub async fn prompt_scores(
         &self,
         weights: Weights,
         tokens: Vec<i64>,
-    ) -> Result<Result<Vec<Option<f32>>, String>, Failure> {
+        logprobs: bool,
+        topk: usize,
+    ) -> Result<Result<PromptScores, String>, Failure> {
         let _queued = self.reserve(1)?;
         let (reply, rx) = tokio::sync::oneshot::channel();
         if self
@@ -276,6 +291,8 @@ impl Worker {
             .send(Job::Logprobs {
                 weights,
                 tokens,
+                logprobs,
+                topk,
                 reply,
             })
             .is_err()
@@ -382,17 +399,28 @@ fn run_job(
         Job::Logprobs {
             weights,
             tokens,
+            logprobs,
+            topk,
             reply,
         } => {
             if reply.is_closed() {
                 return;
             }
             let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                models
-                    .select(&weights)
-                    .and_then(|m| temper_tinker::prompt_logprobs(&m.policy.model, &tokens))
-                    .map_err(|e| format!("{e:#}"))
+                let m = models.select(&weights)?;
+                let model = &m.policy.model;
+                Ok(PromptScores {
+                    logprobs: match logprobs {
+                        true => Some(temper_tinker::prompt_logprobs(model, &tokens)?),
+                        false => None,
+                    },
+                    topk: match topk {
+                        0 => None,
+                        k => Some(temper_tinker::prompt_topk(model, &tokens, k)?),
+                    },
+                })
             }))
+            .map(|r: anyhow::Result<PromptScores>| r.map_err(|e| format!("{e:#}")))
             .unwrap_or_else(|panic| {
                 Err(format!(
                     "the request failed inside the server: {}",

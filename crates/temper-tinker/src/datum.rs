@@ -45,6 +45,10 @@ pub struct Datum {
     /// What the sampler recorded for the targets, resolved from `provenance` against the
     /// server's records ([`crate::SequenceRecords::resolve`]); `stable_reinforce` needs it.
     pub recorded: Option<Recorded>,
+    /// The fields given as (N, K) matrices (row-major), with their K: `cross_entropy` onto K
+    /// targets per position (`target_tokens` and `weights`, distillation onto a teacher's top-k).
+    /// A field not named here is (N,).
+    pub widths: BTreeMap<String, usize>,
 }
 
 impl Datum {
@@ -55,7 +59,13 @@ impl Datum {
             loss_fn_inputs,
             provenance: None,
             recorded: None,
+            widths: BTreeMap::new(),
         }
+    }
+
+    /// K of field `name` (1 for an (N,) field).
+    pub fn width(&self, name: &str) -> usize {
+        self.widths.get(name).copied().unwrap_or(1)
     }
 
     /// The checks of a loss that reads the sampler's records (`stable_reinforce`): the records
@@ -109,10 +119,32 @@ impl Datum {
             Some(TensorData::I64(v)) => v.clone(),
         };
         for (name, value) in &self.loss_fn_inputs {
-            if value.len() != n {
+            let k = self.width(name);
+            if value.len() != n * k {
+                let shape = if k == 1 {
+                    String::new()
+                } else {
+                    format!(" ({n} x {k} expected)")
+                };
                 bail!(
-                    "datum {index}: loss_fn_inputs.{name} has {} values, model_input has {n} tokens",
+                    "datum {index}: loss_fn_inputs.{name} has {} values, model_input has {n} tokens{shape}",
                     value.len()
+                );
+            }
+        }
+        let k = self.width("target_tokens");
+        if k > 1 {
+            if needs != ["weights"] {
+                bail!(
+                    "datum {index}: loss_fn_inputs.target_tokens is ({n}, {k}): only cross_entropy \
+                     takes K targets per position"
+                );
+            }
+            if self.loss_fn_inputs.contains_key("weights") && self.width("weights") != k {
+                bail!(
+                    "datum {index}: loss_fn_inputs.weights must be ({n}, {k}) like target_tokens, \
+                     it is ({n}, {})",
+                    self.width("weights")
                 );
             }
         }

@@ -17,12 +17,14 @@
 //!   without the optimizer state.
 
 mod datum;
+pub mod prompt_topk;
 pub mod provenance;
 mod sampling;
 mod state;
 mod training;
 
 pub use datum::{Datum, TensorData};
+pub use prompt_topk::{prompt_topk, TopTokens};
 pub use provenance::{Provenance, Recorded, SequenceRecords, Span, SpanSource};
 pub use sampling::{
     engine_request, prompt_logprobs, sampled_sequence, SampledSequence, SamplingModel,

@@ -37,8 +37,11 @@ impl Default for AdamParams {
 /// What forward and forward_backward return.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ForwardOutput {
-    /// Per datum, the logprob of each target token (Tinker's `loss_fn_outputs[i]["logprobs"]`).
+    /// Per datum, the logprob of each target token (Tinker's `loss_fn_outputs[i]["logprobs"]`),
+    /// row-major (N, K) when the targets are (N, K).
     pub logprobs: Vec<Vec<f32>>,
+    /// K: the targets per position (1 for (N,) targets), the same for every datum of a request.
+    pub width: usize,
     /// The loss summed over tokens and datums (`metrics["loss:sum"]`).
     pub loss_sum: f64,
 }
@@ -164,7 +167,16 @@ impl TrainingModel {
         // Datums run in passes of at most `pass_tokens` padded tokens (activations are per pass;
         // gradients add up over passes as over forward_backward calls).
         let pass_tokens = pass_tokens(self.model.config());
+        let width = data.first().map_or(1, |d| d.width("target_tokens"));
+        if let Some(i) = data.iter().position(|d| d.width("target_tokens") != width) {
+            anyhow::bail!(
+                "datum {i}: loss_fn_inputs.target_tokens has {} targets per position, datum 0 has \
+                 {width}: one request's datums share K",
+                data[i].width("target_tokens")
+            );
+        }
         let mut out = ForwardOutput {
+            width,
             logprobs: Vec::with_capacity(data.len()),
             loss_sum: 0.0,
         };
@@ -223,6 +235,13 @@ impl TrainingModel {
         let hidden = hidden
             .reshape([-1, h])
             .index_select(0, &Tensor::from_slice(&real).to(device));
+        // K targets per position: each position's hidden state scores each of its K targets.
+        let k = data[0].width("target_tokens") as i64;
+        let hidden = if k > 1 {
+            hidden.repeat_interleave_self_int(k, 0, None)
+        } else {
+            hidden
+        };
         let tgt = Tensor::from_slice(&tgt).to(device);
         let scores =
             self.model
@@ -235,7 +254,7 @@ impl TrainingModel {
         let mut logprobs = Vec::with_capacity(data.len());
         let mut start = 0;
         for d in data {
-            let n = d.model_input.len() as i64;
+            let n = d.model_input.len() as i64 * k;
             let row = scores.logp.narrow(0, start, n);
             start += n;
             let input = |name: &str| -> Tensor {
@@ -265,7 +284,11 @@ impl TrainingModel {
             scores.backward();
         }
         let loss_sum = total.to_kind(Kind::Double).double_value(&[]);
-        Ok(ForwardOutput { logprobs, loss_sum })
+        Ok(ForwardOutput {
+            logprobs,
+            loss_sum,
+            width: k as usize,
+        })
     }
 }
 

@@ -31,18 +31,93 @@ pub fn proto_tokens(chunks: &[proto::Chunk], field: &str) -> Result<Vec<i64>> {
     Ok(out)
 }
 
-/// A protobuf tensor as int64 or float32 values (dense only).
-fn tensor_values(t: &proto::Tensor, field: &str) -> Result<TensorData> {
-    let Some(proto::tensor::Encoding::Dense(bytes)) = &t.encoding else {
-        bail!("{field}: only dense tensors are supported (not sparse_csr)");
+/// A protobuf tensor as int64 or float32 values, row-major, and its K when it is (N, K). A
+/// sparse CSR tensor (the SDK sends 2-D `target_tokens` and `weights` so when that is smaller)
+/// comes back dense, its implicit cells 0.
+fn tensor_values(t: &proto::Tensor, field: &str) -> Result<(TensorData, usize)> {
+    let width = match t.shape.as_slice() {
+        [] | [_] => 1,
+        [_, k] if *k >= 1 => *k as usize,
+        s => bail!("{field}: shape {s:?}: only (N,) and (N, K) tensors are taken"),
     };
+    let values = match &t.encoding {
+        Some(proto::tensor::Encoding::Dense(bytes)) => values_of(bytes, t.dtype, field)?,
+        Some(proto::tensor::Encoding::SparseCsr(csr)) => sparse_values(csr, t, field)?,
+        None => bail!("{field}: the tensor has no data"),
+    };
+    if let [rows, cols] = t.shape.as_slice() {
+        if (*rows as u128) * (*cols as u128) != values.len() as u128 {
+            bail!(
+                "{field}: shape [{rows}, {cols}] but {} values",
+                values.len()
+            );
+        }
+    }
+    Ok((values, width))
+}
+
+/// A (rows x cols) CSR matrix as dense row-major values.
+fn sparse_values(csr: &proto::SparseCsr, t: &proto::Tensor, field: &str) -> Result<TensorData> {
+    let [rows, cols] = t.shape.as_slice() else {
+        bail!(
+            "{field}: a sparse_csr tensor needs a 2-D shape, got {:?}",
+            t.shape
+        );
+    };
+    let (rows, cols) = (*rows, *cols);
+    if rows < 0 || cols < 0 || (rows as u128) * (cols as u128) > (1u128 << 31) {
+        bail!("{field}: sparse_csr shape [{rows}, {cols}] is out of range");
+    }
+    let (rows, cols) = (rows as usize, cols as usize);
+    let ints = |b: &[u8], what: &str| -> Result<Vec<i64>> {
+        proto::le_values(b, 8, |x| i64::from_le_bytes(x.try_into().expect("8")))
+            .with_context(|| format!("{field}.sparse_csr.{what}: not int64 values"))
+    };
+    let crow = ints(&csr.crow_indices, "crow_indices")?;
+    let col = ints(&csr.col_indices, "col_indices")?;
+    let values = values_of(&csr.values, t.dtype, &format!("{field}.sparse_csr.values"))?;
+    if crow.len() != rows + 1 || col.len() != values.len() {
+        bail!(
+            "{field}.sparse_csr: {} crow_indices for {rows} rows, {} col_indices for {} values",
+            crow.len(),
+            col.len(),
+            values.len()
+        );
+    }
+    let mut cell = vec![None; rows * cols];
+    for r in 0..rows {
+        let (a, b) = (crow[r], crow[r + 1]);
+        if a < 0 || b < a || b as usize > col.len() {
+            bail!(
+                "{field}.sparse_csr.crow_indices[{r}..{}] = {a}..{b} is out of order or range",
+                r + 1
+            );
+        }
+        for j in a as usize..b as usize {
+            let c = col[j];
+            if c < 0 || c as usize >= cols {
+                bail!("{field}.sparse_csr.col_indices[{j}] = {c} is outside 0..{cols}");
+            }
+            cell[r * cols + c as usize] = Some(j);
+        }
+    }
+    Ok(match values {
+        TensorData::I64(v) => TensorData::I64(cell.iter().map(|j| j.map_or(0, |j| v[j])).collect()),
+        TensorData::F32(v) => {
+            TensorData::F32(cell.iter().map(|j| j.map_or(0.0, |j| v[j])).collect())
+        }
+    })
+}
+
+/// Little-endian values of protobuf dtype `dtype`.
+fn values_of(bytes: &[u8], dtype: i32, field: &str) -> Result<TensorData> {
     let bad = || {
         format!(
             "{field}: {} bytes do not hold whole values of its dtype",
             bytes.len()
         )
     };
-    Ok(match proto::DType::try_from(t.dtype) {
+    Ok(match proto::DType::try_from(dtype) {
         Ok(proto::DType::Int64) => TensorData::I64(
             proto::le_values(bytes, 8, |b| i64::from_le_bytes(b.try_into().expect("8")))
                 .with_context(bad)?,
@@ -63,7 +138,7 @@ fn tensor_values(t: &proto::Tensor, field: &str) -> Result<TensorData> {
             })
             .with_context(bad)?,
         ),
-        _ => bail!("{field}: unsupported dtype {}", t.dtype),
+        _ => bail!("{field}: unsupported dtype {dtype}"),
     })
 }
 
@@ -74,11 +149,16 @@ pub fn datums(data: &[proto::Datum]) -> Result<Vec<Datum>> {
         .map(|(i, d)| {
             let model_input = proto_tokens(&d.model_input, &format!("datum {i}: model_input"))?;
             let mut loss_fn_inputs = BTreeMap::new();
+            let mut widths = BTreeMap::new();
             for (name, t) in &d.loss_fn_inputs {
-                let v = tensor_values(t, &format!("datum {i}: loss_fn_inputs.{name}"))?;
+                let (v, k) = tensor_values(t, &format!("datum {i}: loss_fn_inputs.{name}"))?;
                 loss_fn_inputs.insert(name.clone(), v);
+                if k > 1 {
+                    widths.insert(name.clone(), k);
+                }
             }
             let mut datum = Datum::new(model_input, loss_fn_inputs);
+            datum.widths = widths;
             datum.provenance = provenance(i, d)?;
             Ok(datum)
         })
@@ -308,6 +388,38 @@ mod path_tests {
 mod sampling_tests {
     use super::*;
     use serde_json::json;
+
+    /// A (3 x 4) sparse CSR matrix, as torch's `to_sparse_csr` lays out what the SDK sends for a
+    /// 2-D `weights` tensor, comes back dense and row-major; bad indices are refused by name.
+    #[test]
+    fn sparse_csr_tensors_come_back_dense() {
+        // [[0, 1.5, 0, 0], [0, 0, 0, 0], [2, 0, 0, -1]]
+        let csr = |crow: Vec<i64>, col: Vec<i64>| proto::Tensor {
+            encoding: Some(proto::tensor::Encoding::SparseCsr(proto::SparseCsr {
+                values: proto::f32_bytes([1.5, 2.0, -1.0]),
+                crow_indices: proto::i64_bytes(crow),
+                col_indices: proto::i64_bytes(col),
+            })),
+            dtype: proto::DType::Float32 as i32,
+            shape: vec![3, 4],
+        };
+        let (v, k) = tensor_values(&csr(vec![0, 1, 1, 3], vec![1, 0, 3]), "w").unwrap();
+        assert_eq!(k, 4);
+        assert_eq!(
+            v,
+            TensorData::F32(vec![
+                0.0, 1.5, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 2.0, 0.0, 0.0, -1.0
+            ])
+        );
+        let e = tensor_values(&csr(vec![0, 1, 1, 3], vec![1, 0, 4]), "w").unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("w.sparse_csr.col_indices[2] = 4 is outside 0..4"),
+            "{e}"
+        );
+        let e = tensor_values(&csr(vec![0, 2, 1, 3], vec![1, 0, 3]), "w").unwrap_err();
+        assert!(e.to_string().contains("out of order"), "{e}");
+    }
 
     #[test]
     fn sampling_params_refuse_what_they_cannot_represent() {

@@ -205,8 +205,50 @@ pub struct SampleResponse {
     /// float32 LE, one per prompt position, NaN where not scored (position 0).
     #[prost(bytes = "vec", optional, tag = "2")]
     pub prompt_logprobs: Option<Vec<u8>>,
+    #[prost(message, optional, tag = "3")]
+    pub topk_prompt_logprobs: Option<TopkLogprobs>,
     #[prost(int32, tag = "4")]
     pub prompt_cache_hit_tokens: i32,
+}
+
+/// Top-k tokens per position as (length x k) row-major matrices; a position with nothing
+/// (position 0 of a prompt) holds token 0 and logprob -99999 in every column, the SDK's sentinel.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct TopkLogprobs {
+    /// int32 LE.
+    #[prost(bytes = "vec", tag = "1")]
+    pub token_ids: Vec<u8>,
+    /// float32 LE.
+    #[prost(bytes = "vec", tag = "2")]
+    pub logprobs: Vec<u8>,
+    #[prost(uint32, tag = "3")]
+    pub k: u32,
+    #[prost(uint32, tag = "4")]
+    pub length: u32,
+}
+
+/// The SDK's "nothing here" logprob in a top-k matrix (`tinker.types.topk_logprobs`).
+pub const TOPK_MASK_LOGPROB: f32 = -99999.0;
+
+impl TopkLogprobs {
+    /// The matrices of `rows` (each up to `k` entries, most likely first).
+    pub fn of(rows: &[Option<Vec<(i64, f32)>>], k: usize) -> TopkLogprobs {
+        let (mut ids, mut lps) = (vec![], vec![]);
+        for row in rows {
+            let row = row.as_deref().unwrap_or(&[]);
+            for j in 0..k {
+                let (id, lp) = row.get(j).copied().unwrap_or((0, TOPK_MASK_LOGPROB));
+                ids.push(id);
+                lps.push(lp);
+            }
+        }
+        TopkLogprobs {
+            token_ids: i32_bytes(ids),
+            logprobs: f32_bytes(lps),
+            k: k as u32,
+            length: rows.len() as u32,
+        }
+    }
 }
 
 /// Little-endian blobs.

@@ -698,12 +698,25 @@ async fn asample(State(state): S, body: Bytes) -> Response {
         limits
             .check_sampling(&[], n, 0, &TINKER_FIELDS)
             .map_err(|e| anyhow!(e))?;
-        if v["topk_prompt_logprobs"].as_u64().unwrap_or(0) > 0
-            || v["topk_sample_logprobs"].as_u64().unwrap_or(0) > 0
+        if v["topk_sample_logprobs"].as_u64().unwrap_or(0) > 0
             || v["prompt_alt_tokens_k"].as_u64().unwrap_or(0) > 0
+            || !v["target_prompt_logprobs"].is_null()
         {
-            bail!("top-k logprobs and alternative prompt tokens are not supported by temper yet");
+            bail!(
+                "topk_sample_logprobs, target_prompt_logprobs and prompt_alt_tokens_k are not \
+                 supported by temper yet (topk_prompt_logprobs and prompt_logprobs are)"
+            );
         }
+        let topk = match &v["topk_prompt_logprobs"] {
+            Value::Null => 0,
+            x => match x.as_u64() {
+                Some(k) if k as usize <= temper_tinker::prompt_topk::MAX_TOPK => k as usize,
+                _ => bail!(
+                    "topk_prompt_logprobs: {x} must be an integer from 0 to {}",
+                    temper_tinker::prompt_topk::MAX_TOPK
+                ),
+            },
+        };
         let id = v["sampling_session_id"]
             .as_str()
             .context("sampling_session_id: missing")?;
@@ -718,6 +731,20 @@ async fn asample(State(state): S, body: Bytes) -> Response {
             .check_sampling(&[prompt.len()], n, params.max_tokens, &TINKER_FIELDS)
             .map_err(|e| anyhow!(e))?;
         let prompt_logprobs = v["prompt_logprobs"].as_bool().unwrap_or(false);
+        // `prompt_logprobs_last_n`: only the last N positions are scored (the SDK's range rules).
+        let last_n = match &v["prompt_logprobs_last_n"] {
+            Value::Null => None,
+            x => match x.as_u64() {
+                Some(n) if n >= 1 && (n as usize) < prompt.len() && prompt_logprobs => {
+                    Some(n as usize)
+                }
+                _ => bail!(
+                    "prompt_logprobs_last_n: {x} must be from 1 to len(prompt) - 1 = {}, with \
+                     prompt_logprobs set",
+                    prompt.len().saturating_sub(1)
+                ),
+            },
+        };
         let (weights, vocab, tokenizer) = if st.serves(&session.dir) {
             let w = &st.worker;
             (Weights::Served, w.vocab_size, st.tokenizer.is_some())
@@ -734,7 +761,11 @@ async fn asample(State(state): S, body: Bytes) -> Response {
             st.clone(),
             weights,
             request,
-            prompt_logprobs,
+            PromptWanted {
+                logprobs: prompt_logprobs,
+                topk,
+                last_n,
+            },
             recording,
         ))
     })
@@ -748,7 +779,7 @@ fn on_the_serving_worker(
     state: Arc<AppState>,
     weights: Weights,
     request: temper_rollout::Request,
-    prompt_logprobs: bool,
+    prompt_logprobs: PromptWanted,
     recording: Option<Recording>,
 ) -> Dispatch {
     Box::new(move |promise| {
@@ -763,6 +794,14 @@ fn on_the_serving_worker(
 
 /// The `asample` result of `request` on the worker, or the failure as the future's result (a
 /// refusal the client caused is a user error, anything else a server error).
+/// What a sample request asks about its prompt: its tokens' logprobs, the top-k next tokens.
+struct PromptWanted {
+    logprobs: bool,
+    topk: usize,
+    /// Score only the last N positions (the others come back as not scored).
+    last_n: Option<usize>,
+}
+
 /// A sample request's `record_stability_info`: where its sequences are recorded, under which ids.
 struct Recording {
     session: String,
@@ -773,7 +812,7 @@ async fn sample_on_worker(
     worker: &crate::worker::Worker,
     weights: Weights,
     request: temper_rollout::Request,
-    prompt_logprobs: bool,
+    wanted: PromptWanted,
     records: Option<(Recording, &temper_tinker::SequenceRecords)>,
 ) -> Result<Outcome, Outcome> {
     let refused = |(status, e): crate::reply::Failure| {
@@ -798,17 +837,32 @@ async fn sample_on_worker(
         .pop()
         .ok_or_else(|| Outcome::server_error("no answer for the prompt"))?
         .map_err(Outcome::server_error)?;
-    let logprobs = if prompt_logprobs {
-        let lps = worker
-            .prompt_logprobs(weights, prompt)
+    let (logprobs, topk) = if wanted.logprobs || wanted.topk > 0 {
+        let scores = worker
+            .prompt_scores(weights, prompt, wanted.logprobs, wanted.topk)
             .await
             .map_err(refused)?
             .map_err(Outcome::server_error)?;
-        Some(proto::f32_bytes(
-            lps.into_iter().map(|l| l.unwrap_or(f32::NAN)),
-        ))
+        // Positions before the last N are reported as not scored.
+        let skip = |len: usize| wanted.last_n.map_or(0, |n| len.saturating_sub(n));
+        let logprobs = scores.logprobs.map(|lps| {
+            let skip = skip(lps.len());
+            proto::f32_bytes(lps.into_iter().enumerate().map(|(i, l)| {
+                if i < skip {
+                    f32::NAN
+                } else {
+                    l.unwrap_or(f32::NAN)
+                }
+            }))
+        });
+        let topk = scores.topk.map(|mut rows| {
+            let skip = skip(rows.len());
+            rows.iter_mut().take(skip).for_each(|r| *r = None);
+            proto::TopkLogprobs::of(&rows, wanted.topk)
+        });
+        (logprobs, topk)
     } else {
-        None
+        (None, None)
     };
     let seqs: Vec<_> = samples
         .into_iter()
@@ -825,7 +879,7 @@ async fn sample_on_worker(
             );
         }
     }
-    Ok(super::samplers::sample_response(seqs, logprobs))
+    Ok(super::samplers::sample_response(seqs, logprobs, topk))
 }
 
 async fn retrieve_future(State(state): S, body: Bytes) -> Response {

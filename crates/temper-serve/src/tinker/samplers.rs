@@ -113,7 +113,11 @@ impl Samplers {
 }
 
 /// The `asample` result: the sequences (and prompt logprobs, when asked) as Tinker's protobuf.
-pub fn sample_response(seqs: Vec<SampledSequence>, prompt_logprobs: Option<Vec<u8>>) -> Outcome {
+pub fn sample_response(
+    seqs: Vec<SampledSequence>,
+    prompt_logprobs: Option<Vec<u8>>,
+    topk_prompt_logprobs: Option<proto::TopkLogprobs>,
+) -> Outcome {
     let response = proto::SampleResponse {
         sequences: seqs
             .into_iter()
@@ -127,6 +131,7 @@ pub fn sample_response(seqs: Vec<SampledSequence>, prompt_logprobs: Option<Vec<u
             })
             .collect(),
         prompt_logprobs,
+        topk_prompt_logprobs,
         prompt_cache_hit_tokens: 0,
     };
     Outcome::Proto(response.encode_to_vec())

@@ -168,7 +168,11 @@ fn execute(
             } else {
                 model.forward_backward(&data, &loss_fn, &config)?
             };
-            Ok(Outcome::Proto(forward_output(&out.logprobs, out.loss_sum)))
+            Ok(Outcome::Proto(forward_output(
+                &out.logprobs,
+                out.width,
+                out.loss_sum,
+            )))
         }
         Job::OptimStep(p) => {
             let norm = model.optim_step(&p)?;
@@ -316,7 +320,7 @@ pub fn state_meta(dir: &Path) -> Result<Value> {
 
 /// ForwardBackwardOutput: one ArrayRecord whose `logprobs` field holds every datum's target
 /// logprobs (float32) with byte offsets, and `loss:sum`.
-fn forward_output(logprobs: &[Vec<f32>], loss_sum: f64) -> Vec<u8> {
+fn forward_output(logprobs: &[Vec<f32>], width: usize, loss_sum: f64) -> Vec<u8> {
     use prost::Message;
     let mut offsets = vec![0i64];
     let mut data = Vec::new();
@@ -332,7 +336,12 @@ fn forward_output(logprobs: &[Vec<f32>], loss_sum: f64) -> Vec<u8> {
                 data,
                 offsets: proto::i64_bytes(offsets),
                 dtype: proto::DType::Float32 as i32,
-                trailing_shape: vec![],
+                // (N, K) logprobs for (N, K) targets.
+                trailing_shape: if width > 1 {
+                    vec![width as i64]
+                } else {
+                    vec![]
+                },
             },
         )]
         .into_iter()

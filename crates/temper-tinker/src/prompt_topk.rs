@@ -1,0 +1,71 @@
+//! The top-k next-token logprobs at every prompt position (Tinker's `topk_prompt_logprobs`, the
+//! teacher's distribution that distillation trains onto; vLLM's `prompt_logprobs` alternatives).
+
+use anyhow::{bail, Result};
+use tch::{Device, Kind, Tensor};
+use temper_model::{position_ids_from_mask, CausalLm};
+
+/// Positions whose logits are computed at once: a (chunk x vocabulary) f32 block, 50 MB for
+/// SmolLM2's 49,152 tokens.
+const CHUNK: i64 = 256;
+
+/// The largest `k` served (vLLM's default `max_logprobs` is 20; tinker-cookbook's distillation
+/// asks for 20).
+pub const MAX_TOPK: usize = 64;
+
+/// One position's top tokens: (token id, logprob), most likely first.
+pub type TopTokens = Vec<(i64, f32)>;
+
+/// Per position of `tokens`, the `k` most likely next tokens given the tokens before it, most
+/// likely first, as log_softmax of the logits at T = 1 (`None` for the first position, which has
+/// no context). Ties keep libtorch's `topk` order.
+pub fn prompt_topk(model: &CausalLm, tokens: &[i64], k: usize) -> Result<Vec<Option<TopTokens>>> {
+    let vocab = model.config().vocab_size;
+    if k == 0 || k > MAX_TOPK {
+        bail!("top-k logprobs: k = {k} must be 1 to {MAX_TOPK}");
+    }
+    if let Some((i, t)) = tokens
+        .iter()
+        .enumerate()
+        .find(|(_, t)| **t < 0 || **t >= vocab)
+    {
+        bail!("prompt[{i}] = {t} is outside the vocabulary (0..{vocab})");
+    }
+    let mut out: Vec<Option<TopTokens>> = vec![None];
+    if tokens.len() < 2 {
+        out.truncate(tokens.len());
+        return Ok(out);
+    }
+    let k = (k as i64).min(vocab);
+    let device = model.device();
+    tch::no_grad(|| -> Result<()> {
+        let x = Tensor::from_slice(tokens).unsqueeze(0).to(device);
+        let mask = x.ones_like();
+        let pos = position_ids_from_mask(&mask);
+        let hidden = model.forward_hidden(&x, &pos, &mask, None).get(0);
+        // Position t's hidden state predicts token t + 1.
+        let n = tokens.len() as i64 - 1;
+        let mut start = 0;
+        while start < n {
+            let len = CHUNK.min(n - start);
+            let logits = model.logits(&hidden.narrow(0, start, len));
+            let lp = logits.log_softmax(-1, Kind::Float);
+            let (values, ids) = lp.topk(k, -1, true, true);
+            let values = Vec::<f32>::try_from(values.to(Device::Cpu).reshape([-1]))?;
+            let ids = Vec::<i64>::try_from(ids.to(Device::Cpu).reshape([-1]))?;
+            for row in 0..len as usize {
+                let r = row * k as usize..(row + 1) * k as usize;
+                out.push(Some(
+                    ids[r.clone()]
+                        .iter()
+                        .copied()
+                        .zip(values[r].iter().copied())
+                        .collect(),
+                ));
+            }
+            start += len;
+        }
+        Ok(())
+    })?;
+    Ok(out)
+}
