@@ -170,6 +170,7 @@ pub fn normalize(s: &str) -> String {
         }
     }
     let percent_words = ["percentage", "percent", "pct"];
+    let s = single_backslash_commands(&s);
     let mut t = s
         .replace("\\$", "")
         .replace('$', "")
@@ -183,9 +184,9 @@ pub fn normalize(s: &str) -> String {
         .replace("^\\circ", "")
         .replace("{}^\\circ", "")
         .replace("\\circ", "")
-        .replace("\\text{ and }", ",")
-        .replace("\\text{and}", ",")
-        .replace("\\text{ or }", ",")
+        .replace("\\text{ and }", " and ")
+        .replace("\\text{and}", " and ")
+        .replace("\\text{ or }", " or ")
         .replace("\\,", " ")
         .replace("\\;", " ")
         .replace("\\\\", "\u{1}")
@@ -203,7 +204,7 @@ pub fn normalize(s: &str) -> String {
             t.replace_range(k..k + w.len(), "%");
         }
     }
-    t = t.replace(" and ", ",").replace(" or ", ",");
+    t = and_or_as_commas(&t);
     t = strip_trailing_punct(&t);
     t = strip_text_units(&t);
     t = strip_unit_words(&t);
@@ -212,6 +213,65 @@ pub fn normalize(s: &str) -> String {
     // (math-verify reads a product there); a plain number found in prose arrives without them.
     t = strip_comma_thousands(&t);
     leading_zero_decimal_comma(t.trim())
+}
+
+/// `\\left(`, `\\frac` (a command written with a doubled backslash, as text escaped twice
+/// reads) is the command, as math-verify reads it; in a matrix `\\` ends a row and stays.
+fn single_backslash_commands(s: &str) -> String {
+    if s.contains("matrix") || !s.contains("\\\\") {
+        return s.to_string();
+    }
+    let b = s.as_bytes();
+    let mut out = String::with_capacity(s.len());
+    let mut copied = 0;
+    let mut i = 0;
+    while i + 2 < b.len() {
+        if b[i] == b'\\' && b[i + 1] == b'\\' && b[i + 2].is_ascii_alphabetic() {
+            out.push_str(&s[copied..i]);
+            copied = i + 1;
+            i += 2;
+        } else {
+            i += 1;
+        }
+    }
+    out.push_str(&s[copied..]);
+    out
+}
+
+/// The words `and` and `or` between items are commas, wherever no letter touches them
+/// (`(2,9)or(9,2)`, `2 and3`, `19, 46, and 82`: a comma before the word goes with it), as
+/// math-verify's LaTeX normalisation reads them; `Rand`, `order` and `\lor` are left alone.
+fn and_or_as_commas(s: &str) -> String {
+    let b = s.as_bytes();
+    let mut out = String::with_capacity(s.len());
+    let (mut i, mut copied) = (0, 0);
+    while i < b.len() {
+        let word = [&b"and"[..], &b"or"[..]]
+            .into_iter()
+            .find(|w| b[i..].starts_with(w));
+        let Some(word) = word else {
+            i += 1;
+            continue;
+        };
+        let end = i + word.len();
+        let letter_before = i > 0 && b[i - 1].is_ascii_alphabetic();
+        let letter_after = end < b.len() && b[end].is_ascii_alphabetic();
+        if letter_before || letter_after {
+            i += 1;
+            continue;
+        }
+        out.push_str(&s[copied..i]);
+        // `, and`: one comma, not two.
+        let kept = out.trim_end().len();
+        if out[..kept].ends_with(',') {
+            out.truncate(kept - 1);
+        }
+        out.push(',');
+        i = end;
+        copied = end;
+    }
+    out.push_str(&s[copied..]);
+    out
 }
 
 /// The whole answer `0,ddd` is the decimal `0.ddd` (math-verify's reading); other single commas

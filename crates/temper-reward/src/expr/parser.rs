@@ -114,18 +114,31 @@ impl Parser {
         )
     }
 
-    /// Comma- or semicolon-separated list; a single item is returned as itself.
+    /// Comma- or semicolon-separated list; a single item is returned as itself. Semicolons
+    /// that separate groups with commas in them separate solutions, each group one tuple
+    /// (`m=3,n=1;m=5,n=1` is the two solutions `(m=3,n=1)` and `(m=5,n=1)`), as math-verify
+    /// reads them; otherwise they are commas (`-12;-11;-10`).
     pub(super) fn list(&mut self) -> Result<Expr> {
-        let mut items = vec![];
+        let mut groups: Vec<Vec<Expr>> = vec![vec![]];
         loop {
-            if self.at_end_of_group() && !items.is_empty() {
+            let started = groups.iter().any(|g| !g.is_empty());
+            if self.at_end_of_group() && started {
                 break; // trailing comma
             }
-            items.push(self.union()?);
-            if !(self.eat(&Tok::Comma) || self.eat(&Tok::Semicolon)) {
+            groups.last_mut().unwrap().push(self.union()?);
+            if self.eat(&Tok::Comma) {
+                continue;
+            }
+            if !self.eat(&Tok::Semicolon) {
                 break;
             }
+            groups.push(vec![]);
         }
+        groups.retain(|g| !g.is_empty());
+        if groups.len() > 1 && groups.iter().any(|g| g.len() > 1) {
+            return Ok(Expr::List(groups.into_iter().map(Expr::Tuple).collect()));
+        }
+        let mut items: Vec<Expr> = groups.into_iter().flatten().collect();
         Ok(if items.len() == 1 {
             items.pop().unwrap()
         } else {

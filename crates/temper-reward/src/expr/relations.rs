@@ -48,8 +48,23 @@ pub(super) fn is_assignment(e: &Expr) -> bool {
                 Expr::Call(Func::Abs, args) if args.len() == 1 => &args[0],
                 other => other,
             };
-            is_name(lhs) || is_variable(lhs)
+            is_name(lhs) || is_variable(lhs) || only_names(lhs)
         }
+        _ => false,
+    }
+}
+
+/// An expression built from names alone, with no number in it: a label such as `P:Q`,
+/// `\frac{AM}{MB}`, `S_1:S_2`, `a + b` or `f(x)`. math-verify takes an equation with such a left
+/// side for an assignment (`P:Q = 2` answers `2`); `2x`, `a - b` (`a + (-1) b`) and `x^2` hold a
+/// number and are not labels.
+fn only_names(e: &Expr) -> bool {
+    match e {
+        Expr::Sym(_) => true,
+        Expr::Mul(a, b) | Expr::Div(a, b) | Expr::Add(a, b) => only_names(a) && only_names(b),
+        // `\sqrt{x}` is `x^{1/2}` to sympy: a number.
+        Expr::Call(Func::Sqrt | Func::Root, _) => false,
+        Expr::Call(_, args) | Expr::Tuple(args) => !args.is_empty() && args.iter().all(only_names),
         _ => false,
     }
 }
@@ -81,7 +96,36 @@ pub(super) fn rel_to_set(e: &Expr) -> Option<Expr> {
             }
         }
     }
-    rel_to_interval(e)
+    abs_between_to_set(e).or_else(|| rel_to_interval(e))
+}
+
+/// `a \le |z| \le b` (or `b > |z| > a`): the two intervals `[-b, -a] \cup [a, b]`, as sympy
+/// turns the chain into a set.
+fn abs_between_to_set(e: &Expr) -> Option<Expr> {
+    let Expr::Rel { terms, ops } = e else {
+        return None;
+    };
+    let ([lo, Expr::Call(Func::Abs, arg), hi], [a, b]) = (terms.as_slice(), ops.as_slice()) else {
+        return None;
+    };
+    if arg.len() != 1 || !is_variable(&arg[0]) {
+        return None;
+    }
+    let up = |op: &RelOp| matches!(op, RelOp::Lt | RelOp::Le);
+    let down = |op: &RelOp| matches!(op, RelOp::Gt | RelOp::Ge);
+    // Written upwards: lo < |z| < hi, with the closedness of each bound.
+    let (lo, hi, lo_closed, hi_closed) = if up(a) && up(b) {
+        (lo, hi, *a == RelOp::Le, *b == RelOp::Le)
+    } else if down(a) && down(b) {
+        (hi, lo, *b == RelOp::Ge, *a == RelOp::Ge)
+    } else {
+        return None;
+    };
+    let neg = |x: &Expr| Expr::Neg(Box::new(x.clone()));
+    Some(Expr::Union(vec![
+        interval(neg(hi), neg(lo), hi_closed, lo_closed),
+        interval(lo.clone(), hi.clone(), lo_closed, hi_closed),
+    ]))
 }
 
 /// `a <= x < b` and `x > a` as intervals (for comparing against interval answers).
