@@ -243,15 +243,18 @@ fn has_math_markup(s: &str) -> bool {
 }
 
 /// The answer in a ground truth: GSM8K `####`, an answer found in math markup, or the text
-/// itself.
+/// itself. Without markup, a plain number is read as numbers in a response are (`1,22` is 1.22)
+/// and prose (a sentence, a solution) as a response is; anything else is the answer as a whole.
 pub fn gold_answer(gold: &str) -> String {
     if let Some(h) = after_hashes(gold) {
         return h.to_string();
     }
-    if has_math_markup(gold) {
+    if has_math_markup(gold) || is_prose(gold) {
         if let Some(a) = ranked_answer(gold, ExtractionTargets::default()) {
             return a;
         }
+    } else if let Some(number) = crate::ranked::whole_plain_number(gold) {
+        return number;
     }
     gold.trim().to_string()
 }

@@ -385,6 +385,16 @@ fn number_at(s: &str, i: usize) -> Option<(String, usize, bool)> {
     Some((text, end, pct.is_some()))
 }
 
+/// The text `s` as one plain number, when it is nothing else (`1,22` is 1.22, `1 000` is 1000,
+/// `.4` is 0.4), read as numbers in prose are.
+pub fn whole_plain_number(s: &str) -> Option<String> {
+    let t = s.trim();
+    match number_at(t, 0) {
+        Some((text, end, false)) if end == t.len() => Some(text),
+        _ => None,
+    }
+}
+
 const OPERATORS: &[char] = &['+', '-', '*', '×', '/', '^', '(', ')', '÷'];
 
 /// A plain arithmetic expression at `i` (`3/4`, `2 * (5+1)`): an optional `-`, `(`, `-`, a

@@ -48,7 +48,7 @@ pub(super) fn is_assignment(e: &Expr) -> bool {
                 Expr::Call(Func::Abs, args) if args.len() == 1 => &args[0],
                 other => other,
             };
-            is_name(lhs) || is_variable(lhs) || only_names(lhs)
+            is_name(lhs) || only_names(lhs)
         }
         _ => false,
     }
