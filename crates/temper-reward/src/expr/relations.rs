@@ -77,55 +77,15 @@ pub(super) fn last_side(e: &Expr) -> &Expr {
     }
 }
 
-/// The set a relation describes: an interval, or for `|x|` bounds, the interval or union
-/// (`|x| < 2` is `(-2, 2)`, `|z| > 2` is `(-\infty, -2) \cup (2, \infty)`).
+/// The set a relation describes: an interval, or for bounds on an absolute value the interval
+/// or union (`|x| < 2` is `(-2, 2)`, `|z - 1| > 2` is `(-\infty, -1) \cup (3, \infty)`).
 pub(super) fn rel_to_set(e: &Expr) -> Option<Expr> {
     if let Expr::Rel { terms, ops } = e {
-        if let ([Expr::Call(Func::Abs, arg), r], [op]) = (terms.as_slice(), ops.as_slice()) {
-            if arg.len() == 1 && is_variable(&arg[0]) {
-                let neg = || Expr::Neg(Box::new(r.clone()));
-                let closed = matches!(op, RelOp::Le | RelOp::Ge);
-                return match op {
-                    RelOp::Lt | RelOp::Le => Some(interval(neg(), r.clone(), closed, closed)),
-                    RelOp::Gt | RelOp::Ge => Some(Expr::Union(vec![
-                        interval(Expr::Neg(Box::new(Expr::Inf)), neg(), false, closed),
-                        interval(r.clone(), Expr::Inf, closed, false),
-                    ])),
-                    _ => None,
-                };
-            }
+        if let Some(set) = super::abs_bounds::abs_bound_to_set(terms, ops) {
+            return Some(set);
         }
     }
-    abs_between_to_set(e).or_else(|| rel_to_interval(e))
-}
-
-/// `a \le |z| \le b` (or `b > |z| > a`): the two intervals `[-b, -a] \cup [a, b]`, as sympy
-/// turns the chain into a set.
-fn abs_between_to_set(e: &Expr) -> Option<Expr> {
-    let Expr::Rel { terms, ops } = e else {
-        return None;
-    };
-    let ([lo, Expr::Call(Func::Abs, arg), hi], [a, b]) = (terms.as_slice(), ops.as_slice()) else {
-        return None;
-    };
-    if arg.len() != 1 || !is_variable(&arg[0]) {
-        return None;
-    }
-    let up = |op: &RelOp| matches!(op, RelOp::Lt | RelOp::Le);
-    let down = |op: &RelOp| matches!(op, RelOp::Gt | RelOp::Ge);
-    // Written upwards: lo < |z| < hi, with the closedness of each bound.
-    let (lo, hi, lo_closed, hi_closed) = if up(a) && up(b) {
-        (lo, hi, *a == RelOp::Le, *b == RelOp::Le)
-    } else if down(a) && down(b) {
-        (hi, lo, *b == RelOp::Ge, *a == RelOp::Ge)
-    } else {
-        return None;
-    };
-    let neg = |x: &Expr| Expr::Neg(Box::new(x.clone()));
-    Some(Expr::Union(vec![
-        interval(neg(hi), neg(lo), hi_closed, lo_closed),
-        interval(lo.clone(), hi.clone(), lo_closed, hi_closed),
-    ]))
+    rel_to_interval(e)
 }
 
 /// `a <= x < b` and `x > a` as intervals (for comparing against interval answers).
@@ -169,6 +129,11 @@ pub(super) fn rel_to_interval(e: &Expr) -> Option<Expr> {
             match op {
                 RelOp::Gt | RelOp::Ge => Some(interval(other, inf(), closed(op), false)),
                 RelOp::Lt | RelOp::Le => Some(interval(neg_inf(), other, false, closed(op))),
+                // `x \ne 2`: everything but 2.
+                RelOp::Ne => Some(Expr::Union(vec![
+                    interval(neg_inf(), other.clone(), false, false),
+                    interval(other, inf(), false, false),
+                ])),
                 _ => None,
             }
         }
@@ -220,16 +185,12 @@ pub(super) fn rel_equiv(g: &Expr, p: &Expr, o: &EquivOptions) -> bool {
     };
     let single = |ops: &[RelOp]| ops.len() == 1 || ops.iter().all(|&x| x == RelOp::Eq);
     if !(single(go) && single(po)) {
-        // Inequality chains: term by term, in either direction.
         if go.len() != po.len() {
             return false;
         }
-        if go == po {
-            return ordered(gt, pt, o);
-        }
-        let flipped: Vec<RelOp> = po.iter().rev().map(|&x| flip(x)).collect();
-        let rev: Vec<Expr> = pt.iter().rev().cloned().collect();
-        return *go == flipped && ordered(gt, &rev, o);
+        // Term by term in the order written: math-verify pairs the relations of two chains in
+        // order, so `5 > x > -3` does not answer `-3 < x < 5`.
+        return go == po && ordered(gt, pt, o);
     }
     let (gl, gop, gr) = reduce_chain(gt, go);
     let (pl, pop, pr) = reduce_chain(pt, po);
