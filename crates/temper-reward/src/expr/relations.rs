@@ -57,11 +57,14 @@ pub(super) fn is_assignment(e: &Expr) -> bool {
 /// An expression built from names alone, with no number in it: a label such as `P:Q`,
 /// `\frac{AM}{MB}`, `S_1:S_2`, `a + b` or `f(x)`. math-verify takes an equation with such a left
 /// side for an assignment (`P:Q = 2` answers `2`); `2x`, `a - b` (`a + (-1) b`) and `x^2` hold a
-/// number and are not labels.
+/// number and are not labels (but `x/2` is, see below).
 fn only_names(e: &Expr) -> bool {
     match e {
         Expr::Sym(_) => true,
-        Expr::Mul(a, b) | Expr::Div(a, b) | Expr::Add(a, b) => only_names(a) && only_names(b),
+        Expr::Mul(a, b) | Expr::Add(a, b) => only_names(a) && only_names(b),
+        // A division is a power -1 to sympy, which math-verify lets through when its base is a
+        // name or a bare number: `x/2 = 12` and `P:Q = 2` are labels, `1/a = 5` is not.
+        Expr::Div(a, b) => only_names(a) && (only_names(b) || matches!(**b, Expr::Num { .. })),
         // `\sqrt{x}` is `x^{1/2}` to sympy: a number.
         Expr::Call(Func::Sqrt | Func::Root, _) => false,
         Expr::Call(_, args) | Expr::Tuple(args) => !args.is_empty() && args.iter().all(only_names),
