@@ -229,11 +229,32 @@ pub fn ranked_answer(text: &str, targets: ExtractionTargets) -> Option<String> {
 fn unreadable(c: &Candidate) -> bool {
     let t = c.text.trim_end();
     if c.latex {
-        t.ends_with(['.', ',']) && plain_number(&t[..t.len() - 1]).is_none()
+        t.ends_with(['.', ',']) && plain_number(&t[..t.len() - 1]).is_none() || has_arrow(t)
     } else {
         // Too long to parse: kept, so that judging reports it (`too_long`).
         t.len() <= MAX_PARSE_LEN && parse(&normalize(t)).is_err()
     }
+}
+
+/// Whether LaTeX holds an arrow between statements (`5+b=8 \Rightarrow b=3`, `a \to b` outside
+/// a limit), which math-verify's parser rejects.
+fn has_arrow(t: &str) -> bool {
+    const ARROWS: &[&str] = &[
+        "\\Rightarrow",
+        "\\implies",
+        "\\Longrightarrow",
+        "\\iff",
+        "\\Leftrightarrow",
+        "\\rightarrow",
+        "\\to",
+    ];
+    ARROWS.iter().any(|a| {
+        t.match_indices(a).any(|(k, _)| {
+            let after = t[k + a.len()..].chars().next();
+            let command_ends = !after.is_some_and(|c| c.is_ascii_alphabetic());
+            command_ends && !(*a == "\\to" && t.contains("\\lim"))
+        })
+    })
 }
 
 /// Whether a ground truth is written with math markup (then its answer is found in it as in a
