@@ -248,11 +248,12 @@ fn has_arrow(t: &str) -> bool {
         "\\rightarrow",
         "\\to",
     ];
+    let in_limit = t.contains("\\lim");
     ARROWS.iter().any(|a| {
         t.match_indices(a).any(|(k, _)| {
             let after = t[k + a.len()..].chars().next();
             let command_ends = !after.is_some_and(|c| c.is_ascii_alphabetic());
-            command_ends && !(*a == "\\to" && t.contains("\\lim"))
+            command_ends && !(*a == "\\to" && in_limit)
         })
     })
 }
