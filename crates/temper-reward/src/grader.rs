@@ -565,12 +565,17 @@ fn matrix_cells(s: &str) -> Option<Vec<Vec<String>>> {
 
 /// The named rule of docs/rewards.md ("Deliberate differences from math-verify") under which
 /// temper's verdict on this pair may differ from math-verify's on purpose, if any:
-/// - `gold_field_whole`: a ground truth with no math markup is the answer as a whole (as verl
-///   boxes a dataset's answer field), where math-verify's `parse` reads only what its patterns
-///   find in it (a bare `(3, 2)` gives nothing, a bare `2x+3` gives `2`).
+/// - `gold_field_whole`: a ground truth with no math markup that is neither one plain number nor
+///   prose is the answer as a whole (as verl boxes a dataset's answer field), where
+///   math-verify's `parse` reads only what its patterns find in it (a bare `(3, 2)` gives
+///   nothing, a bare `2x+3` gives `2`).
 /// - `unbalanced_braces`: an answer with unclosed braces scores 0 with the reason `unbalanced`.
 pub fn deliberate_difference(gold: &str, pred: &str) -> Option<&'static str> {
-    if !has_math_markup(gold) && after_hashes(gold).is_none() {
+    let read_whole = !has_math_markup(gold)
+        && after_hashes(gold).is_none()
+        && crate::ranked::whole_plain_number(gold).is_none()
+        && !is_prose(gold);
+    if read_whole {
         return Some("gold_field_whole");
     }
     if !braces_balanced(pred) {
