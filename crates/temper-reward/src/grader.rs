@@ -334,6 +334,15 @@ impl Grader {
             GoldReading::TextOnly(t) => (t, true),
         };
         let p = ranked_answer(pred, self.options.extraction_config);
+        // A gold read as text only matches the same text, which may be a response's own
+        // unreadable math (`$a = b = c,$` answers `$a = b = c,$`: math-verify compares the texts
+        // it kept on both sides).
+        let p = match p {
+            None if text_only => candidates(pred, self.options.extraction_config)
+                .first()
+                .map(|c| c.text.trim().to_string()),
+            p => p,
+        };
         let (correct, mut error) = match &p {
             Some(p) if text_only => (p.trim() == g, None),
             Some(p) => self.judge(&g, p),

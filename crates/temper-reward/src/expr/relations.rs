@@ -23,6 +23,11 @@ pub(super) fn is_name(e: &Expr) -> bool {
 pub(super) fn reduce_chain(terms: &[Expr], ops: &[RelOp]) -> (Expr, RelOp, Expr) {
     let n = terms.len();
     if ops.iter().all(|&op| op == RelOp::Eq) {
+        // A chain that starts with a label is that label's value (`x = y = 4` is `x = 4`, not
+        // `y = 4`), as math-verify truncates an assignment chain.
+        if only_names(&terms[0]) {
+            return (terms[0].clone(), RelOp::Eq, terms[n - 1].clone());
+        }
         let lhs = terms[..n - 1]
             .iter()
             .rev()
