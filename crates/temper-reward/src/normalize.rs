@@ -174,7 +174,7 @@ pub fn normalize(s: &str) -> String {
     let mut t = s
         .replace("\\$", "")
         .replace('$', "")
-        .replace("{,}", "")
+        .replace("{,}", ",")
         .replace("\\!", "\u{3}")
         .replace("\\angle", "")
         .replace("\\mathbb{R}", "(-\\infty,\\infty)")
@@ -210,7 +210,7 @@ pub fn normalize(s: &str) -> String {
     t = strip_unit_words(&t);
     t = strip_trailing_punct(&t);
     // Spaces between digit groups (`1 000`, `90\,952`) are not thousands separators in LaTeX
-    // (math-verify reads a product there); a plain number found in prose arrives without them.
+    // (the expression parser reads them); a plain number found in prose arrives without them.
     t = strip_comma_thousands(&t);
     leading_zero_decimal_comma(t.trim())
 }
@@ -401,41 +401,25 @@ fn strip_unit_words(s: &str) -> String {
     }
 }
 
-/// Remove thousands commas inside numbers (`7,425,000`, `1,000.5`) but not list commas
-/// (`1,2`, `32, 349`).
+/// Thousands commas (`7,425,000`, `1,000.5`, `14{,}916`) when the whole answer is one such number,
+/// as latex2sympy groups them; anywhere else a comma separates items (`x = 1,000` is `x = {1, 0}`,
+/// `(12,102)` an interval), as it does there.
 fn strip_comma_thousands(s: &str) -> String {
-    let b = s.as_bytes();
-    let mut out = String::with_capacity(s.len());
-    let mut i = 0;
-    while i < b.len() {
-        if b[i].is_ascii_digit() && (i == 0 || !(b[i - 1].is_ascii_digit() || b[i - 1] == b'.')) {
-            // Scan a candidate number with comma groups.
-            let st = i;
-            while i < b.len() && b[i].is_ascii_digit() {
-                i += 1;
-            }
-            let lead = i - st;
-            let mut j = i;
-            let mut groups = 0;
-            while j + 3 < b.len()
-                && b[j] == b','
-                && b[j + 1..j + 4].iter().all(|c| c.is_ascii_digit())
-                && (j + 4 >= b.len() || !b[j + 4].is_ascii_digit())
-            {
-                groups += 1;
-                j += 4;
-            }
-            if groups > 0 && lead <= 3 && !(lead == 1 && b[st] == b'0') {
-                out.extend(b[st..j].iter().filter(|&&c| c != b',').map(|&c| c as char));
-                i = j;
-            } else {
-                out.push_str(&s[st..i]);
-            }
-            continue;
-        }
-        let ch = s[i..].chars().next().unwrap_or(' ');
-        out.push(ch);
-        i += ch.len_utf8();
+    let t = s.trim();
+    let body = t.strip_prefix('-').unwrap_or(t);
+    let (int, frac) = body.split_once('.').unwrap_or((body, ""));
+    let groups: Vec<&str> = int.split(',').collect();
+    let digits = |g: &str| !g.is_empty() && g.bytes().all(|c| c.is_ascii_digit());
+    let grouped = groups.len() > 1
+        && (1..=3).contains(&groups[0].len())
+        && digits(groups[0])
+        // `0,234` is the decimal 0.234 (below).
+        && groups[0] != "0"
+        && groups[1..].iter().all(|g| g.len() == 3 && digits(g))
+        && (frac.is_empty() && !body.contains('.') || digits(frac));
+    if grouped {
+        t.replace(',', "")
+    } else {
+        s.to_string()
     }
-    out
 }
