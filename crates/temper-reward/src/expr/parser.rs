@@ -51,10 +51,13 @@ fn is_int_literal(e: &Expr) -> bool {
     matches!(e, Expr::Num { value, decimals: 0 } if value.is_integer())
 }
 
+/// How a run of factors joins the product before it: `Expr::Mul` or `Expr::Div`.
+type JoinOp = fn(Box<Expr>, Box<Expr>) -> Expr;
+
 /// The factors of a term written side by side since the last `*` or `/` (see `Parser::term`).
 struct FactorRun {
     /// The product before the run and how the run joins it.
-    before: Option<(Expr, fn(Box<Expr>, Box<Expr>) -> Expr)>,
+    before: Option<(Expr, JoinOp)>,
     factors: Vec<Expr>,
     /// Every factor is an integer literal (the first may carry a minus sign).
     all_int_literals: bool,
@@ -76,7 +79,7 @@ impl FactorRun {
         }
     }
 
-    fn after(before: Expr, op: fn(Box<Expr>, Box<Expr>) -> Expr, ahead: bool, first: Expr) -> Self {
+    fn after(before: Expr, op: JoinOp, ahead: bool, first: Expr) -> Self {
         FactorRun {
             before: Some((before, op)),
             ..FactorRun::start(ahead, first)
@@ -359,7 +362,10 @@ impl Parser {
     /// (`3`, `(3)`, `[3]`, `{3}`; not `03`).
     fn int_literal_ahead(&self) -> bool {
         let literal = |t: Option<&Tok>| match t {
-            Some(Tok::Num(n)) => !n.contains('.') && !(n.len() > 1 && n.starts_with('0')),
+            Some(Tok::Num(n)) => {
+                let leading_zero = n.len() > 1 && n.starts_with('0');
+                !(n.contains('.') || leading_zero)
+            }
             _ => false,
         };
         match self.peek() {
