@@ -229,7 +229,8 @@ pub fn ranked_answer(text: &str, targets: ExtractionTargets) -> Option<String> {
 fn unreadable(c: &Candidate) -> bool {
     let t = c.text.trim_end();
     if c.latex {
-        t.ends_with(['.', ',']) && plain_number(&t[..t.len() - 1]).is_none() || has_arrow(t)
+        let trailing_mark = t.ends_with(['.', ',']) && plain_number(&t[..t.len() - 1]).is_none();
+        trailing_mark || has_arrow(t)
     } else {
         // Too long to parse: kept, so that judging reports it (`too_long`).
         t.len() <= MAX_PARSE_LEN && parse(&normalize(t)).is_err()
