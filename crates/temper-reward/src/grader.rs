@@ -218,20 +218,45 @@ pub fn ranked_answer(text: &str, targets: ExtractionTargets) -> Option<String> {
             t.to_string()
         }
     };
-    // math-verify moves on to the next candidate only when its LaTeX parser cannot read one,
-    // which is rare; the one case models hit often is math ending in a period (`$\frac{1}{3}.$`,
-    // but not the number `$5.$`), and a plain expression it cannot read. Otherwise the first is taken, so that a too-deep or too-long
-    // answer stays an error rather than a reason to read some other number.
-    let unreadable = |c: &Candidate| {
-        let t = c.text.trim_end();
-        if c.latex {
-            t.ends_with('.') && plain_number(t).is_none()
-        } else {
-            // Too long to parse: kept, so that judging reports it (`too_long`).
-            t.len() <= MAX_PARSE_LEN && parse(&normalize(t)).is_err()
-        }
-    };
     found.iter().find(|c| !unreadable(c)).map(render)
+}
+
+/// Whether math-verify cannot read a candidate, and so moves on to the next one. Its LaTeX parser
+/// rarely fails; the one case models hit often is math ending in a period (`$\frac{1}{3}.$`, but
+/// not the number `$5.$`) or a comma (`$b^{17} = 1,$`), and a plain expression it cannot read.
+/// Otherwise the first is taken, so that a too-deep or too-long answer stays an error rather than
+/// a reason to read some other number.
+fn unreadable(c: &Candidate) -> bool {
+    let t = c.text.trim_end();
+    if c.latex {
+        let trailing_mark = t.ends_with(['.', ',']) && plain_number(&t[..t.len() - 1]).is_none();
+        trailing_mark || has_arrow(t)
+    } else {
+        // Too long to parse: kept, so that judging reports it (`too_long`).
+        t.len() <= MAX_PARSE_LEN && parse(&normalize(t)).is_err()
+    }
+}
+
+/// Whether LaTeX holds an arrow between statements (`5+b=8 \Rightarrow b=3`, `a \to b` outside
+/// a limit), which math-verify's parser rejects.
+fn has_arrow(t: &str) -> bool {
+    const ARROWS: &[&str] = &[
+        "\\Rightarrow",
+        "\\implies",
+        "\\Longrightarrow",
+        "\\iff",
+        "\\Leftrightarrow",
+        "\\rightarrow",
+        "\\to",
+    ];
+    let in_limit = t.contains("\\lim");
+    ARROWS.iter().any(|a| {
+        t.match_indices(a).any(|(k, _)| {
+            let after = t[k + a.len()..].chars().next();
+            let command_ends = !after.is_some_and(|c| c.is_ascii_alphabetic());
+            command_ends && !(*a == "\\to" && in_limit)
+        })
+    })
 }
 
 /// Whether a ground truth is written with math markup (then its answer is found in it as in a
@@ -243,17 +268,49 @@ fn has_math_markup(s: &str) -> bool {
 }
 
 /// The answer in a ground truth: GSM8K `####`, an answer found in math markup, or the text
-/// itself.
+/// itself. Without markup, a plain number is read as numbers in a response are (`1,22` is 1.22)
+/// and prose (a sentence, a solution) as a response is; anything else is the answer as a whole.
 pub fn gold_answer(gold: &str) -> String {
+    match gold_reading(gold) {
+        GoldReading::Answer(a) | GoldReading::TextOnly(a) => a,
+    }
+}
+
+/// What a ground truth gives to compare with.
+enum GoldReading {
+    Answer(String),
+    /// Math in the ground truth that math-verify cannot read (`$a = b = \frac{1}{4},$`, every
+    /// candidate passed over): it keeps the text it found and compares it as text only.
+    TextOnly(String),
+}
+
+fn gold_reading(gold: &str) -> GoldReading {
+    if let Some(a) = readable_gold_answer(gold) {
+        return GoldReading::Answer(a);
+    }
+    match candidates(gold, ExtractionTargets::default()).first() {
+        Some(first) => GoldReading::TextOnly(first.text.trim().to_string()),
+        None => GoldReading::Answer(gold.trim().to_string()),
+    }
+}
+
+/// The answer of a ground truth as [`gold_answer`] reads it, `None` when its math markup holds
+/// nothing math-verify can read.
+fn readable_gold_answer(gold: &str) -> Option<String> {
     if let Some(h) = after_hashes(gold) {
-        return h.to_string();
+        return Some(h.to_string());
     }
     if has_math_markup(gold) {
-        if let Some(a) = ranked_answer(gold, ExtractionTargets::default()) {
-            return a;
-        }
+        return ranked_answer(gold, ExtractionTargets::default());
     }
-    gold.trim().to_string()
+    if is_prose(gold) {
+        if let Some(a) = ranked_answer(gold, ExtractionTargets::default()) {
+            return Some(a);
+        }
+    } else if let Some(number) = crate::ranked::whole_plain_number(gold) {
+        return Some(number);
+    }
+    Some(gold.trim().to_string())
 }
 
 fn text_key(s: &str) -> String {
@@ -273,9 +330,22 @@ fn without_text_braces(s: &str) -> String {
 impl Grader {
     /// Grade a prediction text against a ground-truth text (both may be full solutions).
     pub fn grade(&self, gold: &str, pred: &str) -> Graded {
-        let g = gold_answer(gold);
+        let (g, text_only) = match gold_reading(gold) {
+            GoldReading::Answer(a) => (a, false),
+            GoldReading::TextOnly(t) => (t, true),
+        };
         let p = ranked_answer(pred, self.options.extraction_config);
+        // A gold read as text only matches the same text, which may be a response's own
+        // unreadable math (`$a = b = c,$` answers `$a = b = c,$`: math-verify compares the texts
+        // it kept on both sides).
+        let p = match p {
+            None if text_only => candidates(pred, self.options.extraction_config)
+                .first()
+                .map(|c| c.text.trim().to_string()),
+            p => p,
+        };
         let (correct, mut error) = match &p {
+            Some(p) if text_only => (p.trim() == g, None),
             Some(p) => self.judge(&g, p),
             None => (false, None),
         };
@@ -374,7 +444,9 @@ impl Grader {
             float_rounding: self.options.float_rounding,
             ..EquivOptions::with_deadline(Instant::now() + self.timeout)
         };
-        let (Ok(ge), Ok(pe)) = (read(&g), read(&p)) else {
+        // Only a response's chain falls back to its last side: a gold chain that math-verify
+        // reads whole (`\gcd(a,b) = \gcd(40,40) = 40`) is no assignment, and does not answer 40.
+        let (Ok(ge), Ok(pe)) = (parse(&g), read(&p)) else {
             return false;
         };
         if equivalent(&ge, &pe, &opts) {
@@ -430,12 +502,15 @@ impl Grader {
     }
 }
 
-/// Parse an answer; a chain of three or more equal sides that does not parse as a whole is
-/// read as its last side (`1 = \zzz = x = 0` is `0`), as math-verify does.
+/// Parse a response's answer; a chain of three or more equal sides that does not parse as a
+/// whole is read as its last side (`1 = \zzz = x = 0` is `0`, `\gcd(a,b) = \gcd(40,40) = 40`
+/// is `40`), as math-verify does with a chain it cannot read.
 fn read(s: &str) -> anyhow::Result<Expr> {
     parse(s).or_else(|e| {
         let parts = top_level_split(s, '=');
-        if parts.len() > 2 && !s.contains([',', ';']) {
+        // Commas inside brackets (`\gcd(a,b) = \gcd(40,40) = 40`) do not make a list.
+        let list = top_level_split(s, ',').len() > 1 || top_level_split(s, ';').len() > 1;
+        if parts.len() > 2 && !list {
             parse(parts[parts.len() - 1].trim())
         } else {
             Err(e)
@@ -500,12 +575,17 @@ fn matrix_cells(s: &str) -> Option<Vec<Vec<String>>> {
 
 /// The named rule of docs/rewards.md ("Deliberate differences from math-verify") under which
 /// temper's verdict on this pair may differ from math-verify's on purpose, if any:
-/// - `gold_field_whole`: a ground truth with no math markup is the answer as a whole (as verl
-///   boxes a dataset's answer field), where math-verify's `parse` reads only what its patterns
-///   find in it (a bare `(3, 2)` gives nothing, a bare `2x+3` gives `2`).
+/// - `gold_field_whole`: a ground truth with no math markup that is neither one plain number nor
+///   prose is the answer as a whole (as verl boxes a dataset's answer field), where
+///   math-verify's `parse` reads only what its patterns find in it (a bare `(3, 2)` gives
+///   nothing, a bare `2x+3` gives `2`).
 /// - `unbalanced_braces`: an answer with unclosed braces scores 0 with the reason `unbalanced`.
 pub fn deliberate_difference(gold: &str, pred: &str) -> Option<&'static str> {
-    if !has_math_markup(gold) && after_hashes(gold).is_none() {
+    let read_whole = !has_math_markup(gold)
+        && after_hashes(gold).is_none()
+        && crate::ranked::whole_plain_number(gold).is_none()
+        && !is_prose(gold);
+    if read_whole {
         return Some("gold_field_whole");
     }
     if !braces_balanced(pred) {

@@ -170,10 +170,11 @@ pub fn normalize(s: &str) -> String {
         }
     }
     let percent_words = ["percentage", "percent", "pct"];
+    let s = single_backslash_commands(&s);
     let mut t = s
         .replace("\\$", "")
         .replace('$', "")
-        .replace("{,}", "")
+        .replace("{,}", ",")
         .replace("\\!", "\u{3}")
         .replace("\\angle", "")
         .replace("\\mathbb{R}", "(-\\infty,\\infty)")
@@ -183,9 +184,9 @@ pub fn normalize(s: &str) -> String {
         .replace("^\\circ", "")
         .replace("{}^\\circ", "")
         .replace("\\circ", "")
-        .replace("\\text{ and }", ",")
-        .replace("\\text{and}", ",")
-        .replace("\\text{ or }", ",")
+        .replace("\\text{ and }", " and ")
+        .replace("\\text{and}", " and ")
+        .replace("\\text{ or }", " or ")
         .replace("\\,", " ")
         .replace("\\;", " ")
         .replace("\\\\", "\u{1}")
@@ -203,15 +204,74 @@ pub fn normalize(s: &str) -> String {
             t.replace_range(k..k + w.len(), "%");
         }
     }
-    t = t.replace(" and ", ",").replace(" or ", ",");
+    t = and_or_as_commas(&t);
     t = strip_trailing_punct(&t);
     t = strip_text_units(&t);
     t = strip_unit_words(&t);
     t = strip_trailing_punct(&t);
     // Spaces between digit groups (`1 000`, `90\,952`) are not thousands separators in LaTeX
-    // (math-verify reads a product there); a plain number found in prose arrives without them.
+    // (the expression parser reads them); a plain number found in prose arrives without them.
     t = strip_comma_thousands(&t);
     leading_zero_decimal_comma(t.trim())
+}
+
+/// `\\left(`, `\\frac` (a command written with a doubled backslash, as text escaped twice
+/// reads) is the command, as math-verify reads it; in a matrix `\\` ends a row and stays.
+fn single_backslash_commands(s: &str) -> String {
+    if s.contains("matrix") || !s.contains("\\\\") {
+        return s.to_string();
+    }
+    let b = s.as_bytes();
+    let mut out = String::with_capacity(s.len());
+    let mut copied = 0;
+    let mut i = 0;
+    while i + 2 < b.len() {
+        if b[i] == b'\\' && b[i + 1] == b'\\' && b[i + 2].is_ascii_alphabetic() {
+            out.push_str(&s[copied..i]);
+            copied = i + 1;
+            i += 2;
+        } else {
+            i += 1;
+        }
+    }
+    out.push_str(&s[copied..]);
+    out
+}
+
+/// The words `and` and `or` between items are commas, wherever no letter touches them
+/// (`(2,9)or(9,2)`, `2 and3`, `19, 46, and 82`: a comma before the word goes with it), as
+/// math-verify's LaTeX normalisation reads them; `Rand`, `order` and `\lor` are left alone.
+fn and_or_as_commas(s: &str) -> String {
+    let b = s.as_bytes();
+    let mut out = String::with_capacity(s.len());
+    let (mut i, mut copied) = (0, 0);
+    while i < b.len() {
+        let word = [&b"and"[..], &b"or"[..]]
+            .into_iter()
+            .find(|w| b[i..].starts_with(w));
+        let Some(word) = word else {
+            i += 1;
+            continue;
+        };
+        let end = i + word.len();
+        let letter_before = i > 0 && b[i - 1].is_ascii_alphabetic();
+        let letter_after = end < b.len() && b[end].is_ascii_alphabetic();
+        if letter_before || letter_after {
+            i += 1;
+            continue;
+        }
+        out.push_str(&s[copied..i]);
+        // `, and`: one comma, not two.
+        let kept = out.trim_end().len();
+        if out[..kept].ends_with(',') {
+            out.truncate(kept - 1);
+        }
+        out.push(',');
+        i = end;
+        copied = end;
+    }
+    out.push_str(&s[copied..]);
+    out
 }
 
 /// The whole answer `0,ddd` is the decimal `0.ddd` (math-verify's reading); other single commas
@@ -341,41 +401,25 @@ fn strip_unit_words(s: &str) -> String {
     }
 }
 
-/// Remove thousands commas inside numbers (`7,425,000`, `1,000.5`) but not list commas
-/// (`1,2`, `32, 349`).
+/// Thousands commas (`7,425,000`, `1,000.5`, `14{,}916`) when the whole answer is one such number,
+/// as latex2sympy groups them; anywhere else a comma separates items (`x = 1,000` is `x = {1, 0}`,
+/// `(12,102)` an interval), as it does there.
 fn strip_comma_thousands(s: &str) -> String {
-    let b = s.as_bytes();
-    let mut out = String::with_capacity(s.len());
-    let mut i = 0;
-    while i < b.len() {
-        if b[i].is_ascii_digit() && (i == 0 || !(b[i - 1].is_ascii_digit() || b[i - 1] == b'.')) {
-            // Scan a candidate number with comma groups.
-            let st = i;
-            while i < b.len() && b[i].is_ascii_digit() {
-                i += 1;
-            }
-            let lead = i - st;
-            let mut j = i;
-            let mut groups = 0;
-            while j + 3 < b.len()
-                && b[j] == b','
-                && b[j + 1..j + 4].iter().all(|c| c.is_ascii_digit())
-                && (j + 4 >= b.len() || !b[j + 4].is_ascii_digit())
-            {
-                groups += 1;
-                j += 4;
-            }
-            if groups > 0 && lead <= 3 && !(lead == 1 && b[st] == b'0') {
-                out.extend(b[st..j].iter().filter(|&&c| c != b',').map(|&c| c as char));
-                i = j;
-            } else {
-                out.push_str(&s[st..i]);
-            }
-            continue;
-        }
-        let ch = s[i..].chars().next().unwrap_or(' ');
-        out.push(ch);
-        i += ch.len_utf8();
+    let t = s.trim();
+    let body = t.strip_prefix('-').unwrap_or(t);
+    let (int, frac) = body.split_once('.').unwrap_or((body, ""));
+    let groups: Vec<&str> = int.split(',').collect();
+    let digits = |g: &str| !g.is_empty() && g.bytes().all(|c| c.is_ascii_digit());
+    let grouped = groups.len() > 1
+        && (1..=3).contains(&groups[0].len())
+        && digits(groups[0])
+        // `0,234` is the decimal 0.234 (below).
+        && groups[0] != "0"
+        && groups[1..].iter().all(|g| g.len() == 3 && digits(g))
+        && (frac.is_empty() && !body.contains('.') || digits(frac));
+    if grouped {
+        t.replace(',', "")
+    } else {
+        s.to_string()
     }
-    out
 }

@@ -1,5 +1,6 @@
 //! A small computer-algebra core for grading: LaTeX / plain math -> expression tree, exact rational
 //! evaluation where possible, complex floating-point evaluation at random points otherwise.
+mod abs_bounds;
 mod equiv;
 mod eval;
 mod lexer;

@@ -51,6 +51,82 @@ fn is_int_literal(e: &Expr) -> bool {
     matches!(e, Expr::Num { value, decimals: 0 } if value.is_integer())
 }
 
+/// How a run of factors joins the product before it: `Expr::Mul` or `Expr::Div`.
+type JoinOp = fn(Box<Expr>, Box<Expr>) -> Expr;
+
+/// The factors of a term written side by side since the last `*` or `/` (see `Parser::term`).
+struct FactorRun {
+    /// The product before the run and how the run joins it.
+    before: Option<(Expr, JoinOp)>,
+    factors: Vec<Expr>,
+    /// Every factor is an integer literal (the first may carry a minus sign).
+    all_int_literals: bool,
+    /// A mixed number `3\frac{1}{2}` already closed the run as a sum.
+    mixed: bool,
+}
+
+impl FactorRun {
+    fn start(int_ahead: bool, first: Expr) -> Self {
+        let signed_int = match &first {
+            Expr::Neg(x) => is_int_literal(x),
+            x => is_int_literal(x),
+        };
+        FactorRun {
+            before: None,
+            all_int_literals: int_ahead && signed_int,
+            factors: vec![first],
+            mixed: false,
+        }
+    }
+
+    fn after(before: Expr, op: JoinOp, ahead: bool, first: Expr) -> Self {
+        FactorRun {
+            before: Some((before, op)),
+            ..FactorRun::start(ahead, first)
+        }
+    }
+
+    fn is_single_int(&self) -> bool {
+        self.factors.len() == 1 && is_int_literal(&self.factors[0])
+    }
+
+    fn add_fraction(&mut self, frac: Expr) {
+        let whole = self.factors.pop().unwrap();
+        self.factors.push(Expr::Add(whole.bx(), frac.bx()));
+        self.mixed = true;
+        self.all_int_literals = false;
+    }
+
+    fn push(&mut self, int_ahead: bool, factor: Expr) {
+        self.all_int_literals &= int_ahead && is_int_literal(&factor) && !self.mixed;
+        self.factors.push(factor);
+    }
+
+    fn close(self) -> Expr {
+        let mut factors = self.factors.into_iter();
+        let first = factors.next().unwrap();
+        let value = if self.all_int_literals && factors.len() > 0 {
+            // `-2(3)` is -(2 + 3).
+            let (negative, first) = match first {
+                Expr::Neg(x) => (true, *x),
+                x => (false, x),
+            };
+            let sum = factors.fold(first, |a, b| Expr::Add(a.bx(), b.bx()));
+            if negative {
+                Expr::Neg(sum.bx())
+            } else {
+                sum
+            }
+        } else {
+            factors.fold(first, |a, b| Expr::Mul(a.bx(), b.bx()))
+        };
+        match self.before {
+            Some((before, op)) => op(before.bx(), value.bx()),
+            None => value,
+        }
+    }
+}
+
 impl Parser {
     pub(super) fn peek(&self) -> Option<&Tok> {
         self.toks.get(self.pos)
@@ -114,18 +190,31 @@ impl Parser {
         )
     }
 
-    /// Comma- or semicolon-separated list; a single item is returned as itself.
+    /// Comma- or semicolon-separated list; a single item is returned as itself. Semicolons
+    /// that separate groups with commas in them separate solutions, each group one tuple
+    /// (`m=3,n=1;m=5,n=1` is the two solutions `(m=3,n=1)` and `(m=5,n=1)`), as math-verify
+    /// reads them; otherwise they are commas (`-12;-11;-10`).
     pub(super) fn list(&mut self) -> Result<Expr> {
-        let mut items = vec![];
+        let mut groups: Vec<Vec<Expr>> = vec![vec![]];
         loop {
-            if self.at_end_of_group() && !items.is_empty() {
+            let started = groups.iter().any(|g| !g.is_empty());
+            if self.at_end_of_group() && started {
                 break; // trailing comma
             }
-            items.push(self.union()?);
-            if !(self.eat(&Tok::Comma) || self.eat(&Tok::Semicolon)) {
+            groups.last_mut().unwrap().push(self.union()?);
+            if self.eat(&Tok::Comma) {
+                continue;
+            }
+            if !self.eat(&Tok::Semicolon) {
                 break;
             }
+            groups.push(vec![]);
         }
+        groups.retain(|g| !g.is_empty());
+        if groups.len() > 1 && groups.iter().any(|g| g.len() > 1) {
+            return Ok(Expr::List(groups.into_iter().map(Expr::Tuple).collect()));
+        }
+        let mut items: Vec<Expr> = groups.into_iter().flatten().collect();
         Ok(if items.len() == 1 {
             items.pop().unwrap()
         } else {
@@ -231,34 +320,59 @@ impl Parser {
         }
     }
 
+    /// Products and quotients. Factors written side by side with no operator form a run; a run
+    /// of integer literals alone (brackets allowed) is their sum, as latex2sympy reads it (a
+    /// mixed number: `2(3)` is 5, `2(21)(19)` is 42, `2 \cdot 3 (4)` is `2 \cdot 7`), while a run
+    /// with anything else in it is a product (`2(3)x`, `2(3)^2`, `2(-3)`, `1 000`: a literal
+    /// with a leading zero is no mixed number).
     pub(super) fn term(&mut self) -> Result<Expr> {
-        let mut acc = self.unary()?;
+        let mut run = FactorRun::start(self.int_literal_ahead(), self.unary()?);
         loop {
             match self.peek() {
                 Some(Tok::Star) => {
                     self.pos += 1;
-                    acc = Expr::Mul(acc.bx(), self.unary()?.bx());
+                    let ahead = self.int_literal_ahead();
+                    run = FactorRun::after(run.close(), Expr::Mul, ahead, self.unary()?);
                 }
                 Some(Tok::Slash) => {
                     self.pos += 1;
-                    acc = Expr::Div(acc.bx(), self.unary()?.bx());
+                    let ahead = self.int_literal_ahead();
+                    run = FactorRun::after(run.close(), Expr::Div, ahead, self.unary()?);
                 }
                 Some(Tok::Percent) => self.pos += 1,
                 _ if self.starts_atom() => {
                     // Mixed numbers: `3\frac{1}{2}` means 3 + 1/2 (`7 3/4` is a product, as in math-verify).
-                    if is_int_literal(&acc) {
+                    if run.is_single_int() {
                         if let Some(frac) = self.try_mixed_fraction()? {
-                            acc = Expr::Add(acc.bx(), frac.bx());
+                            run.add_fraction(frac);
                             continue;
                         }
                     }
+                    let ahead = self.int_literal_ahead();
                     let rhs = self.power()?;
-                    acc = Expr::Mul(acc.bx(), rhs.bx());
+                    run.push(ahead, rhs);
                 }
                 _ => break,
             }
         }
-        Ok(acc)
+        Ok(run.close())
+    }
+
+    /// Whether the next factor starts with an integer literal that can join a mixed-number run
+    /// (`3`, `(3)`, `[3]`, `{3}`; not `03`).
+    fn int_literal_ahead(&self) -> bool {
+        let literal = |t: Option<&Tok>| match t {
+            Some(Tok::Num(n)) => {
+                let leading_zero = n.len() > 1 && n.starts_with('0');
+                !(n.contains('.') || leading_zero)
+            }
+            _ => false,
+        };
+        match self.peek() {
+            Some(Tok::LParen | Tok::LBrack | Tok::LBrace) => literal(self.peek_at(1)),
+            Some(Tok::Minus) => literal(self.peek_at(1)),
+            t => literal(t),
+        }
     }
 
     /// After an integer literal: `\frac{a}{b}` with integer literals a, b.

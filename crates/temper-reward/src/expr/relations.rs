@@ -23,6 +23,11 @@ pub(super) fn is_name(e: &Expr) -> bool {
 pub(super) fn reduce_chain(terms: &[Expr], ops: &[RelOp]) -> (Expr, RelOp, Expr) {
     let n = terms.len();
     if ops.iter().all(|&op| op == RelOp::Eq) {
+        // A chain that starts with a label is that label's value (`x = y = 4` is `x = 4`, not
+        // `y = 4`), as math-verify truncates an assignment chain.
+        if only_names(&terms[0]) {
+            return (terms[0].clone(), RelOp::Eq, terms[n - 1].clone());
+        }
         let lhs = terms[..n - 1]
             .iter()
             .rev()
@@ -48,8 +53,26 @@ pub(super) fn is_assignment(e: &Expr) -> bool {
                 Expr::Call(Func::Abs, args) if args.len() == 1 => &args[0],
                 other => other,
             };
-            is_name(lhs) || is_variable(lhs)
+            is_name(lhs) || only_names(lhs)
         }
+        _ => false,
+    }
+}
+
+/// An expression built from names alone, with no number in it: a label such as `P:Q`,
+/// `\frac{AM}{MB}`, `S_1:S_2`, `a + b` or `f(x)`. math-verify takes an equation with such a left
+/// side for an assignment (`P:Q = 2` answers `2`); `2x`, `a - b` (`a + (-1) b`) and `x^2` hold a
+/// number and are not labels (but `x/2` is, see below).
+fn only_names(e: &Expr) -> bool {
+    match e {
+        Expr::Sym(_) => true,
+        Expr::Mul(a, b) | Expr::Add(a, b) => only_names(a) && only_names(b),
+        // A division is a power -1 to sympy, which math-verify lets through when its base is a
+        // name or a bare number: `x/2 = 12` and `P:Q = 2` are labels, `1/a = 5` is not.
+        Expr::Div(a, b) => only_names(a) && (only_names(b) || matches!(**b, Expr::Num { .. })),
+        // `\sqrt{x}` is `x^{1/2}` to sympy: a number.
+        Expr::Call(Func::Sqrt | Func::Root, _) => false,
+        Expr::Call(_, args) | Expr::Tuple(args) => !args.is_empty() && args.iter().all(only_names),
         _ => false,
     }
 }
@@ -62,23 +85,12 @@ pub(super) fn last_side(e: &Expr) -> &Expr {
     }
 }
 
-/// The set a relation describes: an interval, or for `|x|` bounds, the interval or union
-/// (`|x| < 2` is `(-2, 2)`, `|z| > 2` is `(-\infty, -2) \cup (2, \infty)`).
+/// The set a relation describes: an interval, or for bounds on an absolute value the interval
+/// or union (`|x| < 2` is `(-2, 2)`, `|z - 1| > 2` is `(-\infty, -1) \cup (3, \infty)`).
 pub(super) fn rel_to_set(e: &Expr) -> Option<Expr> {
     if let Expr::Rel { terms, ops } = e {
-        if let ([Expr::Call(Func::Abs, arg), r], [op]) = (terms.as_slice(), ops.as_slice()) {
-            if arg.len() == 1 && is_variable(&arg[0]) {
-                let neg = || Expr::Neg(Box::new(r.clone()));
-                let closed = matches!(op, RelOp::Le | RelOp::Ge);
-                return match op {
-                    RelOp::Lt | RelOp::Le => Some(interval(neg(), r.clone(), closed, closed)),
-                    RelOp::Gt | RelOp::Ge => Some(Expr::Union(vec![
-                        interval(Expr::Neg(Box::new(Expr::Inf)), neg(), false, closed),
-                        interval(r.clone(), Expr::Inf, closed, false),
-                    ])),
-                    _ => None,
-                };
-            }
+        if let Some(set) = super::abs_bounds::abs_bound_to_set(terms, ops) {
+            return Some(set);
         }
     }
     rel_to_interval(e)
@@ -125,6 +137,11 @@ pub(super) fn rel_to_interval(e: &Expr) -> Option<Expr> {
             match op {
                 RelOp::Gt | RelOp::Ge => Some(interval(other, inf(), closed(op), false)),
                 RelOp::Lt | RelOp::Le => Some(interval(neg_inf(), other, false, closed(op))),
+                // `x \ne 2`: everything but 2.
+                RelOp::Ne => Some(Expr::Union(vec![
+                    interval(neg_inf(), other.clone(), false, false),
+                    interval(other, inf(), false, false),
+                ])),
                 _ => None,
             }
         }
@@ -176,16 +193,12 @@ pub(super) fn rel_equiv(g: &Expr, p: &Expr, o: &EquivOptions) -> bool {
     };
     let single = |ops: &[RelOp]| ops.len() == 1 || ops.iter().all(|&x| x == RelOp::Eq);
     if !(single(go) && single(po)) {
-        // Inequality chains: term by term, in either direction.
         if go.len() != po.len() {
             return false;
         }
-        if go == po {
-            return ordered(gt, pt, o);
-        }
-        let flipped: Vec<RelOp> = po.iter().rev().map(|&x| flip(x)).collect();
-        let rev: Vec<Expr> = pt.iter().rev().cloned().collect();
-        return *go == flipped && ordered(gt, &rev, o);
+        // Term by term in the order written: math-verify pairs the relations of two chains in
+        // order, so `5 > x > -3` does not answer `-3 < x < 5`.
+        return go == po && ordered(gt, pt, o);
     }
     let (gl, gop, gr) = reduce_chain(gt, go);
     let (pl, pop, pr) = reduce_chain(pt, po);
