@@ -31,6 +31,8 @@ struct ChatRequest {
     sampling: Sampling,
     #[serde(default)]
     logprobs: bool,
+    /// With `logprobs`: the `k` most likely tokens at each generated position.
+    top_logprobs: Option<usize>,
     #[serde(default)]
     stream: bool,
 }
@@ -76,6 +78,11 @@ async fn run(state: &AppState, req: ChatRequest) -> Result<Value, Failure> {
     if req.messages.is_empty() {
         return Err(bad("messages: empty"));
     }
+    let top = req.top_logprobs.unwrap_or(0);
+    crate::top_logprobs::check_k("top_logprobs", top)?;
+    if top > 0 && !req.logprobs {
+        return Err(bad("top_logprobs: needs logprobs: true"));
+    }
     let tok = state.tokenizer.clone().ok_or_else(|| {
         bad("messages: the model has no tokenizer; use /v1/completions with token ids")
     })?;
@@ -114,6 +121,16 @@ async fn run(state: &AppState, req: ChatRequest) -> Result<Value, Failure> {
         .await?
         .remove(0);
     let samples = result.map_err(|e| (StatusCode::INTERNAL_SERVER_ERROR, e))?;
+    // The top alternatives: one scoring forward per sample over prompt + completion.
+    let mut scored = vec![];
+    if top > 0 {
+        for s in &samples {
+            let all =
+                crate::top_logprobs::score(&state.worker, &prompts[0], &s.completion_ids, top)
+                    .await?;
+            scored.push(crate::top_logprobs::completion_part(&all, prompts[0].len()).to_vec());
+        }
+    }
     let mut completion_tokens = 0;
     let choices: Vec<Value> = samples
         .iter()
@@ -126,9 +143,23 @@ async fn run(state: &AppState, req: ChatRequest) -> Result<Value, Failure> {
                     .completion_ids
                     .iter()
                     .zip(&s.completion_logprobs)
-                    .map(|(id, lp)| {
+                    .enumerate()
+                    .map(|(j, (id, lp))| {
                         let token = tok.decode(&[*id], false).unwrap_or_default();
-                        json!({"token": token, "logprob": lp, "bytes": token.as_bytes(), "top_logprobs": []})
+                        let top: Vec<Value> = scored
+                            .get(k)
+                            .and_then(|sc| sc.get(j).cloned().flatten())
+                            .map(|p| {
+                                p.top
+                                    .iter()
+                                    .map(|(alt, alt_lp)| {
+                                        let t = tok.decode(&[*alt], false).unwrap_or_default();
+                                        json!({"token": t, "logprob": alt_lp, "bytes": t.as_bytes()})
+                                    })
+                                    .collect()
+                            })
+                            .unwrap_or_default();
+                        json!({"token": token, "logprob": lp, "bytes": token.as_bytes(), "top_logprobs": top})
                     })
                     .collect();
                 json!({ "content": content })

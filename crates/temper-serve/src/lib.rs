@@ -20,6 +20,7 @@ pub mod reload;
 pub mod reply;
 pub mod sglang;
 pub mod tinker;
+pub mod top_logprobs;
 pub mod worker;
 
 use std::net::SocketAddr;

@@ -119,6 +119,8 @@ struct CompletionRequest {
     #[serde(flatten)]
     sampling: Sampling,
     logprobs: Option<usize>,
+    /// vLLM's: the top `k` logprobs (and the prompt token's) at every prompt position.
+    prompt_logprobs: Option<usize>,
     #[serde(default)]
     echo: bool,
     #[serde(default)]
@@ -184,10 +186,10 @@ async fn complete(state: &AppState, req: CompletionRequest) -> Result<Value, Fai
     if req.echo {
         return Err(bad("echo: not supported (prompt logprobs come from prompt_logprobs in vLLM; temper does not echo)"));
     }
-    if req.logprobs.is_some_and(|k| k > 0) {
-        return Err(bad(
-            "logprobs: only 0 (the sampled token's logprob) is supported, not top alternatives",
-        ));
+    let top_k = req.logprobs.unwrap_or(0);
+    crate::top_logprobs::check_k("logprobs", top_k)?;
+    if let Some(k) = req.prompt_logprobs {
+        crate::top_logprobs::check_k("prompt_logprobs", k)?;
     }
     let tok = state.tokenizer.as_ref();
     let add_special = req.add_special_tokens.unwrap_or(true);
@@ -221,14 +223,47 @@ async fn complete(state: &AppState, req: CompletionRequest) -> Result<Value, Fai
                 None => String::new(),
             };
             let finish = s.finish.as_str();
+            // Top alternatives and prompt logprobs: one scoring forward over prompt + completion.
+            let pk = req.prompt_logprobs;
+            let scored = if top_k > 0 || pk.is_some() {
+                let k = top_k.max(pk.unwrap_or(0));
+                crate::top_logprobs::score(&state.worker, prompt, &s.completion_ids, k).await?
+            } else {
+                vec![]
+            };
+            let top_logprobs = (top_k > 0).then(|| {
+                let part = crate::top_logprobs::completion_part(&scored, prompt.len());
+                part.iter()
+                    .zip(&s.completion_ids)
+                    .map(|(p, &t)| match p {
+                        Some(p) => crate::top_logprobs::completion_entry(p, t, top_k),
+                        None => Value::Null,
+                    })
+                    .collect::<Vec<_>>()
+            });
             let logprobs = req.logprobs.map(|_| {
                 let tokens: Vec<String> = s.completion_ids.iter().map(|t| format!("token_id:{t}")).collect();
-                json!({"token_logprobs": s.completion_logprobs, "tokens": tokens, "top_logprobs": null, "text_offset": null})
+                json!({"token_logprobs": s.completion_logprobs, "tokens": tokens, "top_logprobs": top_logprobs, "text_offset": null})
+            });
+            let decode = |id: i64| -> String {
+                tok.and_then(|t| t.decode(&[id], false).ok())
+                    .unwrap_or_default()
+            };
+            let prompt_logprobs = pk.map(|k| {
+                scored
+                    .iter()
+                    .take(prompt.len())
+                    .zip(prompt)
+                    .map(|(p, &t)| match p {
+                        Some(p) => crate::top_logprobs::prompt_entry(p, t, k, &decode),
+                        None => Value::Null,
+                    })
+                    .collect::<Vec<_>>()
             });
             choices.push(json!({
                 "index": choices.len(), "text": text, "logprobs": logprobs, "finish_reason": finish,
                 "stop_reason": null, "token_ids": s.completion_ids, "prompt_token_ids": prompt,
-                "prompt_index": i,
+                "prompt_index": i, "prompt_logprobs": prompt_logprobs,
             }));
         }
     }

@@ -89,6 +89,15 @@ async fn run(state: &AppState, v: &Value) -> Result<Value, Failure> {
         .generate_all(&prompts, &params, &SGLANG_FIELDS)
         .await?;
     let with_logprobs = v["return_logprob"].as_bool().unwrap_or(false);
+    let top = match &v["top_logprobs_num"] {
+        Value::Null => 0,
+        x => x.as_u64().map(|k| k as usize).ok_or_else(|| {
+            bad(format!(
+                "top_logprobs_num: {x} is not a non-negative integer"
+            ))
+        })?,
+    };
+    crate::top_logprobs::check_k("top_logprobs_num", top)?;
     let mut out = vec![];
     for (p, result) in prompts.iter().zip(results) {
         let samples = result.map_err(|e| (StatusCode::INTERNAL_SERVER_ERROR, e))?;
@@ -108,6 +117,24 @@ async fn run(state: &AppState, v: &Value) -> Result<Value, Failure> {
                     .zip(&s.completion_ids)
                     .map(|(lp, id)| json!([lp, id, null]))
                     .collect();
+                if top > 0 {
+                    // SGLang's `output_top_logprobs`: per generated token, [logprob, id, null]
+                    // for the `top_logprobs_num` most likely.
+                    let all = crate::top_logprobs::score(&state.worker, p, &s.completion_ids, top)
+                        .await?;
+                    meta["output_top_logprobs"] =
+                        crate::top_logprobs::completion_part(&all, p.len())
+                            .iter()
+                            .map(|pos| match pos {
+                                Some(pos) => pos
+                                    .top
+                                    .iter()
+                                    .map(|(id, lp)| json!([lp, id, null]))
+                                    .collect(),
+                                None => Value::Null,
+                            })
+                            .collect();
+                }
             }
             out.push(json!({"text": text, "output_ids": s.completion_ids, "meta_info": meta}));
         }

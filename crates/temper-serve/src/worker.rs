@@ -42,7 +42,7 @@ type LogprobsReply = tokio::sync::oneshot::Sender<Result<PromptScores, String>>;
 #[derive(Debug, Default)]
 pub struct PromptScores {
     pub logprobs: Option<Vec<Option<f32>>>,
-    pub topk: Option<Vec<Option<temper_tinker::TopTokens>>>,
+    pub topk: Option<Vec<Option<temper_tinker::PositionTop>>>,
 }
 
 /// One queued job.
@@ -416,7 +416,7 @@ fn run_job(
                     },
                     topk: match topk {
                         0 => None,
-                        k => Some(temper_tinker::prompt_topk(model, &tokens, k)?),
+                        k => Some(temper_tinker::prompt_topk_ranked(model, &tokens, k)?),
                     },
                 })
             }))

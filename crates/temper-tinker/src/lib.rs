@@ -24,7 +24,7 @@ mod state;
 mod training;
 
 pub use datum::{Datum, TensorData};
-pub use prompt_topk::{prompt_topk, TopTokens};
+pub use prompt_topk::{prompt_topk, prompt_topk_ranked, PositionTop, TopTokens};
 pub use provenance::{Provenance, Recorded, SequenceRecords, Span, SpanSource};
 pub use sampling::{
     engine_request, prompt_logprobs, sampled_sequence, SampledSequence, SamplingModel,

@@ -1,5 +1,5 @@
 //! The top-k next-token logprobs at every prompt position (Tinker's `topk_prompt_logprobs`, the
-//! teacher's distribution that distillation trains onto; vLLM's `prompt_logprobs` alternatives).
+//! teacher's distribution that distillation trains onto; vLLM's and SGLang's top logprobs).
 
 use anyhow::{bail, Result};
 use tch::{Device, Kind, Tensor};
@@ -16,10 +16,31 @@ pub const MAX_TOPK: usize = 64;
 /// One position's top tokens: (token id, logprob), most likely first.
 pub type TopTokens = Vec<(i64, f32)>;
 
+/// One position's top tokens, and its own token's logprob and rank (1 = the most likely; as
+/// vLLM counts: one more than the tokens with a strictly higher logprob).
+#[derive(Debug, Clone, PartialEq)]
+pub struct PositionTop {
+    pub top: TopTokens,
+    pub logprob: f32,
+    pub rank: i64,
+}
+
 /// Per position of `tokens`, the `k` most likely next tokens given the tokens before it, most
 /// likely first, as log_softmax of the logits at T = 1 (`None` for the first position, which has
 /// no context). Ties keep libtorch's `topk` order.
 pub fn prompt_topk(model: &CausalLm, tokens: &[i64], k: usize) -> Result<Vec<Option<TopTokens>>> {
+    Ok(prompt_topk_ranked(model, tokens, k)?
+        .into_iter()
+        .map(|p| p.map(|p| p.top))
+        .collect())
+}
+
+/// [`prompt_topk`] with each position's own token's logprob and rank.
+pub fn prompt_topk_ranked(
+    model: &CausalLm,
+    tokens: &[i64],
+    k: usize,
+) -> Result<Vec<Option<PositionTop>>> {
     let vocab = model.config().vocab_size;
     if k == 0 || k > MAX_TOPK {
         bail!("top-k logprobs: k = {k} must be 1 to {MAX_TOPK}");
@@ -31,7 +52,7 @@ pub fn prompt_topk(model: &CausalLm, tokens: &[i64], k: usize) -> Result<Vec<Opt
     {
         bail!("prompt[{i}] = {t} is outside the vocabulary (0..{vocab})");
     }
-    let mut out: Vec<Option<TopTokens>> = vec![None];
+    let mut out: Vec<Option<PositionTop>> = vec![None];
     if tokens.len() < 2 {
         out.truncate(tokens.len());
         return Ok(out);
@@ -48,20 +69,26 @@ pub fn prompt_topk(model: &CausalLm, tokens: &[i64], k: usize) -> Result<Vec<Opt
         let mut start = 0;
         while start < n {
             let len = CHUNK.min(n - start);
-            let logits = model.logits(&hidden.narrow(0, start, len));
-            let lp = logits.log_softmax(-1, Kind::Float);
+            let lp = model
+                .logits(&hidden.narrow(0, start, len))
+                .log_softmax(-1, Kind::Float);
             let (values, ids) = lp.topk(k, -1, true, true);
-            let values = Vec::<f32>::try_from(values.to(Device::Cpu).reshape([-1]))?;
-            let ids = Vec::<i64>::try_from(ids.to(Device::Cpu).reshape([-1]))?;
+            let next = &tokens[(start + 1) as usize..(start + 1 + len) as usize];
+            let own = lp.gather(1, &Tensor::from_slice(next).to(device).unsqueeze(1), false);
+            let ranks = lp.gt_tensor(&own).sum_dim_intlist(1, false, Kind::Int64) + 1;
+            let cpu = |t: Tensor| t.to(Device::Cpu).reshape([-1]);
+            let values = Vec::<f32>::try_from(cpu(values))?;
+            let ids = Vec::<i64>::try_from(cpu(ids))?;
+            let own = Vec::<f32>::try_from(cpu(own))?;
+            let ranks = Vec::<i64>::try_from(cpu(ranks))?;
             for row in 0..len as usize {
                 let r = row * k as usize..(row + 1) * k as usize;
-                out.push(Some(
-                    ids[r.clone()]
-                        .iter()
-                        .copied()
-                        .zip(values[r].iter().copied())
-                        .collect(),
-                ));
+                let top = ids[r.clone()].iter().copied();
+                out.push(Some(PositionTop {
+                    top: top.zip(values[r].iter().copied()).collect(),
+                    logprob: own[row],
+                    rank: ranks[row],
+                }));
             }
             start += len;
         }

@@ -855,9 +855,13 @@ async fn sample_on_worker(
                 }
             }))
         });
-        let topk = scores.topk.map(|mut rows| {
+        let topk = scores.topk.map(|rows| {
             let skip = skip(rows.len());
-            rows.iter_mut().take(skip).for_each(|r| *r = None);
+            let rows: Vec<_> = rows
+                .into_iter()
+                .enumerate()
+                .map(|(i, r)| r.filter(|_| i >= skip).map(|r| r.top))
+                .collect();
             proto::TopkLogprobs::of(&rows, wanted.topk)
         });
         (logprobs, topk)
