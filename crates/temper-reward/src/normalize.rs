@@ -420,6 +420,50 @@ fn strip_comma_thousands(s: &str) -> String {
     if grouped {
         t.replace(',', "")
     } else {
-        s.to_string()
+        braced_thousands(s)
     }
+}
+
+/// Thousands commas inside a command's braces (`\frac{2\cdot 1,000}{2}`): latex2sympy cannot
+/// read a comma there, and math-verify then reads the grouped number from the text (1000), so a
+/// `d,ddd` group inside braces is one number.
+fn braced_thousands(s: &str) -> String {
+    let b = s.as_bytes();
+    if !b.contains(&b'{') || !b.contains(&b',') {
+        return s.to_string();
+    }
+    let mut out = Vec::with_capacity(b.len());
+    let (mut depth, mut i) = (0usize, 0usize);
+    while i < b.len() {
+        match b[i] {
+            b'{' => depth += 1,
+            b'}' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+        let starts_number = b[i].is_ascii_digit()
+            && (i == 0 || !(b[i - 1].is_ascii_alphanumeric() || b[i - 1] == b'.'));
+        if depth > 0 && starts_number {
+            let st = i;
+            while i < b.len() && b[i].is_ascii_digit() {
+                i += 1;
+            }
+            let lead = i - st;
+            let mut j = i;
+            while j + 3 < b.len()
+                && b[j] == b','
+                && b[j + 1..j + 4].iter().all(u8::is_ascii_digit)
+                && (j + 4 >= b.len() || !b[j + 4].is_ascii_digit())
+            {
+                j += 4;
+            }
+            let grouped = j > i && lead <= 3 && !(lead == 1 && b[st] == b'0');
+            let end = if grouped { j } else { i };
+            out.extend(b[st..end].iter().filter(|&&c| !grouped || c != b','));
+            i = end;
+            continue;
+        }
+        out.push(b[i]);
+        i += 1;
+    }
+    String::from_utf8(out).unwrap_or_else(|_| s.to_string())
 }
