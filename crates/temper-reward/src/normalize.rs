@@ -160,6 +160,28 @@ fn is_unit_word(w: &str) -> bool {
     UNIT_WORDS.contains(&w.as_str()) || UNIT_WORDS.contains(&singular)
 }
 
+/// Commands rewritten before parsing, in this order (`\u{1}` keeps a `\\` row break from being
+/// read as `\ `; `\u{3}` marks a `\!` whose following spaces go too).
+const COMMAND_REWRITES: [(&str, &str); 17] = [
+    ("\\!", "\u{3}"),
+    ("\\angle", ""),
+    ("\\mathbb{R}", "(-\\infty,\\infty)"),
+    ("\\dfrac", "\\frac"),
+    ("\\tfrac", "\\frac"),
+    ("^{\\circ}", ""),
+    ("^\\circ", ""),
+    ("{}^\\circ", ""),
+    ("\\circ", ""),
+    ("\\text{ and }", " and "),
+    ("\\text{and}", " and "),
+    ("\\text{ or }", " or "),
+    ("\\,", " "),
+    ("\\;", " "),
+    ("\\\\", "\u{1}"),
+    ("\\ ", " "),
+    ("\u{1}", "\\\\"),
+];
+
 /// Clean an extracted answer for parsing.
 pub fn normalize(s: &str) -> String {
     let mut s = s.trim().to_string();
@@ -171,28 +193,17 @@ pub fn normalize(s: &str) -> String {
     }
     let percent_words = ["percentage", "percent", "pct"];
     let s = single_backslash_commands(&s);
-    let mut t = s
-        .replace("\\$", "")
-        .replace('$', "")
-        .replace("{,}", ",")
-        .replace("\\!", "\u{3}")
-        .replace("\\angle", "")
-        .replace("\\mathbb{R}", "(-\\infty,\\infty)")
-        .replace("\\dfrac", "\\frac")
-        .replace("\\tfrac", "\\frac")
-        .replace("^{\\circ}", "")
-        .replace("^\\circ", "")
-        .replace("{}^\\circ", "")
-        .replace("\\circ", "")
-        .replace("\\text{ and }", " and ")
-        .replace("\\text{and}", " and ")
-        .replace("\\text{ or }", " or ")
-        .replace("\\,", " ")
-        .replace("\\;", " ")
-        .replace("\\\\", "\u{1}")
-        .replace("\\ ", " ")
-        .replace('\u{1}', "\\\\")
-        .replace('\n', " ");
+    let mut t = s.replace("\\$", "").replace('$', "").replace("{,}", ",");
+    // The rewrites of commands, in order; only text with a backslash has any (most answers and
+    // much prose have none, and each `replace` is a scan and a new string).
+    if t.contains('\\') {
+        for (from, to) in COMMAND_REWRITES {
+            if t.contains(from) {
+                t = t.replace(from, to);
+            }
+        }
+    }
+    let mut t = t.replace('\n', " ");
     // `\!` goes with the spaces after it (`32,\! 349` is 32,349).
     while let Some(k) = t.find('\u{3}') {
         let rest = t[k + 1..].trim_start().to_string();

@@ -40,6 +40,9 @@ struct Text<'a> {
     bracket_closes: Vec<usize>,
     paren_closes: Vec<usize>,
     newlines: Vec<usize>,
+    /// Byte positions of "answer" in any case: every anchor word ("answer", "answer:", "final
+    /// answer") is found from these, in one scan of the text.
+    answers: Vec<usize>,
 }
 
 impl<'a> Text<'a> {
@@ -51,6 +54,22 @@ impl<'a> Text<'a> {
             bracket_closes: at("\\]"),
             paren_closes: at("\\)"),
             newlines: at("\n"),
+            answers: find_all_ci(s, "answer"),
+        }
+    }
+
+    /// [`find_all_ci`] of an anchor word, from the positions of "answer".
+    fn anchors(&self, word: &str) -> Vec<usize> {
+        let b = self.s.as_bytes();
+        let it = self.answers.iter().copied();
+        match word {
+            "answer" => self.answers.clone(),
+            "answer:" => it.filter(|&k| b.get(k + 6) == Some(&b':')).collect(),
+            "final answer" => it
+                .filter(|&k| k >= 6 && b[k - 6..k].eq_ignore_ascii_case(b"final "))
+                .map(|k| k - 6)
+                .collect(),
+            w => find_all_ci(self.s, w),
         }
     }
 
@@ -211,8 +230,17 @@ type EnvParts = Vec<(String, bool)>;
 fn all_envs(t: &Text, need_box: bool) -> Vec<(usize, usize, EnvParts)> {
     let s = t.s;
     let mut out = vec![];
+    if need_box && !s.contains("\\boxed") {
+        return out;
+    }
+    let b = s.as_bytes();
     let mut i = 0;
     while i < s.len() {
+        // Only these bytes start an environment (`$`, `\[`, `\(`, ` [`, `\frac`, `-\frac`).
+        if !matches!(b[i], b'$' | b'\\' | b'[' | b'-') {
+            i += 1;
+            continue;
+        }
         if s.is_char_boundary(i) {
             if let Some((parts, end)) = envs_at(t, i, need_box) {
                 out.push((i, end, parts));
@@ -308,8 +336,15 @@ pub fn boxed_content(s: &str, mode: BoxMode) -> String {
 
 /// Case-insensitive positions of `word` in `s` (ASCII).
 fn find_all_ci(s: &str, word: &str) -> Vec<usize> {
-    let lower = s.to_ascii_lowercase();
-    lower.match_indices(word).map(|(k, _)| k).collect()
+    // `word` is lowercase ASCII and cannot overlap itself, so this finds what
+    // `s.to_ascii_lowercase().match_indices(word)` finds, without a lowercase copy of `s`.
+    let (b, w) = (s.as_bytes(), word.as_bytes());
+    if w.is_empty() || b.len() < w.len() {
+        return vec![];
+    }
+    (0..=b.len() - w.len())
+        .filter(|&i| b[i].to_ascii_lowercase() == w[0] && b[i..i + w.len()].eq_ignore_ascii_case(w))
+        .collect()
 }
 
 /// Candidates after an anchor word: for each occurrence of `word` (case-insensitive), the first
@@ -317,7 +352,7 @@ fn find_all_ci(s: &str, word: &str) -> Vec<usize> {
 fn after_anchor_latex(t: &Text, word: &str, window: usize, out: &mut Vec<Candidate>, prio: u32) {
     let s = t.s;
     let mut from = 0;
-    for k in find_all_ci(s, word) {
+    for k in t.anchors(word) {
         if k < from {
             continue;
         }
@@ -349,9 +384,10 @@ fn after_anchor_latex(t: &Text, word: &str, window: usize, out: &mut Vec<Candida
 
 /// As [`after_anchor_latex`] for plain numbers / expressions; the window does not cross a line,
 /// and a `=` within 100 bytes moves the answer after the last one.
-fn after_anchor_plain(s: &str, word: &str, out: &mut Vec<Candidate>, prio: u32) {
+fn after_anchor_plain(t: &Text, word: &str, out: &mut Vec<Candidate>, prio: u32) {
+    let s = t.s;
     let mut from = 0;
-    for k in find_all_ci(s, word) {
+    for k in t.anchors(word) {
         if k < from {
             continue;
         }
@@ -427,7 +463,7 @@ pub fn candidates(text: &str, targets: ExtractionTargets) -> Vec<Candidate> {
     let mut all: Vec<Candidate> = vec![];
     if targets.latex {
         // 0 and 50: "final answer is ... I hope", "final answer ... is ...".
-        for k in find_all_ci(text, "final answer") {
+        for k in t.anchors("final answer") {
             let rest = &text[k + "final answer".len()..];
             // Lazy `.{0,100}?\s+is`: the first " is" within 100 bytes.
             let zone = &rest[..floor_boundary(rest, rest.len().min(104))];
@@ -504,8 +540,8 @@ pub fn candidates(text: &str, targets: ExtractionTargets) -> Vec<Candidate> {
         }
     }
     if targets.expr {
-        after_anchor_plain(text, "answer:", &mut all, 100);
-        after_anchor_plain(text, "answer", &mut all, 200);
+        after_anchor_plain(&t, "answer:", &mut all, 100);
+        after_anchor_plain(&t, "answer", &mut all, 200);
         for (start, end, t, percent) in all_plain(text) {
             all.push(Candidate {
                 text: t,

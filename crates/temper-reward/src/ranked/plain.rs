@@ -148,7 +148,19 @@ fn currency_len(s: &str) -> usize {
 /// Whether a plain match may start at `i` (after math-verify's prefix: the start, a space or
 /// `=`), the prefix not being part of the previous match (which ended at `taken`).
 fn prefix_ok(s: &str, i: usize, taken: usize) -> bool {
-    i == 0 || i > taken && (s[..i].ends_with(char::is_whitespace) || s[..i].ends_with('='))
+    if i == 0 {
+        return true;
+    }
+    if i <= taken {
+        return false;
+    }
+    // The byte before `i` decides for ASCII (this runs at every byte of a response); only a
+    // multi-byte character (Unicode whitespace such as U+00A0) needs decoding.
+    match s.as_bytes()[i - 1] {
+        b'=' | b' ' | b'\t' | b'\n' | b'\x0B' | b'\x0C' | b'\r' => true,
+        b if b.is_ascii() => false,
+        _ => s[..i].ends_with(char::is_whitespace),
+    }
 }
 
 /// An optional `**` at `i`: its length.
