@@ -191,7 +191,7 @@ pub struct PolicyLossInput<'a> {
     /// Rollout-correction weights (already detached), multiplied into the per-token loss.
     pub rollout_is_weights: Option<&'a Tensor>,
     /// The positions `tinker_gspo`'s sequence ratio averages over (Tinker's
-    /// `sequence_ratio_mask`); `None` for every other loss.
+    /// `sequence_ratio_mask`; `None`: `response_mask`). Other losses ignore it.
     pub ratio_mask: Option<&'a Tensor>,
 }
 
@@ -367,10 +367,7 @@ pub fn policy_loss(
         }
         PolicyLossMode::TinkerGspo => {
             let d = logp - old.as_ref().expect("checked");
-            let Some(ratio_mask) = inp.ratio_mask else {
-                bail!("loss_mode tinker_gspo needs ratio_mask (sequence_ratio_mask)");
-            };
-            let m = mask_like(ratio_mask, logp);
+            let m = mask_like(inp.ratio_mask.unwrap_or(mask), logp);
             let len = m.sum_dim_intlist(-1, false, None::<Kind>);
             let d_seq = (d.detach() * &m).sum_dim_intlist(-1, false, None::<Kind>) / len;
             let s = (logp - logp.detach() + d_seq.unsqueeze(-1)).exp();

@@ -100,7 +100,6 @@ fn micro_loss(
             response_mask: &mask,
             entropy: Some(&entropy),
             rollout_is_weights: None,
-            ratio_mask: None,
         },
         ctx,
     )

@@ -93,8 +93,7 @@ fn sparse_values(csr: &proto::SparseCsr, t: &proto::Tensor, field: &str) -> Resu
                 r + 1
             );
         }
-        for j in a as usize..b as usize {
-            let c = col[j];
+        for (j, &c) in col.iter().enumerate().take(b as usize).skip(a as usize) {
             if c < 0 || c as usize >= cols {
                 bail!("{field}.sparse_csr.col_indices[{j}] = {c} is outside 0..{cols}");
             }
