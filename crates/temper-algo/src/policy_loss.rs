@@ -368,7 +368,9 @@ pub fn policy_loss(
         PolicyLossMode::TinkerGspo => {
             let d = logp - old.as_ref().expect("checked");
             let m = mask_like(inp.ratio_mask.unwrap_or(mask), logp);
-            let len = m.sum_dim_intlist(-1, false, None::<Kind>);
+            // A row whose mask is empty has ratio 1 (its positions carry no advantage); Tinker
+            // refuses such a datum before it gets here.
+            let len = m.sum_dim_intlist(-1, false, None::<Kind>).clamp_min(1.0);
             let d_seq = (d.detach() * &m).sum_dim_intlist(-1, false, None::<Kind>) / len;
             let s = (logp - logp.detach() + d_seq.unsqueeze(-1)).exp();
             let l1 = -&adv * &s;

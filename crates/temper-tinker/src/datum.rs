@@ -162,6 +162,16 @@ impl Datum {
                 bail!("datum {index}: loss_fn_inputs.{field} is missing (the loss needs it)");
             }
         }
+        // gspo's sequence ratio is a mean over the marked positions: none marked has no ratio.
+        let ratio_mask = temper_algo::tinker_loss::SEQUENCE_RATIO_MASK;
+        if needs.contains(&ratio_mask)
+            && self.loss_fn_inputs[ratio_mask]
+                .to_f64()
+                .iter()
+                .all(|&x| x == 0.0)
+        {
+            bail!("datum {index}: loss_fn_inputs.{ratio_mask} marks no position (gspo's sequence ratio averages over the marked ones)");
+        }
         Ok(targets)
     }
 }
