@@ -5,7 +5,8 @@
 //! killed with SIGKILL in the middle of a long forward_backward (a save of the same name queued
 //! behind it) loses nothing that save_state wrote (`tools/tinker_kill_check.py`: the reloaded
 //! logprobs are exactly the first save's, so the second never replaced it). Malformed bodies get
-//! Tinker error replies and the server keeps serving.
+//! Tinker error replies and the server keeps serving. DPO through `forward_backward_custom` matches
+//! PyTorch (`tools/tinker_dpo_check.py`).
 #[path = "../../temper-train/tests/common/mod.rs"]
 mod common;
 mod serve_util;
@@ -186,4 +187,18 @@ fn malformed_requests_get_tinker_errors() {
     assert_eq!((status, v["category"].as_str()), (404, Some("user")), "{v}");
     let (status, _) = post(url, "create_session", b"{}".to_vec());
     assert_eq!(status, 200, "still serving");
+}
+
+/// DPO as tinker-cookbook's preference recipes train it (`forward_backward_custom`, reference
+/// logprobs from a base sampler) gives PyTorch's DPO loss, and one AdamW step lands where
+/// PyTorch's does on the same model (`tools/tinker_dpo_check.py`, a full fine-tune).
+#[test]
+fn dpo_through_forward_backward_custom_matches_pytorch() {
+    let root = common::temp_dir("tinker-dpo-root");
+    let root_arg = root.display().to_string();
+    let server = serve_util::start(
+        &common::tiny_model_dir(),
+        &["--root", &root_arg, "--dtype", "float32"],
+    );
+    passed(run_script("tinker_dpo_check.py", &server.url, &[]));
 }
