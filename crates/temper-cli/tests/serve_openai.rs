@@ -155,10 +155,12 @@ fn completions_like_vllm() {
             .starts_with("prompt[0][1] = 999"),
         "{v}"
     );
-    let (status, v) = post(&s, &json!({"prompt": [1, 2], "logprobs": 5}));
+    // Up to 20 top logprobs, as vLLM's default max_logprobs (tests/serve_top_logprobs.rs checks
+    // their values).
+    let (status, v) = post(&s, &json!({"prompt": [1, 2], "logprobs": 21}));
     assert_eq!(status, 400);
     assert!(
-        v["message"].as_str().unwrap().starts_with("logprobs:"),
+        v["message"].as_str().unwrap().starts_with("logprobs: 21"),
         "{v}"
     );
     let (status, v) = post(&s, &json!({"prompt": [1, 2], "model": "other"}));
