@@ -263,7 +263,11 @@ fn bad_datums_name_the_datum_and_field() {
         err(&mut tm, d, "cross_entropy"),
         "datum 0: loss_fn_inputs.weights is missing (the loss needs it)"
     );
-    assert!(err(&mut tm, data(), "gspo").contains("not implemented in temper yet"));
+    assert!(err(&mut tm, data(), "gspo")
+        .starts_with("datum 0: loss_fn_inputs.sequence_ratio_mask is missing"));
+    assert!(err(&mut tm, data(), "stable_reinforce")
+        .starts_with("datum 0: loss_fn stable_reinforce needs provenance"));
+    assert!(err(&mut tm, data(), "custom").contains("forward_backward_custom"));
     // Nothing was accumulated by the failed calls.
     assert!(grads(&tm)
         .iter()
