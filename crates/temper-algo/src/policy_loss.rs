@@ -356,14 +356,7 @@ pub fn policy_loss(
             let len = m.sum_dim_intlist(-1, false, None::<Kind>).clamp_min(1.0);
             let d_seq = masked(&d, mask).sum_dim_intlist(-1, false, None::<Kind>) / len;
             let log_s = (logp - logp.detach() + d_seq.detach().unsqueeze(-1)).clamp_max(10.0);
-            let s = log_s.exp();
-            let l1 = -&adv * &s;
-            let l2 = -&adv * s.clamp(1.0 - lo, 1.0 + hi);
-            let clipfrac = masked_mean(&as_float(&l2.gt_tensor(&l1), logp), mask, None);
-            metrics.insert("actor/pg_clipfrac", scalar(&clipfrac));
-            metrics.insert("actor/pg_clipfrac_lower", 0.0);
-            metrics.insert("actor/ppo_kl", scalar(&masked_mean(&-&d, mask, None)));
-            l1.maximum(&l2)
+            sequence_clip(&log_s.exp(), &adv, &d, mask, (lo, hi), &mut metrics)
         }
         PolicyLossMode::TinkerGspo => {
             let d = logp - old.as_ref().expect("checked");
@@ -373,13 +366,7 @@ pub fn policy_loss(
             let len = m.sum_dim_intlist(-1, false, None::<Kind>).clamp_min(1.0);
             let d_seq = (d.detach() * &m).sum_dim_intlist(-1, false, None::<Kind>) / len;
             let s = (logp - logp.detach() + d_seq.unsqueeze(-1)).exp();
-            let l1 = -&adv * &s;
-            let l2 = -&adv * s.clamp(1.0 - lo, 1.0 + hi);
-            let clipfrac = masked_mean(&as_float(&l2.gt_tensor(&l1), logp), mask, None);
-            metrics.insert("actor/pg_clipfrac", scalar(&clipfrac));
-            metrics.insert("actor/pg_clipfrac_lower", 0.0);
-            metrics.insert("actor/ppo_kl", scalar(&masked_mean(&-&d, mask, None)));
-            l1.maximum(&l2)
+            sequence_clip(&s, &adv, &d, mask, (lo, hi), &mut metrics)
         }
         PolicyLossMode::TinkerStableReinforce => {
             let d = logp - old.as_ref().expect("checked");
@@ -432,6 +419,25 @@ pub fn policy_loss(
         pg_loss,
         metrics,
     })
+}
+
+/// GSPO's per-token loss from the token-form sequence ratio `s`: PPO's clip of `s` to
+/// `[1 - lo, 1 + hi]` (no dual clip), with its metrics (verl's `gspo`, Tinker's `gspo`).
+fn sequence_clip(
+    s: &Tensor,
+    adv: &Tensor,
+    d: &Tensor,
+    mask: &Tensor,
+    (lo, hi): (f64, f64),
+    metrics: &mut Metrics,
+) -> Tensor {
+    let l1 = -adv * s;
+    let l2 = -adv * s.clamp(1.0 - lo, 1.0 + hi);
+    let clipfrac = masked_mean(&as_float(&l2.gt_tensor(&l1), s), mask, None);
+    metrics.insert("actor/pg_clipfrac", scalar(&clipfrac));
+    metrics.insert("actor/pg_clipfrac_lower", 0.0);
+    metrics.insert("actor/ppo_kl", scalar(&masked_mean(&-d, mask, None)));
+    l1.maximum(&l2)
 }
 
 /// GMPO (verl's `geo_mean`): per-sequence loss, averaged over all rows of the mini-batch.

@@ -24,12 +24,5 @@ fn top_logprobs_are_transformers_logprobs() {
             .spawn()
             .unwrap(),
     );
-    let out = client.wait_with_output();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    println!("{stdout}");
-    assert!(
-        out.status.success() && stdout.contains("all checks passed"),
-        "{stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    serve_util::passed(client);
 }

@@ -14,7 +14,7 @@ mod serve_util;
 use std::path::Path;
 use std::process::{Command, Stdio};
 
-use serve_util::Client;
+use serve_util::{passed, Client};
 
 use serde_json::{json, Value};
 
@@ -40,17 +40,6 @@ fn run_script(name: &str, url: &str, extra: &[&str]) -> Client {
             .spawn()
             .unwrap(),
     )
-}
-
-fn passed(client: Client) {
-    let out = client.wait_with_output();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    println!("{stdout}");
-    assert!(
-        out.status.success() && stdout.contains("all checks passed"),
-        "{stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
 }
 
 #[test]

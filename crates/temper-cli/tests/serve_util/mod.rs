@@ -29,6 +29,20 @@ impl Server {
 
 /// A client process a test started (an SDK script), killed when dropped: a test that fails
 /// before waiting for it leaves nothing running (a client of a stopped server retries forever).
+/// A check script's client finished with success and printed "all checks passed" (its output
+/// is shown either way).
+#[allow(dead_code)]
+pub fn passed(client: Client) {
+    let out = client.wait_with_output();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    println!("{stdout}");
+    assert!(
+        out.status.success() && stdout.contains("all checks passed"),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 pub struct Client(Option<Child>);
 
 #[allow(dead_code)]
