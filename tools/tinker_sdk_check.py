@@ -173,25 +173,36 @@ for name, cfg in configs.items():
 # Gradients against PyTorch: the server's loss vs the same loss computed here (custom).
 adam = types.AdamParams(learning_rate=10.0, beta1=0.0, beta2=0.0, eps=1e3)  # step = -lr * g / (|g| + eps)
 probe = datum([72, 105, 33, 10], [43, 50, 61, 52, 10])
-for name, cfg in configs.items():
-    d = ce if name == "cross_entropy" else rl
+
+
+def probe_logprobs(client):
+    return arr(client.forward([probe], "importance_sampling").result().loss_fn_outputs[0]["logprobs"])
+
+
+def same_step_as_torch(what, data, loss_fn, cfg, custom, base):
+    """Two identically seeded models: one steps with the server's `loss_fn`, the other with the
+    same loss computed here (`custom`, through forward_backward_custom); the probe's logprobs
+    after the step agree to 1e-3 of how far the step moved them from `base`'s."""
     a = sc.create_lora_training_client(base_model=BASE, rank=RANK, seed=5).result()
     b = sc.create_lora_training_client(base_model=BASE, rank=RANK, seed=5).result()
-    a.forward_backward([d], name, loss_fn_config=cfg or None).result()
+    a.forward_backward(data, loss_fn, loss_fn_config=cfg or None).result()
     a.optim_step(adam).result()
+    b.forward_backward_custom(data, custom).result()
+    b.optim_step(adam).result()
+    la, lb = probe_logprobs(a), probe_logprobs(b)
+    moved = np.abs(la - probe_logprobs(base)).max()
+    ok(moved > 2e-5 and np.abs(la - lb).max() <= 1e-3 * moved,
+       f"{what}: gradient == torch's (step moved logprobs by {moved:.2e}, server vs torch differ by {np.abs(la - lb).max():.1e})")
+
+
+for name, cfg in configs.items():
+    d = ce if name == "cross_entropy" else rl
 
     def custom(data, logprobs_list, name=name, cfg=cfg):
         loss = sum(torch_loss(name, lp.double(), dd, cfg) for dd, lp in zip(data, logprobs_list))
         return loss, {}
 
-    b.forward_backward_custom([d], custom).result()
-    b.optim_step(adam).result()
-    la = arr(a.forward([probe], "importance_sampling").result().loss_fn_outputs[0]["logprobs"])
-    lb = arr(b.forward([probe], "importance_sampling").result().loss_fn_outputs[0]["logprobs"])
-    base_probe = arr(tc.forward([probe], "importance_sampling").result().loss_fn_outputs[0]["logprobs"])
-    moved = np.abs(la - base_probe).max()
-    ok(moved > 2e-5 and np.abs(la - lb).max() <= 1e-3 * moved,
-       f"{name}: gradient == torch's (step moved logprobs by {moved:.2e}, server vs torch differ by {np.abs(la - lb).max():.1e})")
+    same_step_as_torch(name, [d], name, cfg, custom, tc)
 
 # StableReinforce: a sampler that records, datums naming its sequences (tinker-cookbook's rl_loop
 # layout), the loss and its gradient against PyTorch with the logprobs the sampler returned. The
@@ -236,18 +247,7 @@ for cfg in [{}, {"kl_coeff": 0.1, "ratio_cap": 1.5}]:
     ok(abs(out.metrics["loss:sum"] - want) <= 1e-4 * max(1.0, abs(want)),
        f"stable_reinforce {cfg}: loss:sum {out.metrics['loss:sum']:.6f} == torch {want:.6f}")
     sr_losses.append(want)
-    a = sc.create_lora_training_client(base_model=BASE, rank=RANK, seed=5).result()
-    b = sc.create_lora_training_client(base_model=BASE, rank=RANK, seed=5).result()
-    a.forward_backward(sdata, "stable_reinforce", loss_fn_config=cfg or None).result()
-    a.optim_step(adam).result()
-    b.forward_backward_custom(sdata, sr_loss).result()
-    b.optim_step(adam).result()
-    la = arr(a.forward([probe], "importance_sampling").result().loss_fn_outputs[0]["logprobs"])
-    lb = arr(b.forward([probe], "importance_sampling").result().loss_fn_outputs[0]["logprobs"])
-    base_probe = arr(tc.forward([probe], "importance_sampling").result().loss_fn_outputs[0]["logprobs"])
-    moved = np.abs(la - base_probe).max()
-    ok(moved > 2e-5 and np.abs(la - lb).max() <= 1e-3 * moved,
-       f"stable_reinforce {cfg}: gradient == torch's (moved {moved:.2e}, differ by {np.abs(la - lb).max():.1e})")
+    same_step_as_torch(f"stable_reinforce {cfg}", sdata, "stable_reinforce", cfg, sr_loss, tc)
 
 ok(abs(sr_losses[0] - sr_losses[1]) > 1e-3, f"stable_reinforce: the cap and kl_coeff change the loss ({sr_losses})")
 
@@ -293,19 +293,10 @@ want_loss = -(want_lp * w_nk.double()).sum().item()
 ok(tuple(lp_nk.shape) == (n_in, K) and torch.allclose(lp_nk.double(), want_lp, atol=1e-4)
    and abs(out_nk.metrics["loss:sum"] - want_loss) <= 1e-4 * max(1.0, abs(want_loss)),
    f"cross_entropy on ({n_in}, {K}) targets: logprobs and loss:sum {out_nk.metrics['loss:sum']:.5f} == transformers' {want_loss:.5f}")
-a = sc.create_lora_training_client(base_model=BASE, rank=RANK, seed=5).result()
-b = sc.create_lora_training_client(base_model=BASE, rank=RANK, seed=5).result()
-a.forward_backward([nk], "cross_entropy").result()
-a.optim_step(adam).result()
-b.forward_backward_custom([nk], lambda data, lps: (sum(-(lp.double() * dd.loss_fn_inputs["weights"].to_torch().double()).sum()
-                                                       for dd, lp in zip(data, lps)), {})).result()
-b.optim_step(adam).result()
-la = arr(a.forward([probe], "importance_sampling").result().loss_fn_outputs[0]["logprobs"])
-lb = arr(b.forward([probe], "importance_sampling").result().loss_fn_outputs[0]["logprobs"])
-base_probe = arr(fresh.forward([probe], "importance_sampling").result().loss_fn_outputs[0]["logprobs"])
-moved = np.abs(la - base_probe).max()
-ok(moved > 2e-5 and np.abs(la - lb).max() <= 1e-3 * moved,
-   f"cross_entropy (N, K): gradient == torch's (moved {moved:.2e}, differ by {np.abs(la - lb).max():.1e})")
+same_step_as_torch("cross_entropy (N, K)", [nk], "cross_entropy", {},
+                   lambda data, lps: (sum(-(lp.double() * dd.loss_fn_inputs["weights"].to_torch().double()).sum()
+                                          for dd, lp in zip(data, lps)), {}),
+                   fresh)
 
 # get_server_capabilities: exactly the served model, trainable and sampleable.
 caps = tinker.RestClient().get_server_capabilities().result()
