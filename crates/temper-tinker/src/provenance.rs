@@ -45,6 +45,45 @@ pub struct Provenance {
     pub targets: Vec<Span>,
 }
 
+impl Provenance {
+    /// The runs' own rules, checked without any record: offsets and lengths >= 0, and each list
+    /// tiles its field exactly. A loss that does not read the records (every loss but
+    /// `stable_reinforce`) checks only this: the SDK and the cookbook attach provenance to every
+    /// datum whose tokens were sampled, recorded or not.
+    pub fn check_tiling(&self, index: usize, model_input: usize, targets: usize) -> Result<()> {
+        let fields = [
+            ("model_input_spans", &self.model_input, model_input),
+            ("loss_fn_input_spans", &self.targets, targets),
+        ];
+        for (field, spans, len) in fields {
+            let mut pos = 0usize;
+            for (k, span) in spans.iter().enumerate() {
+                if span.offset < 0 || span.length < 0 {
+                    bail!(
+                        "datum {index}: {field}[{k}]: offset {} and length {} must be >= 0",
+                        span.offset,
+                        span.length
+                    );
+                }
+                match pos.checked_add(span.length as usize).filter(|&e| e <= len) {
+                    Some(end) => pos = end,
+                    None => bail!(
+                        "datum {index}: {field}[{k}]: the runs cover more than the field's {len} \
+                         positions"
+                    ),
+                }
+            }
+            if pos != len {
+                bail!(
+                    "datum {index}: {field} cover {pos} positions, the field has {len}; the runs \
+                     must tile it exactly"
+                );
+            }
+        }
+        Ok(())
+    }
+}
+
 /// What the sampler recorded, per target position of a datum.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Recorded {
@@ -181,6 +220,7 @@ impl SequenceRecords {
         model_input: &[i64],
         targets: &[i64],
     ) -> Result<Recorded> {
+        provenance.check_tiling(index, model_input.len(), targets.len())?;
         let mut s = self.lock();
         let now = Instant::now();
         let fields = [
@@ -195,23 +235,9 @@ impl SequenceRecords {
             let mut pos = 0usize;
             for (k, span) in spans.iter().enumerate() {
                 let at = || format!("datum {index}: {field}[{k}]");
-                if span.offset < 0 || span.length < 0 {
-                    bail!(
-                        "{}: offset {} and length {} must be >= 0",
-                        at(),
-                        span.offset,
-                        span.length
-                    );
-                }
+                // In range: check_tiling above.
                 let (offset, length) = (span.offset as usize, span.length as usize);
-                let end = pos.checked_add(length).filter(|&e| e <= tokens.len());
-                let Some(end) = end else {
-                    bail!(
-                        "{}: the runs cover more than the field's {} positions",
-                        at(),
-                        tokens.len()
-                    );
-                };
+                let end = pos + length;
                 let expired = self.ttl;
                 let r = match s.records.get_mut(&span.sequence_id) {
                     Some(r)
@@ -274,13 +300,6 @@ impl SequenceRecords {
                     }
                 }
                 pos = end;
-            }
-            if pos != tokens.len() {
-                bail!(
-                    "datum {index}: {field} cover {pos} positions, the field has {}; the runs must \
-                     tile it exactly",
-                    tokens.len()
-                );
             }
         }
         // Records past their time go when they are next looked at; sweep the rest now and then.

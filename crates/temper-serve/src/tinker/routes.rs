@@ -410,7 +410,7 @@ async fn forward_backward(State(state): S, body: Bytes) -> Response {
             .map_err(|e| anyhow!("request body: not a ForwardBackwardRequest protobuf: {e}"))?;
         let mut data = convert::datums(&r.data)?;
         check_datum_lengths(&data, max_model_len)?;
-        resolve_provenance(&t, &r.model_id, &mut data)?;
+        resolve_provenance(&t, &r.model_id, &r.loss_fn, &mut data)?;
         let job = Job::ForwardBackward {
             data,
             config: convert::loss_config(&r)?,
@@ -422,9 +422,16 @@ async fn forward_backward(State(state): S, body: Bytes) -> Response {
     .await
 }
 
-/// Each datum's provenance checked against what the samplers of the model's session recorded,
-/// and the recorded logprobs attached to it (what `stable_reinforce` trains with).
-fn resolve_provenance(t: &Tinker, model_id: &str, data: &mut [temper_tinker::Datum]) -> Result<()> {
+/// For `stable_reinforce`, each datum's provenance checked against what the samplers of the
+/// model's session recorded, and the recorded logprobs attached to it (what it trains with). The
+/// other losses do not read the records: their datums' provenance is checked for tiling only
+/// (the cookbook attaches it whether or not the sampler recorded).
+fn resolve_provenance(
+    t: &Tinker,
+    model_id: &str,
+    loss_fn: &str,
+    data: &mut [temper_tinker::Datum],
+) -> Result<()> {
     let session = super::sessions::session_of(model_id);
     for (i, d) in data.iter_mut().enumerate() {
         let Some(provenance) = &d.provenance else {
@@ -434,6 +441,12 @@ fn resolve_provenance(t: &Tinker, model_id: &str, data: &mut [temper_tinker::Dat
         else {
             bail!("datum {i}: loss_fn_inputs.target_tokens: missing or not int64 token ids");
         };
+        if loss_fn != "stable_reinforce" {
+            // Spans tile target_tokens' rows: N of an (N, K) field.
+            let rows = targets.len() / d.width("target_tokens").max(1);
+            provenance.check_tiling(i, d.model_input.len(), rows)?;
+            continue;
+        }
         let recorded = t
             .records
             .resolve(i, session, provenance, &d.model_input, targets)?;
