@@ -1,27 +1,66 @@
 //! tinker-cookbook 0.6.1, the real package from PyPI (installed by scripts/setup-env.sh without
 //! its unpublished `tml-renderers` dependency), runs unchanged against `temper serve`: the recipes
 //! are started as a user starts them, with only the model, renderer and sizes changed, and must
-//! finish with their own success message and finite metrics.
+//! finish with their own success message and finite metrics. The model and data sets they name
+//! come from an offline Hugging Face cache (tools/cookbook_offline_cache.py): the tiny model under
+//! a name the cookbook knows, GSM8K, and stand-ins with the fields of the other data sets.
+//! docs/tinker.md has the table of every recipe; these are its CI-sized subset.
 #[path = "../../temper-train/tests/common/mod.rs"]
 mod common;
 mod serve_util;
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
+use std::sync::OnceLock;
 
-use serve_util::Client;
+use serve_util::{Client, Server};
 
-/// Runs `python -m module args...` against the server at `url` and returns its combined output,
+/// The hub name the recipes are given: one the cookbook's model table knows (its renderer is
+/// `qwen3_instruct`), linked to the tiny model in the offline cache.
+const MODEL: &str = "Qwen/Qwen3-4B-Instruct-2507";
+
+/// HF_HOME of the offline cache, made once per test process.
+fn hf_home() -> &'static Path {
+    static HOME: OnceLock<PathBuf> = OnceLock::new();
+    HOME.get_or_init(|| {
+        let home = common::temp_dir("cookbook-hf-home");
+        let tool =
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tools/cookbook_offline_cache.py");
+        let out = Command::new(common::python())
+            .arg(tool)
+            .arg(&home)
+            .arg(common::tiny_model_dir())
+            .args(["--name", MODEL])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        home
+    })
+}
+
+/// `temper serve` of [`MODEL`], resolved through the offline cache as the recipes resolve it.
+fn server(root: &Path) -> Server {
+    serve_util::start_with_env(
+        Path::new(MODEL),
+        &["--root", &root.join("server").display().to_string()],
+        &[("HF_HOME", hf_home())],
+    )
+}
+
+/// Runs `python ARGS...` against the server at `url`, offline, and returns its combined output,
 /// failing the test when it does not exit 0.
-fn recipe(url: &str, module: &str, args: &[String]) -> String {
+fn python(url: &str, args: &[String]) -> String {
     let client = Client::new(
         Command::new(common::python())
-            .arg("-m")
-            .arg(module)
             .args(args)
             .env("TINKER_BASE_URL", url)
             .env("TINKER_API_KEY", "tml-local")
             .env("TINKER_TELEMETRY", "0")
+            .env("HF_HOME", hf_home())
             .env("HF_HUB_OFFLINE", "1")
             .env("HF_DATASETS_OFFLINE", "1")
             .env("WANDB_MODE", "disabled")
@@ -36,8 +75,18 @@ fn recipe(url: &str, module: &str, args: &[String]) -> String {
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
-    assert!(out.status.success(), "{module} failed:\n{text}");
+    assert!(out.status.success(), "{args:?} failed:\n{text}");
     text
+}
+
+/// `python -m module ARGS... log_path=LOG` against a fresh server; its output.
+fn recipe(module: &str, args: &[&str], log: &Path) -> String {
+    let root = log.parent().unwrap();
+    let server = server(root);
+    let mut argv: Vec<String> = vec!["-m".into(), module.into(), format!("model_name={MODEL}")];
+    argv.extend(args.iter().map(|a| a.to_string()));
+    argv.push(format!("log_path={}", log.display()));
+    python(&server.url, &argv)
 }
 
 /// Every line of `metrics.jsonl` under `log_path`, each value finite.
@@ -57,39 +106,131 @@ fn finite_metrics(log_path: &Path) -> Vec<serde_json::Value> {
     lines
 }
 
+/// How many metric lines carry `key` (one per training step for a per-step metric).
+fn lines_with(metrics: &[serde_json::Value], key: &str) -> usize {
+    metrics.iter().filter(|m| m[key].as_f64().is_some()).count()
+}
+
 /// `math_rl` with its default `loss_fn` (`stable_reinforce`): the recipe samples with
 /// `record_stability_info`, attaches provenance to every datum and trains; three steps.
 #[test]
 fn math_rl_runs_with_its_default_loss() {
-    let root = common::temp_dir("cookbook-math-rl");
-    let server = serve_util::start(
-        &common::tiny_model_dir(),
-        &["--root", &root.join("server").display().to_string()],
+    let log = common::temp_dir("cookbook-math-rl").join("run");
+    let out = recipe(
+        "tinker_cookbook.recipes.math_rl.train",
+        &[
+            "env=arithmetic",
+            "group_size=4",
+            "groups_per_batch=4",
+            "max_tokens=8",
+            "lora_rank=4",
+            "max_steps=3",
+            "eval_every=0",
+            "save_every=0",
+            "behavior_if_log_dir_exists=delete",
+        ],
+        &log,
     );
-    let log = root.join("run");
-    let args: Vec<String> = [
-        format!("model_name={}", common::tiny_model_dir().display()),
-        "renderer_name=qwen3_instruct".into(),
-        "env=arithmetic".into(),
-        "group_size=4".into(),
-        "groups_per_batch=4".into(),
-        "max_tokens=8".into(),
-        "lora_rank=4".into(),
-        "max_steps=3".into(),
-        "eval_every=0".into(),
-        "save_every=0".into(),
-        format!("log_path={}", log.display()),
-        "behavior_if_log_dir_exists=delete".into(),
-    ]
-    .into();
-    let out = recipe(&server.url, "tinker_cookbook.recipes.math_rl.train", &args);
     assert!(out.contains("stable_reinforce"), "{out}");
     assert!(out.contains("Training completed successfully"), "{out}");
     // One line per training step (each with the optimizer's metrics), and a closing line.
-    let metrics = finite_metrics(&log);
-    let steps = metrics
-        .iter()
-        .filter(|m| m["optim/grad_norm"].as_f64().is_some())
-        .count();
-    assert_eq!(steps, 3, "{metrics:?}");
+    assert_eq!(lines_with(&finite_metrics(&log), "optim/grad_norm"), 3);
+}
+
+/// `sl_loop`, the cookbook's flat supervised loop, on its data set (`HuggingFaceH4/no_robots`'s
+/// fields).
+#[test]
+fn sl_loop_runs() {
+    let log = common::temp_dir("cookbook-sl-loop").join("run");
+    let out = recipe(
+        "tinker_cookbook.recipes.sl_loop",
+        &[
+            "batch_size=4",
+            "max_length=256",
+            "lora_rank=4",
+            "max_steps=2",
+            "save_every=0",
+        ],
+        &log,
+    );
+    assert!(out.contains("Training completed"), "{out}");
+    assert_eq!(lines_with(&finite_metrics(&log), "train_mean_nll"), 2);
+}
+
+/// The DPO recipe (`preference.dpo.train`, `Anthropic/hh-rlhf`'s fields): its loss runs client-side
+/// through `forward_backward_custom`, with a reference model's logprobs.
+#[test]
+fn dpo_runs() {
+    let log = common::temp_dir("cookbook-dpo").join("run");
+    let out = recipe(
+        "tinker_cookbook.recipes.preference.dpo.train",
+        &[
+            "batch_size=4",
+            "max_length=256",
+            "max_steps=2",
+            "behavior_if_log_dir_exists=delete",
+        ],
+        &log,
+    );
+    assert!(out.contains("DPO training completed successfully"), "{out}");
+    assert_eq!(lines_with(&finite_metrics(&log), "dpo_loss"), 2);
+}
+
+/// Off-policy distillation (`distillation.train_off_policy`): the teacher's top-k prompt logprobs
+/// become (N, K) soft targets for `cross_entropy`.
+#[test]
+fn off_policy_distillation_runs() {
+    let log = common::temp_dir("cookbook-off-policy").join("run");
+    let server = server(log.parent().unwrap());
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    // The cookbook's own example conversations (.venv/site: the venv's site-packages).
+    let venv = common::python()
+        .parent()
+        .unwrap()
+        .parent()
+        .unwrap()
+        .to_path_buf();
+    let conversations = venv.join("site/tinker_cookbook/example_data/conversations.jsonl");
+    let out = python(
+        &server.url,
+        &[
+            root.join("tools/cookbook_off_policy_distill.py")
+                .display()
+                .to_string(),
+            MODEL.into(),
+            conversations.display().to_string(),
+            log.display().to_string(),
+        ],
+    );
+    assert!(
+        out.contains("Off-policy distillation completed successfully"),
+        "{out}"
+    );
+    assert_eq!(lines_with(&finite_metrics(&log), "train/loss:sum"), 2);
+}
+
+/// On-policy distillation (`distillation.on_policy_distillation`, `importance_sampling` with a
+/// teacher's KL): its datums carry provenance from samplers that did not record, which a loss
+/// other than `stable_reinforce` must accept.
+#[test]
+fn on_policy_distillation_runs() {
+    let log = common::temp_dir("cookbook-on-policy").join("run");
+    let out = recipe(
+        "tinker_cookbook.recipes.distillation.on_policy_distillation",
+        &[
+            &format!("teacher_model={MODEL}"),
+            "dataset=tulu3",
+            "group_size=2",
+            "groups_per_batch=2",
+            "max_tokens=8",
+            "lora_rank=4",
+            "max_steps=2",
+            "eval_every=0",
+            "save_every=0",
+            "behavior_if_log_dir_exists=delete",
+        ],
+        &log,
+    );
+    assert!(out.contains("Training completed successfully"), "{out}");
+    assert!(lines_with(&finite_metrics(&log), "optim/grad_norm") >= 1);
 }

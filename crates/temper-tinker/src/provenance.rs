@@ -375,6 +375,35 @@ mod tests {
         assert_eq!(rec.logprobs, vec![0.0, 0.0, -0.5, -1.5]);
     }
 
+    /// Provenance naming sequences nobody recorded (what the cookbook attaches when the loss is
+    /// not `stable_reinforce`) passes the tiling check; a list that does not tile does not.
+    #[test]
+    fn tiling_needs_no_records() {
+        let (input, targets, prov) = rl_loop_datum(&[5, 6, 7], &[8, 9], "s:seq:0-0");
+        prov.check_tiling(0, input.len(), targets.len()).unwrap();
+        let e = prov
+            .check_tiling(3, input.len() + 1, targets.len())
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.starts_with("datum 3: model_input_spans cover 4 positions"),
+            "{e}"
+        );
+        let mut short = prov.clone();
+        short.targets[1].length = 5;
+        let e = short
+            .check_tiling(0, input.len(), targets.len())
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.starts_with("datum 0: loss_fn_input_spans[1]: the runs cover more"),
+            "{e}"
+        );
+        let r = SequenceRecords::new(1000, DEFAULT_RECORD_TTL);
+        let e = r.resolve(0, "s", &prov, &input, &targets).unwrap_err();
+        assert!(e.to_string().contains("is not recorded"), "{e}");
+    }
+
     #[test]
     fn bad_provenance_is_a_one_line_error_naming_the_run() {
         let r = SequenceRecords::new(1000, DEFAULT_RECORD_TTL);

@@ -79,8 +79,16 @@ impl Drop for Server {
 }
 
 /// `temper serve --model MODEL --port 0 [--dtype float32] EXTRA...`, once it listens.
+#[allow(dead_code)]
 pub fn start(model: &Path, extra: &[&str]) -> Server {
+    start_with_env(model, extra, &[])
+}
+
+/// [`start`] with `env` added to the server's environment.
+#[allow(dead_code)]
+pub fn start_with_env(model: &Path, extra: &[&str], env: &[(&str, &Path)]) -> Server {
     let mut child = Command::new(env!("CARGO_BIN_EXE_temper"))
+        .envs(env.iter().copied())
         .args(["serve", "--model"])
         .arg(model)
         .args(["--port", "0"])
