@@ -12,7 +12,10 @@ The recipes name a hub model (`Qwen/Qwen3-4B-Instruct-2507`) and hub datasets (`
 same fields, filled with GSM8K's problems and solutions (text other people wrote): the recipes
 run their own code on them; what they learn is GSM8K, not the original data set.
 
-    python tools/cookbook_offline_cache.py HF_HOME MODEL_DIR [--name Qwen/Qwen3-4B-Instruct-2507]
+    python tools/cookbook_offline_cache.py HF_HOME MODEL_DIR [--name ORG/NAME]...
+
+(`--name` again links the same folder under another name: a recipe that also names a grader or
+an opponent model; default Qwen/Qwen3-4B-Instruct-2507.)
 """
 
 import argparse
@@ -89,6 +92,10 @@ def standins(rows: list) -> dict:
             {"chosen": f"\n\nHuman: {r['question']}\n\nAssistant: {r['answer']}",
              "rejected": f"\n\nHuman: {r['question']}\n\nAssistant: {o['answer']}"}
             for r, o in zip(rows, other)],
+        ("zwhe99/DeepMath-103K", "default"): [
+            {"question": r["question"], "final_answer": r["answer"].split("####")[-1].strip(),
+             "difficulty": 1.0, "topic": "Mathematics -> Arithmetic"}
+            for r in rows],
         ("open-thoughts/OpenThoughts3-1.2M", "default"): [
             {"conversations": [{"from": "human", "value": r["question"]},
                                {"from": "gpt", "value": r["answer"]}]}
@@ -100,17 +107,19 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("hf_home", type=Path)
     ap.add_argument("model_dir", type=Path)
-    ap.add_argument("--name", default="Qwen/Qwen3-4B-Instruct-2507")
+    ap.add_argument("--name", action="append")
     ap.add_argument("--data", type=Path,
                     default=Path(__file__).resolve().parents[1].parent / "shared" / "data")
     args = ap.parse_args()
-    link_model(args.hf_home, args.name, args.model_dir)
+    names = args.name or ["Qwen/Qwen3-4B-Instruct-2507"]
+    for name in names:
+        link_model(args.hf_home, name, args.model_dir)
     train, test = gsm8k(args.data, "train", TRAIN_ROWS), gsm8k(args.data, "test", TEST_ROWS)
     cache_dataset(args.hf_home, "openai/gsm8k", "main", {"train": train, "test": test})
     train_s, test_s = standins(train), standins(test)
     for (repo_id, config), rows in train_s.items():
         cache_dataset(args.hf_home, repo_id, config, {"train": rows, "test": test_s[(repo_id, config)]})
-    print(json.dumps({"hf_home": str(args.hf_home), "model": args.name}))
+    print(json.dumps({"hf_home": str(args.hf_home), "models": names}))
 
 
 if __name__ == "__main__":

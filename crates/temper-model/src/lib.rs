@@ -43,8 +43,6 @@
 //! - The same [`CausalLm::forward_hidden`] serves training (no cache, autograd) and sampling
 //!   (`tch::no_grad`, [`KvCache`]): identical kernels and mask handling, so sampler and trainer
 //!   logprobs agree to float rounding.
-pub mod atomic_dir;
-pub mod atomic_file;
 pub mod attention;
 pub mod chat_template;
 pub mod config;

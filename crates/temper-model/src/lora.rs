@@ -237,7 +237,7 @@ impl CausalLm {
             .map(|(name, t)| (format!("base_model.model.{name}"), t.detach()))
             .collect();
         let weights = dir.join("adapter_model.safetensors");
-        crate::atomic_file::write_atomic_with(&weights, |tmp| {
+        temper_base::atomic_file::write_atomic_with(&weights, |tmp| {
             crate::safetensors_io::write_safetensors(tmp, &tensors)
                 .with_context(|| format!("writing {}", weights.display()))
         })?;
@@ -254,6 +254,6 @@ impl CausalLm {
             "init_lora_weights": true,
             "base_model_name_or_path": self.source_dir().map(|d| d.display().to_string()),
         });
-        crate::atomic_file::write_json_atomic(&dir.join("adapter_config.json"), &config)
+        temper_base::atomic_file::write_json_atomic(&dir.join("adapter_config.json"), &config)
     }
 }

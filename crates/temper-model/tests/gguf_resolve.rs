@@ -137,14 +137,17 @@ fn environment_variables_pick_the_caches() {
             .map(|e| (e.hub_cache, e.temper_cache, e.python))
     };
     let p = PathBuf::from;
+    // Without TEMPER_PYTHON: the repository's venv where it exists, else python3 on the PATH.
+    let (hub, cache, python) = env(&[("HOME", "/h")]).unwrap();
     assert_eq!(
-        env(&[("HOME", "/h")]).unwrap(),
-        (
-            p("/h/.cache/huggingface/hub"),
-            p("/h/.cache/temper"),
-            "python3".into()
-        )
+        (hub, cache),
+        (p("/h/.cache/huggingface/hub"), p("/h/.cache/temper"))
     );
+    let venv = p(env!("CARGO_MANIFEST_DIR")).join("../../.venv/bin/python");
+    match std::fs::canonicalize(&venv) {
+        Ok(venv) => assert_eq!(std::fs::canonicalize(&python).unwrap(), venv),
+        Err(_) => assert_eq!(python, "python3"),
+    }
     assert_eq!(
         env(&[("HOME", "/h"), ("HF_HOME", "/hf")]).unwrap().0,
         p("/hf/hub")

@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use serde_json::Value;
-use temper_model::atomic_file::write_json_atomic;
+use temper_base::atomic_file::write_json_atomic;
 use temper_model::gguf::hf_config::SpecialIds;
 use temper_model::gguf::tokenizer::tokenizer_files;
 use temper_model::gguf::GgufFile;

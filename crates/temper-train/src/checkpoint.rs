@@ -1,7 +1,7 @@
 //! Checkpoints: `checkpoints/global_step_<k>/` with the model as a Hugging Face folder (`model/`),
 //! the optimizer state (`optimizer.safetensors`) and the loop state (`trainer_state.json`: step,
 //! data position, generation counter, KL coefficient). A checkpoint is written into a hidden
-//! temporary folder and renamed when complete (`temper_model::atomic_dir`), so a
+//! temporary folder and renamed when complete (`temper_base::atomic_dir`), so a
 //! `global_step_<k>` folder is always whole, and one being replaced stays until the new one is in
 //! place.
 use crate::rundir::write_json;
@@ -36,7 +36,7 @@ pub fn save_checkpoint(
     save_optimizer: &dyn Fn(&Path) -> Result<()>,
 ) -> Result<PathBuf> {
     let dst = checkpoint_dir(run_checkpoints, state.step);
-    temper_model::atomic_dir::write_dir_atomically(&dst, |tmp| {
+    temper_base::atomic_dir::write_dir_atomically(&dst, |tmp| {
         save_model(&tmp.join("model"))?;
         save_optimizer(&tmp.join("optimizer.safetensors"))?;
         write_json(
@@ -84,7 +84,7 @@ pub fn remove_partial(run_checkpoints: &Path) -> Result<()> {
             std::fs::remove_dir_all(e.path())
                 .with_context(|| format!("removing {}", e.path().display()))?;
         } else if let Some(target) = name.strip_prefix('.').and_then(|n| n.strip_suffix(".old")) {
-            temper_model::atomic_dir::restore_interrupted(&run_checkpoints.join(target))?;
+            temper_base::atomic_dir::restore_interrupted(&run_checkpoints.join(target))?;
         }
     }
     Ok(())

@@ -210,7 +210,7 @@ pub fn render_report(run_dir: &Path, out: Option<&Path>) -> Result<PathBuf> {
             continue;
         }
         let png = out.join(format!("{}.png", p.file));
-        temper_model::atomic_file::write_atomic_with(&png, |tmp| {
+        temper_base::atomic_file::write_atomic_with(&png, |tmp| {
             draw(
                 BitMapBackend::new(tmp, (w, h)).into_drawing_area(),
                 p.title,

@@ -24,7 +24,7 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
         .filter(|p| !p.as_os_str().is_empty())
         .unwrap_or(Path::new("."));
     std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-    temper_model::atomic_file::write_atomic(path, bytes)
+    temper_base::atomic_file::write_atomic(path, bytes)
 }
 
 /// [`write_atomic`] of pretty JSON.

@@ -2,7 +2,7 @@
 //! plain numbers), for the plain-number path, the full extraction pipeline, and LaTeX forms.
 use anyhow::{bail, Context, Result};
 use serde_json::{json, Value};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Instant;
 use temper_reward::grader::{gold_answer, Grader};
 
@@ -20,9 +20,10 @@ pub struct Args {
         default_value = "crates/temper-reward/tests/fixtures/grader_cases.jsonl"
     )]
     cases: PathBuf,
-    /// The Python with math-verify (default: .venv/bin/python); `none` skips the side-by-side.
-    #[arg(long, default_value = ".venv/bin/python")]
-    python: PathBuf,
+    /// The Python with math-verify (default: the repository's venv, as every Python temper runs);
+    /// `none` skips the side-by-side.
+    #[arg(long)]
+    python: Option<PathBuf>,
 }
 
 /// The text both graders get: bare text in `$...$`, as tools/math_verify_bench.py hands it to
@@ -37,7 +38,7 @@ fn wrap(s: &str) -> String {
 
 /// temper and math-verify on the same pairs: pairs per second each, and what each accepted.
 fn side_by_side(args: &Args, grader: &Grader) -> Result<()> {
-    if args.python.as_os_str() == "none" {
+    if args.python.as_deref() == Some(Path::new("none")) {
         return Ok(());
     }
     let text = std::fs::read_to_string(&args.cases)
@@ -58,8 +59,9 @@ fn side_by_side(args: &Args, grader: &Grader) -> Result<()> {
         pairs.push((wrap(&field("gold")?), wrap(&field("pred")?)));
     }
     let (ours, accepted) = measure(&pairs, 3, |g, p| grader.grade(g, p).correct);
-    let out = std::process::Command::new(&args.python)
-        .arg("tools/math_verify_bench.py")
+    let script = temper_base::python::tool_script("math_verify_bench.py")?;
+    let out = std::process::Command::new(temper_base::python::python(args.python.as_deref()))
+        .arg(&script)
         .arg(&args.cases)
         .output()
         .context("running tools/math_verify_bench.py")?;

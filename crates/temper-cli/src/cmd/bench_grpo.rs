@@ -165,7 +165,7 @@ pub fn run(args: Args) -> Result<()> {
     if micro == 0 || !responses.is_multiple_of(micro) {
         bail!("--micro {micro} must divide the step's {responses} responses");
     }
-    let device = temper_train::config::parse_device_for("--device", &args.device)?;
+    let device = temper_base::device::parse_device_for("--device", &args.device)?;
     let model_dir = temper_model::resolve::resolve_model(&args.model)?;
     let scratch = super::bench::ScratchDir::new("grpo")?;
     let tmp = scratch.0.clone();

@@ -250,7 +250,7 @@ pub fn run(args: Args) -> Result<()> {
     if let Some(t) = args.threads {
         tch::set_num_threads(t);
     }
-    let device = temper_train::config::parse_device_for("--device", &args.device)?;
+    let device = temper_base::device::parse_device_for("--device", &args.device)?;
     let dir = temper_model::resolve::resolve_model(&args.model)?;
     let model = CausalLm::load(&dir, device, args.dtype)?;
     let vocab = model.config().vocab_size;

@@ -72,7 +72,7 @@ pub fn run(args: Args) -> Result<()> {
         bail!("--clients, --requests-per-client and --max-tokens must be at least 1");
     }
     let dir = temper_model::resolve::resolve_model(&args.model).context("--model")?;
-    let device = temper_train::config::parse_device_for("--device", &args.device)?;
+    let device = temper_base::device::parse_device_for("--device", &args.device)?;
     let compute = temper_model::resolve_compute_kind(args.dtype, device)
         .context("--dtype")?
         .compute;

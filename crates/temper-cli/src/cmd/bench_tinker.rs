@@ -129,10 +129,7 @@ fn local_side(args: &Args, model_dir: &str, tmp: &std::path::Path, name: &str) -
 }
 
 pub fn run(args: Args) -> Result<()> {
-    let python = args
-        .python
-        .clone()
-        .unwrap_or_else(|| PathBuf::from(".venv/bin/python"));
+    let python = temper_base::python::python(args.python.as_deref());
     let model_dir = temper_model::resolve::resolve_model(&args.model)?;
     let model_dir = model_dir.display().to_string();
     let scratch = super::bench::ScratchDir::new("tinker")?;

@@ -363,5 +363,5 @@ fn torch_label(mode: &str) -> &'static str {
 
 /// `cpu`, `cuda` or `cuda:N`, present on this machine.
 pub fn device_of(s: &str) -> Result<Device> {
-    temper_train::config::parse_device_for("--device", s)
+    temper_base::device::parse_device_for("--device", s)
 }

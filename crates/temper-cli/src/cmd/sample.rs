@@ -284,7 +284,7 @@ pub fn generate_with_progress(engine: &Engine, requests: &[Request]) -> Result<V
 pub fn run(args: Args) -> Result<()> {
     args.sampling.validate()?;
     let prompts = read_prompts(&args.prompts)?;
-    let device = temper_train::config::parse_device_for("--device", &args.device)?;
+    let device = temper_base::device::parse_device_for("--device", &args.device)?;
     let loaded = load_on(&args.model, args.sampling.dtype, device)?;
     let ids = tokenize_prompts(loaded.tokenizer.as_ref(), &prompts, args.prompts.chat)?;
     let requests: Vec<Request> = ids

@@ -69,7 +69,7 @@ pub fn run(args: Args) -> Result<()> {
     if let Some(n) = args.threads {
         tch::set_num_threads(n.max(1) as i32);
     }
-    let device = temper_train::config::parse_device_for("--device", &args.device)?;
+    let device = temper_base::device::parse_device_for("--device", &args.device)?;
     let dtype = resolve_compute_kind(args.dtype, device).context("--dtype")?;
     if let Some(note) = &dtype.note {
         eprintln!("temper serve: {note}");

@@ -13,7 +13,7 @@ use super::hf_config::{config_json, generation_config_json, Arch, Dims, SpecialI
 use super::names::{hf_name, unpermute_rows};
 use super::reader::{GgufFile, TensorInfo};
 use super::tokenizer::tokenizer_files;
-use crate::atomic_file::{write_json_atomic, AtomicFile};
+use temper_base::atomic_file::{write_json_atomic, AtomicFile};
 
 /// What a conversion produced.
 #[derive(Clone, Debug)]

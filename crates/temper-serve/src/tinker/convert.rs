@@ -347,8 +347,7 @@ pub fn checkpoint_dir(root: &Path, path: &str) -> Result<PathBuf> {
     let (model, kind, name) = parse_tinker_path(path)?;
     let dir = root.join(&model).join(&kind).join(&name);
     // A save killed between its renames left the previous version aside: put it back.
-    temper_model::atomic_dir::restore_interrupted(&dir)
-        .with_context(|| format!("path {path:?}"))?;
+    temper_base::atomic_dir::restore_interrupted(&dir).with_context(|| format!("path {path:?}"))?;
     if !dir.is_dir() {
         bail!(
             "path {path:?}: no such checkpoint (looked in {})",

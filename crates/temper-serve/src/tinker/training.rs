@@ -251,7 +251,7 @@ fn save_for_sampler(
     dir: &Path,
     named: bool,
 ) -> Result<()> {
-    temper_model::atomic_dir::write_dir_atomically(dir, |tmp| {
+    temper_base::atomic_dir::write_dir_atomically(dir, |tmp| {
         match model.model.lora_config() {
             Some(cfg) => {
                 model.model.save_lora_adapter(&tmp.join("adapter"))?;
@@ -294,7 +294,7 @@ fn check_name(name: &str) -> Result<()> {
 /// save_state into a temporary folder renamed into place, with `tinker_state.json` saying what
 /// model it belongs to (so a restarted server can create a training client from it).
 fn save_state_atomically(model: &TrainingModel, info: &ModelInfo, dir: &Path) -> Result<()> {
-    temper_model::atomic_dir::write_dir_atomically(dir, |tmp| {
+    temper_base::atomic_dir::write_dir_atomically(dir, |tmp| {
         model.save_state(tmp)?;
         let lora = model.model.lora_config();
         let meta = json!({

@@ -20,7 +20,7 @@ pub use load::{
     classify_key, load_config, load_config_str, parse_hydra_override, parse_override, ConfigSource,
     HydraOp, HydraOverride, KeyClass, Loaded,
 };
-pub use rollout::{parse_device, parse_device_for, RolloutConfig};
+pub use rollout::{parse_device, RolloutConfig};
 pub use sweep::{expand_sweeps, SweepRun};
 
 use serde::{Deserialize, Serialize};

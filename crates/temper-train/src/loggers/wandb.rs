@@ -5,7 +5,7 @@
 use anyhow::{Context, Result};
 use serde_json::json;
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Duration;
 
 use crate::config::Config;
@@ -36,10 +36,8 @@ impl WandbLogger {
             "--config".into(),
             config_json.display().to_string(),
         ];
-        let python = std::env::var_os("TEMPER_PYTHON").map(PathBuf::from);
-        let (worker, _ready) =
-            PyWorker::start(python.as_deref(), "wandb_sidecar.py", &args, REPLY_TIMEOUT)
-                .context("trainer.logger = wandb could not start")?;
+        let (worker, _ready) = PyWorker::start(None, "wandb_sidecar.py", &args, REPLY_TIMEOUT)
+            .context("trainer.logger = wandb could not start")?;
         Ok(WandbLogger {
             worker: Some(worker),
         })

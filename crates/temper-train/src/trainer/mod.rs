@@ -93,7 +93,7 @@ fn device_of(cfg: &Config) -> Result<Device> {
         .unwrap_or(0);
     Ok(match cfg.trainer.device {
         TrainerDevice::Cuda => {
-            crate::config::parse_device_for("trainer.device", &format!("cuda:{local}"))?
+            temper_base::device::parse_device_for("trainer.device", &format!("cuda:{local}"))?
         }
         TrainerDevice::Auto if tch::Cuda::is_available() => Device::Cuda(local),
         TrainerDevice::Auto | TrainerDevice::Cpu => Device::Cpu,

@@ -1,0 +1,7 @@
+//! The low floor every temper crate may use, and which uses no other temper crate but the
+//! kernels: atomic files and folders ([`atomic_file`], [`atomic_dir`]), device names
+//! ([`device`]) and the Python temper runs ([`python`]).
+pub mod atomic_dir;
+pub mod atomic_file;
+pub mod device;
+pub mod python;
