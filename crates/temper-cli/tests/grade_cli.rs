@@ -1,8 +1,7 @@
 //! `temper grade --jsonl` on bad input: a line that is not UTF-8 and an answer the grader gives
 //! up on each score 0 with the reason in the line's `error` and a count on stderr; the other
 //! lines are graded; one output line per input line.
-#[path = "../../temper-train/tests/common/mod.rs"]
-mod common;
+use temper_testkit as common;
 
 use std::process::Command;
 

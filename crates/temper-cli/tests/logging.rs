@@ -1,7 +1,6 @@
 //! Library warnings reach the terminal: a reward command that fails is a `tracing::warn!` inside
 //! temper-reward, which the CLI's subscriber prints on stderr; `RUST_LOG=error` silences it.
-#[path = "../../temper-train/tests/common/mod.rs"]
-mod common;
+use temper_testkit as common;
 
 use std::process::Command;
 

@@ -1,8 +1,7 @@
 //! On a machine without CUDA (CI's), each way of asking for a GPU fails at once with one line
 //! naming what is missing (here: the CPU-only libtorch this build links), never deep in
 //! libtorch: `--device cuda`, `trainer.device=cuda` and `TEMPER_DIST_BACKEND=nccl`.
-#[path = "../../temper-train/tests/common/mod.rs"]
-mod common;
+use temper_testkit as common;
 
 use std::process::Command;
 

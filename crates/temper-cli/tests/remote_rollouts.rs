@@ -4,8 +4,7 @@
 //! step. Also: overlap (`async_steps`) and its policy lag; no weight sync and the logprob gap it
 //! opens; a server killed mid-run; the served policy scoring as the trainer does; and servers
 //! that are dead or answer malformed bodies.
-#[path = "../../temper-train/tests/common/mod.rs"]
-mod common;
+use temper_testkit as common;
 mod serve_util;
 
 use std::path::{Path, PathBuf};

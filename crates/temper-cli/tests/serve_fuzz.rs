@@ -5,8 +5,7 @@
 //! must answer every one (no crash, no dropped connection), never with a 5xx (every one is a client
 //! error or a valid request), and a Tinker future's result is never a `server` failure; `/health`
 //! answers throughout, and a valid request still gets the same answer at the end.
-#[path = "../../temper-train/tests/common/mod.rs"]
-mod common;
+use temper_testkit as common;
 mod serve_util;
 
 use std::collections::HashMap;

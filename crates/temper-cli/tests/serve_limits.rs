@@ -2,8 +2,7 @@
 //! `n` (OpenAI, SGLang) or `num_samples` (Tinker), a prompt + max_tokens beyond the context, a
 //! body over `--max-request-bytes`, a Tinker call without its key: each refused with the API's
 //! error shape naming the field and the limit, and the server keeps answering everyone else.
-#[path = "../../temper-train/tests/common/mod.rs"]
-mod common;
+use temper_testkit as common;
 mod serve_util;
 
 use serde_json::{json, Value};

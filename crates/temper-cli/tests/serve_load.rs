@@ -13,8 +13,7 @@
 //! from about 210 MB after 200 requests to a plateau of about 300 MB, then stays there (measured
 //! over 60,000 requests). With the caches off it stays at 160 MB, but SmolLM2 decodes 3x slower. Both are taken with the server idle
 //! (what it holds, not what requests in flight use).
-#[path = "../../temper-train/tests/common/mod.rs"]
-mod common;
+use temper_testkit as common;
 mod serve_util;
 
 use std::io::{BufRead, BufReader, Write};

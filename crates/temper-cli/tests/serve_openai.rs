@@ -4,8 +4,7 @@
 //! come back as token ids with one logprob per token; seeded requests give the tokens the
 //! in-process engine gives for the same seed, alone or while other requests are served; bad
 //! requests get a 400 naming the field. The server is stopped at the end, whatever happens.
-#[path = "../../temper-train/tests/common/mod.rs"]
-mod common;
+use temper_testkit as common;
 mod serve_util;
 
 use serde_json::{json, Value};

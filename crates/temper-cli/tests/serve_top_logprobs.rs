@@ -1,8 +1,7 @@
 //! Top-k logprobs on the OpenAI and SGLang routes (vLLM's `logprobs: k` and `prompt_logprobs: k`,
 //! SGLang's `top_logprobs_num`) against transformers running the same model folder:
 //! `tools/serve_top_logprobs_check.py` against `temper serve` on loopback.
-#[path = "../../temper-train/tests/common/mod.rs"]
-mod common;
+use temper_testkit as common;
 mod serve_util;
 
 use std::process::{Command, Stdio};

@@ -5,8 +5,7 @@
 //! come from an offline Hugging Face cache (tools/cookbook_offline_cache.py): the tiny model under
 //! a name the cookbook knows, GSM8K, and stand-ins with the fields of the other data sets.
 //! docs/tinker.md has the table of every recipe; these are its CI-sized subset.
-#[path = "../../temper-train/tests/common/mod.rs"]
-mod common;
+use temper_testkit as common;
 mod serve_util;
 
 use std::path::{Path, PathBuf};

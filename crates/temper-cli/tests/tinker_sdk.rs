@@ -7,8 +7,7 @@
 //! logprobs are exactly the first save's, so the second never replaced it). Malformed bodies get
 //! Tinker error replies and the server keeps serving. DPO through `forward_backward_custom` matches
 //! PyTorch (`tools/tinker_dpo_check.py`).
-#[path = "../../temper-train/tests/common/mod.rs"]
-mod common;
+use temper_testkit as common;
 mod serve_util;
 
 use std::path::Path;

@@ -3,8 +3,7 @@
 //! the model) and sampling sessions; later calls naming them say the session ended; a heartbeat
 //! for it gets 410 (what the SDK reads as "finished"). A session that keeps heartbeating keeps
 //! its model. Raw HTTP on loopback against a `temper serve` process.
-#[path = "../../temper-train/tests/common/mod.rs"]
-mod common;
+use temper_testkit as common;
 mod serve_util;
 
 use std::time::{Duration, Instant};

@@ -1,8 +1,7 @@
 //! `temper train --nproc 2` (two processes, torchrun's environment, Gloo on loopback) against
 //! `temper train` alone with the same config on the tiny model: the same per-step metrics, one
 //! run folder, one checkpoint. Then the 2-process run is resumed by one process.
-#[path = "../../temper-train/tests/common/mod.rs"]
-mod common;
+use temper_testkit as common;
 mod serve_util;
 
 use std::path::{Path, PathBuf};

@@ -1,5 +1,5 @@
 //! Checkpoints appear whole or not at all; retention keeps the newest.
-mod common;
+use temper_testkit as common;
 use temper_train::checkpoint::{
     latest, list_checkpoints, prune, remove_partial, save_checkpoint, TrainerState,
 };

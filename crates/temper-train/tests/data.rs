@@ -1,5 +1,5 @@
 //! Data loading: JSONL / Parquet (a pyarrow-written fixture), field mapping, bad input.
-mod common;
+use temper_testkit as common;
 use temper_train::config::DataConfig;
 use temper_train::data::{load_dataset, load_file, DataOrder, Prompt};
 

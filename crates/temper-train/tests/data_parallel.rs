@@ -2,7 +2,7 @@
 //! Trainer, on 127.0.0.1) against one rank with the same global batch, on the tiny model, 3 steps:
 //! the same rollouts, the same per-step metrics and the same weights. Then the 2-rank run is
 //! resumed by one rank, and a rank that goes away makes the other fail with a message naming it.
-mod common;
+use temper_testkit as common;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

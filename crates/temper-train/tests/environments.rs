@@ -1,6 +1,6 @@
 //! Environment runs (`env.name`) on the tiny model: a debate trained by rejection sampling with
 //! the mock judge, the one-turn qa and summary tasks, the zero-advantage stop, and bad input.
-mod common;
+use temper_testkit as common;
 
 use common::{temp_dir, tiny_config};
 use serde_json::Value;

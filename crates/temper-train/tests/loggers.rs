@@ -1,9 +1,9 @@
 //! `trainer.logger`: a tiny run logs to TensorBoard and to an offline W&B run, and each sink,
 //! read back by its own package (tensorboard's EventAccumulator, wandb's datastore reader),
 //! holds every metric of every step that metrics.jsonl holds.
-mod common;
 use common::{python, temp_dir, tiny_config};
 use std::collections::BTreeMap;
+use temper_testkit as common;
 use temper_train::trainer::Trainer;
 
 fn read_back(run: &std::path::Path) -> serde_json::Value {

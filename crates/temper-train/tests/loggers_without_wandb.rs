@@ -1,8 +1,8 @@
 //! `trainer.logger = wandb` with a Python that has no wandb package: the run stops before its
 //! first step with a message naming the missing package (a test binary of its own, because it
 //! sets TEMPER_PYTHON for the process).
-mod common;
 use common::{temp_dir, tiny_config};
+use temper_testkit as common;
 use temper_train::trainer::Trainer;
 
 #[test]

@@ -1,7 +1,7 @@
 //! AdamW, clip_grad_norm_ and the LR schedules against PyTorch / verl's formulas.
-mod common;
 use tch::{Kind, Tensor};
 use temper_algo::optim::{clip_grad_norm, AdamW};
+use temper_testkit as common;
 use temper_train::config::OptimConfig;
 use temper_train::optim::LrSchedule;
 

@@ -1,6 +1,6 @@
 //! `temper report`: PNGs and a self-contained HTML page from a metrics file.
-mod common;
 use std::collections::BTreeMap;
+use temper_testkit as common;
 use temper_train::rundir::RunDir;
 
 #[test]

@@ -1,7 +1,7 @@
 //! End-to-end loop tests on a tiny random model (seconds each).
-mod common;
 use common::{same_weights, tiny_config, weights, OfResponse, ASCII_FRACTION};
 use std::collections::BTreeMap;
+use temper_testkit as common;
 use temper_train::trainer::Trainer;
 
 fn metrics(t: &Trainer) -> Vec<BTreeMap<String, serde_json::Value>> {

@@ -1,5 +1,5 @@
-//! Helpers shared by the integration tests.
-#![allow(dead_code)]
+//! Helpers shared by the integration tests of temper-train and temper-cli (a dev-dependency:
+//! tests share helpers through this crate, not by including each other's files).
 use std::path::PathBuf;
 
 /// The project venv's Python (set up by scripts/setup-env.sh), the independent reference.
