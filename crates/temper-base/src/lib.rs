@@ -1,7 +1,8 @@
 //! The low floor every temper crate may use, and which uses no other temper crate but the
 //! kernels: atomic files and folders ([`atomic_file`], [`atomic_dir`]), device names
-//! ([`device`]) and the Python temper runs ([`python`]).
+//! ([`device`]), the Python temper runs ([`python`]) and seeds and hashes ([`seed`]).
 pub mod atomic_dir;
 pub mod atomic_file;
 pub mod device;
 pub mod python;
+pub mod seed;

@@ -15,12 +15,12 @@ use serde_json::{json, Value};
 
 const BODIES: usize = 10_000;
 
-/// SplitMix64 (temper's one, `temper_rollout::draw::mix64`): the test's reproducible randomness.
+/// SplitMix64 (temper's one, `temper_base::seed::mix64`): the test's reproducible randomness.
 struct Rng(u64);
 
 impl Rng {
     fn next(&mut self) -> u64 {
-        use temper_rollout::draw::{mix64, GOLDEN_GAMMA};
+        use temper_base::seed::{mix64, GOLDEN_GAMMA};
         self.0 = self.0.wrapping_add(GOLDEN_GAMMA);
         mix64(self.0)
     }

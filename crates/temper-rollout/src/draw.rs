@@ -18,6 +18,7 @@
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha20Rng;
 use tch::{Kind, Tensor};
+use temper_base::seed::{mix64, GOLDEN_GAMMA};
 
 /// The random stream of sample `sample_index` of a request seeded with `seed`.
 pub fn sample_rng(seed: u64, sample_index: usize) -> ChaCha20Rng {
@@ -41,24 +42,6 @@ pub fn request_seed(base: u64, request_index: usize) -> u64 {
 /// The key of a sample's next token (one per token, greedy rows too).
 pub fn next_key(rng: &mut ChaCha20Rng) -> u64 {
     rng.random::<u64>()
-}
-
-/// SplitMix64's finaliser (Vigna), a bijection on u64 with full avalanche: temper's one SplitMix
-/// (sampling draws, request seeds, the trainer's seed mixing, tests' randomness).
-#[inline(always)]
-pub fn mix64(mut z: u64) -> u64 {
-    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    z ^ (z >> 31)
-}
-
-/// SplitMix64's increment (2^64 / the golden ratio).
-pub const GOLDEN_GAMMA: u64 = 0x9E37_79B9_7F4A_7C15;
-
-/// A seed derived from `seed` and two indices (a batch and a position, a question and a debate):
-/// the trainer's and the environments' seed mixing.
-pub fn mix(seed: u64, a: u64, b: u64) -> u64 {
-    mix64(seed ^ a.wrapping_mul(GOLDEN_GAMMA) ^ b.wrapping_mul(0xC2B2_AE3D_27D4_EB4F))
 }
 
 /// The uniform number of entry `index` for a token keyed `key`: the `index + 1`-th output of

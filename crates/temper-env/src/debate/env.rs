@@ -182,7 +182,7 @@ impl Environment for DebateEnv {
     /// `n / 2` debates, debate `k` seeded from the group's seed.
     fn group<'a>(&'a self, q: Question, ctx: GroupContext<'a>) -> Result<Box<dyn EnvRun + 'a>> {
         let seeds: Vec<u64> = (0..ctx.n / 2)
-            .map(|k| temper_rollout::draw::mix(ctx.seed, k as u64, 1))
+            .map(|k| temper_base::seed::mix(ctx.seed, k as u64, 1))
             .collect();
         let group = DebateGroup::new(
             q,

@@ -88,8 +88,7 @@ pub struct DebateGroup<'a> {
 
 /// The per-request seed of debate `d`, `agent` (2 = the judge), `round`.
 fn ask_seed(seed: u64, agent: u64, round: u64) -> u64 {
-    use temper_rollout::draw::{mix64, GOLDEN_GAMMA};
-    mix64(seed ^ agent.wrapping_mul(GOLDEN_GAMMA) ^ round.wrapping_mul(0xD1B5_4A32_D192_ED03))
+    temper_base::seed::mix_family(seed, agent, round, 0xD1B5_4A32_D192_ED03)
 }
 
 impl<'a> DebateGroup<'a> {

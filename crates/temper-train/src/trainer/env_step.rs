@@ -8,13 +8,13 @@ use super::batch::{to_rows, Batch};
 use super::env_logs;
 use super::episodes::TrainerSampler;
 use super::learn::AdvantageSource;
-use super::rollout::mix;
 use super::stats::{put_mmm, StepMetrics};
 use super::Trainer;
 use anyhow::{bail, Result};
 use std::collections::BTreeMap;
 use std::time::Instant;
 use tch::{Kind, Tensor};
+use temper_base::seed::mix;
 use temper_env::{
     advantage_stats, run_groups, Datum, EnvGroup, EnvRun, GroupContext, GroupOutcome,
 };

@@ -1,10 +1,10 @@
 //! Evaluation on the held-out set: accuracy, mean@n and pass@k (unbiased estimator).
-use super::rollout::mix;
 use super::{StepMetrics, Trainer};
 use crate::eval_metrics::{ks_for, pass_at_k};
 use anyhow::Result;
 use serde_json::json;
 use std::time::Instant;
+use temper_base::seed::mix;
 
 /// Salt of the evaluation sampling seeds: the same at every evaluation, so steps compare on the
 /// same draws.

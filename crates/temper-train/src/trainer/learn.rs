@@ -5,7 +5,6 @@
 use super::advantages::StepAdvantages;
 use super::batch::Batch;
 use super::partition::Partition;
-use super::rollout::mix;
 use super::stats::StepMetrics;
 use super::step_batch::StepBatch;
 use super::update::UpdateInputs;
@@ -13,6 +12,7 @@ use super::Trainer;
 use anyhow::Result;
 use std::time::Instant;
 use tch::Tensor;
+use temper_base::seed::mix;
 
 /// Where a step's advantages come from.
 pub(super) enum AdvantageSource<'a> {

@@ -3,7 +3,7 @@
 use rand::seq::SliceRandom;
 use rand::SeedableRng;
 
-use super::rollout::mix;
+use temper_base::seed::mix;
 
 pub(crate) struct Partition {
     pub rows: usize,

@@ -50,9 +50,6 @@ fn all_equal(v: &[f64]) -> bool {
 
 impl Group {}
 
-/// A 64-bit mix of the run seed and counters (splitmix64), for per-request sampling seeds.
-pub(crate) use temper_rollout::draw::mix;
-
 impl Trainer {
     /// The prompt token ids of an example, after the template and the length policy; `None` when
     /// `data.filter_overlong_prompts` drops it.
@@ -130,7 +127,11 @@ impl Trainer {
             let where_ = format!("{} example {i}", dataset.name);
             if let Some(ids) = self.prompt_ids(&dataset.examples[i], &where_)? {
                 let params = SamplingParams {
-                    seed: Some(mix(seed, i as u64, (first_position + pos) as u64)),
+                    seed: Some(temper_base::seed::mix(
+                        seed,
+                        i as u64,
+                        (first_position + pos) as u64,
+                    )),
                     ..params.clone()
                 };
                 requests.push(Request {

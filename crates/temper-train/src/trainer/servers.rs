@@ -18,10 +18,11 @@ use anyhow::{anyhow, Context, Result};
 use temper_rollout::remote::{RemoteConfig, RemoteSampler};
 use temper_rollout::{Request, Sample, SamplingParams};
 
-use super::rollout::{mix, Group};
+use super::rollout::Group;
 use super::step::TRAIN_SEED_SALT;
 use super::Trainer;
 use crate::config::{Config, RolloutBackend, WeightSync};
+use temper_base::seed::mix;
 
 /// The servers, the policy version they hold, and the batches being generated ahead.
 pub(crate) struct RolloutServers {
