@@ -244,6 +244,32 @@ fn ten_thousand_hostile_bodies_get_client_errors_and_the_server_keeps_serving() 
                                    "prompt": {"chunks": [{"type": "encoded_text", "tokens": [1, 2]}]},
                                    "sampling_params": {"max_tokens": 3, "seed": 1}}),
         ),
+        // The 0.38 fields: prompt top-k and recording for StableReinforce.
+        (
+            "/api/v1/asample",
+            json!({"sampling_session_id": sampler, "num_samples": 2, "record_stability_info": true,
+                   "prompt_logprobs": true, "topk_prompt_logprobs": 3,
+                   "prompt": {"chunks": [{"type": "encoded_text", "tokens": [1, 2, 3]}]},
+                   "sampling_params": {"max_tokens": 3, "seed": 1}}),
+        ),
+        (
+            "/v1/completions",
+            json!({"prompt": [1, 2, 3], "max_tokens": 3, "logprobs": 5, "prompt_logprobs": 3}),
+        ),
+        (
+            "/v1/chat/completions",
+            json!({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 3,
+                   "logprobs": true, "top_logprobs": 4}),
+        ),
+        (
+            "/generate",
+            json!({"input_ids": [1, 2, 3], "return_logprob": true, "top_logprobs_num": 3,
+                   "logprob_start_len": 0, "sampling_params": {"max_new_tokens": 3}}),
+        ),
+        (
+            "/api/v1/create_custom_loss",
+            json!({"model_id": model, "loss_fn": "x"}),
+        ),
         ("/api/v1/retrieve_future", json!({"request_id": "nope"})),
         ("/api/v1/client/config", json!({"sdk_version": "0.38.0"})),
         (
@@ -264,7 +290,12 @@ fn ten_thousand_hostile_bodies_get_client_errors_and_the_server_keeps_serving() 
         ("/api/v1/telemetry", json!({"events": [{"event": "x"}]})),
     ];
     // GET routes, and the path parameters of every route, with hostile ids.
-    let gets = ["/v1/models", "/health", "/api/v1/samplers/"];
+    let gets = [
+        "/v1/models",
+        "/health",
+        "/api/v1/samplers/",
+        "/api/v1/get_server_capabilities",
+    ];
     let path_ids = [
         sampler.clone(),
         "nope".to_string(),
