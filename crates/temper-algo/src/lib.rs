@@ -11,7 +11,7 @@
 //! - [`rollout_correction`]: training-vs-rollout mismatch metrics, truncated / masked importance sampling.
 //! - [`actor`]: the whole actor loss of one micro-batch (policy loss + KL loss - entropy bonus).
 //! - [`optim`]: AdamW and gradient-norm clipping (PyTorch's).
-//! - [`cs336`]: CS336 assignment 5's `grpo_microbatch_train_step` and group-normalised rewards.
+//! - [`grpo_microbatch`]: CS336 assignment 5's `grpo_microbatch_train_step` and group-normalised rewards.
 //! - [`vectors`]: the test-vector runner of `VECTORS.md` (used by `temper check-vectors`).
 //!
 //! Metric names are returned in full, exactly as verl logs them (`actor/pg_clipfrac`,
@@ -20,8 +20,8 @@
 pub mod actor;
 pub mod advantage;
 pub mod agg;
-pub mod cs336;
 pub mod entropy;
+pub mod grpo_microbatch;
 pub mod kl;
 pub mod masked;
 pub mod names;

@@ -18,12 +18,12 @@ use crate::sampling_weights::SamplingWeights;
 use crate::shared_base::SharedBase;
 use crate::static_decode::{StaticDecoder, StaticKv};
 
-mod checkpoint;
+mod activation_checkpoint;
 mod sampling;
 mod static_step;
 
-pub use checkpoint::LayerCheckpoints;
-pub(crate) use checkpoint::Segment;
+pub use activation_checkpoint::LayerCheckpoints;
+pub(crate) use activation_checkpoint::Segment;
 
 #[derive(Debug)]
 struct Linear {

@@ -11,7 +11,7 @@ use std::time::Instant;
 use tch::{Device, Kind, Tensor};
 use temper_model::{CausalLm, ComputeKind};
 use temper_rollout::params::SamplingParams;
-use temper_rollout::step::{sample_step, RowView};
+use temper_rollout::sample_step::{sample_step, RowView};
 
 fn main() -> anyhow::Result<()> {
     tch::set_num_threads(1);

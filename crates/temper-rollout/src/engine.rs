@@ -26,9 +26,9 @@ use temper_model::CausalLm;
 use crate::draw::next_key;
 use crate::params::{Finish, Request, Sample, StopReason};
 use crate::running_batch::{Batch, Row, RunningBatch};
+use crate::sample_step::{sample_step, RowView};
 use crate::scheduler::{Scheduler, SchedulerConfig};
 use crate::slot_batch::SlotBatch;
-use crate::step::{sample_step, RowView};
 use crate::stop::{Decode, StopStrings};
 
 /// Batch shape and the seed for requests without one.

@@ -22,10 +22,10 @@ pub mod params;
 pub mod processors;
 pub mod remote;
 mod running_batch;
+pub mod sample_step;
 pub mod sampler;
 pub mod scheduler;
 mod slot_batch;
-pub mod step;
 pub mod stop;
 pub mod verify;
 

@@ -6,7 +6,7 @@
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha20Rng;
 use tch::{Kind, Tensor};
-use temper_rollout::step::{sample_step_on, DrawOn, RowView};
+use temper_rollout::sample_step::{sample_step_on, DrawOn, RowView};
 use temper_rollout::{LogprobKind, SamplingParams};
 
 fn params(rng: &mut ChaCha20Rng) -> SamplingParams {

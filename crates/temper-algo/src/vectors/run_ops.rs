@@ -11,7 +11,7 @@ use crate::advantage::{
     AdvEstimator,
 };
 use crate::agg::{AggContext, AggMode};
-use crate::cs336::{grpo_microbatch_train_step, MicrobatchStep};
+use crate::grpo_microbatch::{grpo_microbatch_train_step, MicrobatchStep};
 use crate::kl::{apply_kl_in_reward, kl_penalty, KlController, KlCtrlConfig, KlType};
 use crate::masked::masked_mean;
 use crate::policy_loss::{policy_loss, PolicyLossInput, PolicyLossMode, PolicyLossParams};

@@ -149,7 +149,7 @@ impl Trainer {
                 prompt,
                 params: SamplingParams {
                     seed: Some(qseed),
-                    ..self.train_params()
+                    ..self.rollout_params()
                 },
                 seed: qseed,
                 n,

@@ -1,5 +1,5 @@
 //! The part of a step that both episode sources share (prompt groups drawn and scored,
-//! `step.rs`; environment episodes, `env_step.rs`): the mini/micro-batch split, the log-probs
+//! `train_step.rs`; environment episodes, `env_step.rs`): the mini/micro-batch split, the log-probs
 //! before the update (old policy, reference), the advantages, the update (skipped when every
 //! advantage is zero), and the new weights to the rollout servers.
 use super::advantages::StepAdvantages;

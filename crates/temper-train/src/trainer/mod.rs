@@ -4,7 +4,7 @@ mod advantages;
 mod algo_setup;
 mod batch;
 mod compute_dtype;
-mod draw;
+mod draw_groups;
 mod env_logs;
 mod env_runtime;
 mod env_step;
@@ -16,8 +16,8 @@ mod partition;
 mod rollout;
 mod servers;
 mod stats;
-mod step;
 mod step_batch;
+mod train_step;
 mod update;
 
 pub use batch::Batch;

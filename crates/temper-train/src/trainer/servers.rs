@@ -19,7 +19,7 @@ use temper_rollout::remote::{RemoteConfig, RemoteSampler};
 use temper_rollout::{Request, Sample, SamplingParams};
 
 use super::rollout::Group;
-use super::step::TRAIN_SEED_SALT;
+use super::train_step::TRAIN_SEED_SALT;
 use super::Trainer;
 use crate::config::{Config, RolloutBackend, WeightSync};
 use temper_base::seed::mix;

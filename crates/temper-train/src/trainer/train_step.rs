@@ -14,7 +14,7 @@ use std::time::Instant;
 use temper_rollout::SamplingParams;
 
 impl Trainer {
-    pub(crate) fn train_params(&self) -> SamplingParams {
+    pub(crate) fn rollout_params(&self) -> SamplingParams {
         self.cfg
             .rollout
             .sampling_params(self.cfg.data.max_response_length)
@@ -45,13 +45,13 @@ impl Trainer {
         Ok(m)
     }
 
-    /// A step of a prompt + reward run: draw and score the groups (`draw.rs`), build the batch
+    /// A step of a prompt + reward run: draw and score the groups (`draw_groups.rs`), build the batch
     /// (`step_batch.rs`), learn (advantages from the scores), write the rollouts. Returns the
     /// batch's prompt and response tokens (`None` when no group was usable).
     fn prompt_step(&mut self, step: usize, m: &mut StepMetrics) -> Result<Option<f64>> {
         // 1. Rollout and rewards. Overlap: the next steps' batches then go to the servers,
         // sampled while this one trains.
-        let params = self.train_params();
+        let params = self.rollout_params();
         let t_gen = Instant::now();
         let drawn = self.draw_groups(step, &params)?;
         let gen_s = t_gen.elapsed().as_secs_f64();
