@@ -28,10 +28,11 @@ REFERENCE_PACKAGES=(numpy "transformers==5.23.0" "gguf==0.19.0" safetensors sent
 # import: the cookbook goes in without its dependencies, and these (its other requirements) beside it.
 COOKBOOK="tinker-cookbook==0.6.1"
 COOKBOOK_DEPS=("aiohttp>=3.9" "anyio>=4" "blobfile>=3" "chz>=0.4.0" "cloudpickle>=3" "datasets>=2.14"
-  "pillow>=10" "pyrage>=1.4" "rich>=13" "termcolor>=2" "tiktoken>=0.12" "tqdm>=4.60" "pylatexenc>=2.0")
+  "pillow>=10" "pyrage>=1.4" "rich>=13" "termcolor>=2" "tiktoken>=0.12" "tqdm>=4.60" "pylatexenc>=2.0"
+  "textarena==0.7.4")  # the multiplayer-rl extra (text_arena's tic-tac-toe, docs/tinker.md)
 cuda="${TEMPER_CUDA:-}"
 if [[ -z "$cuda" ]] && command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then cuda=1; fi
-want="torch=$TORCH_VERSION cuda=${cuda:-0} ${REFERENCE_PACKAGES[*]} $COOKBOOK"
+want="torch=$TORCH_VERSION cuda=${cuda:-0} ${REFERENCE_PACKAGES[*]} $COOKBOOK ${COOKBOOK_DEPS[*]}"
 
 # c10d's Gloo process group (data-parallel training, temper-kernels/csrc/comm.cpp) includes the gloo
 # headers, which PyTorch's wheel does not ship: Debian's libgloo-dev provides them (headers only are

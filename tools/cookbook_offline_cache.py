@@ -96,6 +96,8 @@ def standins(rows: list) -> dict:
             {"question": r["question"], "final_answer": r["answer"].split("####")[-1].strip(),
              "difficulty": 1.0, "topic": "Mathematics -> Arithmetic"}
             for r in rows],
+        ("Salesforce/wikitext", "wikitext-103-raw-v1"): [
+            {"text": line} for r in rows for line in (r["question"], r["answer"], "")],
         ("open-thoughts/OpenThoughts3-1.2M", "default"): [
             {"conversations": [{"from": "human", "value": r["question"]},
                                {"from": "gpt", "value": r["answer"]}]}
