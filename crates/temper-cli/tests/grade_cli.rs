@@ -51,22 +51,14 @@ fn bad_lines_score_zero_with_the_reason_and_the_rest_is_graded() {
 fn options_change_the_verdict_as_they_change_math_verifys() {
     let (gold, pred) = ("$f(x) = x^2 + 1$", "$f(y) = y^2 + 1$");
     for strict in [true, false] {
-        let py = std::process::Command::new(common::python())
-            .args([
-                "-c",
-                "import sys; from math_verify import parse, verify; \
-                 print(verify(parse(sys.argv[1]), parse(sys.argv[2]), strict=sys.argv[3] == 'true'))",
-                gold,
-                pred,
-                &strict.to_string(),
-            ])
-            .output()
-            .unwrap();
-        assert!(
-            py.status.success(),
-            "{}",
-            String::from_utf8_lossy(&py.stderr)
-        );
+        let py = common::output_ok(std::process::Command::new(common::python()).args([
+            "-c",
+            "import sys; from math_verify import parse, verify; \
+             print(verify(parse(sys.argv[1]), parse(sys.argv[2]), strict=sys.argv[3] == 'true'))",
+            gold,
+            pred,
+            &strict.to_string(),
+        ]));
         let math_verify = String::from_utf8_lossy(&py.stdout).trim() == "True";
         let out = std::process::Command::new(env!("CARGO_BIN_EXE_temper"))
             .args(["grade", "--gold", gold, "--pred", pred, "--options"])

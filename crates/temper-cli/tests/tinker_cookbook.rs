@@ -25,17 +25,12 @@ fn hf_home() -> &'static Path {
         let home = common::temp_dir("cookbook-hf-home");
         let tool =
             Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tools/cookbook_offline_cache.py");
-        let out = Command::new(common::python())
-            .arg(tool)
-            .arg(&home)
-            .arg(common::tiny_model_dir())
-            .args(["--name", MODEL])
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
+        common::output_ok(
+            Command::new(common::python())
+                .arg(tool)
+                .arg(&home)
+                .arg(common::tiny_model_dir())
+                .args(["--name", MODEL]),
         );
         home
     })

@@ -28,15 +28,10 @@ fn train(root: &Path, nproc: usize, extra: &[&str]) -> PathBuf {
         .chain(extra)
         .map(|s| s.to_string()),
     );
-    let out = Command::new(env!("CARGO_BIN_EXE_temper"))
-        .args(&args)
-        .env_remove("RANK")
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "temper {args:?}\n{}",
-        String::from_utf8_lossy(&out.stderr)
+    common::output_ok(
+        Command::new(env!("CARGO_BIN_EXE_temper"))
+            .args(&args)
+            .env_remove("RANK"),
     );
     root.join("run")
 }

@@ -13,26 +13,12 @@
 //! accepts a pair math-verify rejects. Where temper differs on purpose, the difference is one of
 //! the named rules of docs/rewards.md ("Deliberate differences"); they are counted per rule and
 //! stay at or below 1% of every family.
+mod agreement;
+
 use std::collections::BTreeMap;
 
-use serde_json::Value;
-use temper_reward::grader::{deliberate_difference, Grader};
-use temper_reward::GraderOptions;
-
-fn fixture(name: &str) -> Vec<Value> {
-    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/fixtures")
-        .join(name);
-    std::fs::read_to_string(&path)
-        .unwrap_or_else(|e| panic!("reading {}: {e}", path.display()))
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect()
-}
-
-fn text(v: &Value, key: &str) -> String {
-    v[key].as_str().unwrap().to_string()
-}
+use agreement::{fixture, print_table, Case, Graders, Stats};
+use temper_reward::grader::Grader;
 
 /// What `tools/grader_cases.py` handed to math-verify for a bare answer.
 fn wrap(s: &str) -> String {
@@ -43,128 +29,40 @@ fn wrap(s: &str) -> String {
     }
 }
 
-/// One graded pair: family, gold, pred, the grader options of the case, math-verify's verdict.
-struct Case {
-    family: String,
-    gold: String,
-    pred: String,
-    options: Value,
-    math_verify: bool,
-}
-
 fn cases() -> Vec<Case> {
-    let mut out = vec![];
     let realistic = fixture("grader_corpus.jsonl");
     assert!(realistic.len() >= 5000, "at least 5,000 realistic pairs");
-    for v in realistic {
-        out.push(Case {
-            family: text(&v, "family"),
-            gold: text(&v, "gold"),
-            pred: text(&v, "pred"),
-            options: v.get("options").cloned().unwrap_or(Value::Null),
-            math_verify: v["math_verify"].as_bool().unwrap(),
-        });
-    }
+    let mut out: Vec<Case> = realistic.iter().map(Case::from_json).collect();
     for v in fixture("grader_cases.jsonl") {
-        out.push(Case {
-            family: format!("constructed/{}", text(&v, "family")),
-            gold: wrap(&text(&v, "gold")),
-            pred: wrap(&text(&v, "pred")),
-            options: Value::Null,
-            math_verify: v["math_verify"].as_bool().unwrap(),
-        });
+        let mut c = Case::from_json(&v);
+        c.family = format!("constructed/{}", c.family);
+        c.gold = wrap(&c.gold);
+        c.pred = wrap(&c.pred);
+        c.options = serde_json::Value::Null;
+        out.push(c);
     }
     out
 }
 
-/// With `GRADER_DISAGREEMENTS=path`, every disagreement is appended to `path` as JSON (for
-/// working on the grader; the test does not read it).
-fn dump(c: &Case, graded: &temper_reward::Graded) {
-    let Ok(path) = std::env::var("GRADER_DISAGREEMENTS") else {
-        return;
-    };
-    use std::io::Write;
-    let line = serde_json::json!({
-        "family": c.family, "gold": c.gold, "pred": c.pred, "options": c.options,
-        "math_verify": c.math_verify, "gold_answer": graded.gold_answer,
-        "pred_answer": graded.pred_answer,
-    });
-    let mut f = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(path)
-        .unwrap();
-    writeln!(f, "{line}").unwrap();
-}
-
-#[derive(Default)]
-struct FamilyStats {
-    pairs: usize,
-    agree: usize,
-    false_accepts: usize,
-    false_rejects: usize,
-    /// Disagreements explained by a named deliberate rule, per rule.
-    deliberate: BTreeMap<&'static str, usize>,
-    examples: Vec<String>,
-}
-
 #[test]
 fn temper_agrees_with_math_verify() {
-    let mut stats: BTreeMap<String, FamilyStats> = BTreeMap::new();
-    let mut graders: BTreeMap<String, Grader> = BTreeMap::new();
+    let mut stats: BTreeMap<String, Stats> = BTreeMap::new();
+    let mut graders = Graders::default();
     for c in cases() {
-        let key = c.options.to_string();
-        let grader = graders.entry(key).or_insert_with(|| Grader {
-            options: GraderOptions::from_json(&c.options).unwrap(),
-            ..Grader::default()
-        });
-        let graded = grader.grade(&c.gold, &c.pred);
-        let ours = graded.correct;
-        if ours != c.math_verify {
-            dump(&c, &graded);
-        }
-        let s = stats.entry(c.family.clone()).or_default();
-        s.pairs += 1;
-        if ours == c.math_verify {
-            s.agree += 1;
-            continue;
-        }
-        if ours {
-            s.false_accepts += 1;
-        } else {
-            s.false_rejects += 1;
-        }
-        if let Some(rule) = deliberate_difference(&c.gold, &c.pred) {
-            *s.deliberate.entry(rule).or_default() += 1;
-        }
-        if s.examples.len() < 8 {
-            s.examples.push(format!(
-                "gold={:?} pred={:?} options={} math_verify={}",
-                c.gold,
-                &c.pred[c.pred.len().saturating_sub(160)..],
-                c.options,
-                c.math_verify
-            ));
-        }
+        let ours = graders.grade(&c).correct;
+        stats.entry(c.family.clone()).or_default().add(&c, ours);
     }
-    let (mut all, mut all_agree) = (0, 0);
-    let mut failures = vec![];
-    for (family, s) in &stats {
-        all += s.pairs;
-        all_agree += s.agree;
-        let rate = s.agree as f64 / s.pairs as f64;
-        let deliberate: usize = s.deliberate.values().sum();
-        println!(
-            "{family:32} {:5}/{:5} = {:.4}  false accepts {:3}  false rejects {:3}  deliberate {:?}",
-            s.agree, s.pairs, rate, s.false_accepts, s.false_rejects, s.deliberate
-        );
-        if rate < 0.97 || s.false_accepts > 0 || deliberate as f64 > 0.01 * s.pairs as f64 {
-            failures.push(format!("{family}: {rate:.4}; e.g. {:#?}", s.examples));
-        }
-    }
+    print_table("per family", &stats);
+    let (all, all_agree) = stats
+        .values()
+        .fold((0, 0), |(n, a), s| (n + s.pairs, a + s.agree));
     let overall = all_agree as f64 / all as f64;
     println!("overall {all_agree}/{all} = {overall:.4}");
     assert!(overall >= 0.97, "overall agreement {overall:.4} < 0.97");
+    let failures: Vec<String> = stats
+        .iter()
+        .filter_map(|(family, s)| s.check(family).err())
+        .collect();
     assert!(
         failures.is_empty(),
         "families below 97% agreement, with a false accept, or over 1% deliberate differences:\n{}",

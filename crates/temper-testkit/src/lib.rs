@@ -211,3 +211,17 @@ pub fn same_weights(a: &[(String, tch::Tensor)], b: &[(String, tch::Tensor)]) ->
             .zip(b)
             .all(|((na, ta), (nb, tb))| na == nb && ta.equal(tb))
 }
+
+/// Runs `cmd` to the end and returns its output, failing the test (with the command and what it
+/// printed on stderr) when it does not exit 0.
+pub fn output_ok(cmd: &mut std::process::Command) -> std::process::Output {
+    let out = cmd
+        .output()
+        .unwrap_or_else(|e| panic!("starting {cmd:?}: {e}"));
+    assert!(
+        out.status.success(),
+        "{cmd:?} failed:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
