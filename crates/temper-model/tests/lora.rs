@@ -95,12 +95,15 @@ fn check_against_peft(tag: &str, tied: bool, targets: &[&str], adapted: usize) {
         "every B gets a gradient at B = 0"
     );
 
-    // B != 0: compare with PEFT and with transformers on the merged folder.
+    // B != 0: compare with PEFT and with transformers on the merged folder. Seeded draws (under
+    // the global generator's lock: an unlocked draw here ran between another test's seed and its
+    // draws, `seeded_adapters_do_not_depend_on_other_threads`).
     tch::no_grad(|| {
         for (i, (name, p)) in trainable.iter().enumerate() {
             if name.contains("lora_B") {
-                let r = Tensor::randn(p.size(), (Kind::Float, Device::Cpu))
-                    * 0.05
+                let r = temper_model::seeded::with_seed(100 + i as u64, || {
+                    Tensor::randn(p.size(), (Kind::Float, Device::Cpu))
+                }) * 0.05
                     * (1.0 + i as f64 / 10.0);
                 p.shallow_clone().copy_(&r);
             }
