@@ -47,10 +47,11 @@ fn process_dir() -> &'static PathBuf {
     })
 }
 
-/// Runs a reference script from tests/py with arguments; panics with its stderr on failure.
+/// Runs a reference script from temper-train's tests/py with arguments; panics with its stderr on
+/// failure.
 pub fn run_py(script: &str, args: &[&std::path::Path]) {
     let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/py")
+        .join("../temper-train/tests/py")
         .join(script);
     let out = std::process::Command::new(python())
         .arg(path)
