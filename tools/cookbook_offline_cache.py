@@ -114,10 +114,10 @@ def main() -> None:
     names = args.name or ["Qwen/Qwen3-4B-Instruct-2507"]
     for name in names:
         link_model(args.hf_home, name, args.model_dir)
-    train, test = gsm8k(args.data, "train", TRAIN_ROWS), gsm8k(args.data, "test", TEST_ROWS)
-    cache_dataset(args.hf_home, "openai/gsm8k", "main", {"train": train, "test": test})
     # rl_numerics_check reads about 440,000 characters of wikitext: all of GSM8K's train split.
     everything = gsm8k(args.data, "train", 10**6)
+    train, test = everything[:TRAIN_ROWS], gsm8k(args.data, "test", TEST_ROWS)
+    cache_dataset(args.hf_home, "openai/gsm8k", "main", {"train": train, "test": test})
     cache_dataset(args.hf_home, "Salesforce/wikitext", "wikitext-103-raw-v1", {
         split: [{"text": line} for r in rows for line in (r["question"], r["answer"], "")]
         for split, rows in (("train", everything), ("test", test))})

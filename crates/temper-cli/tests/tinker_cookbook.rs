@@ -23,8 +23,7 @@ fn hf_home() -> &'static Path {
     static HOME: OnceLock<PathBuf> = OnceLock::new();
     HOME.get_or_init(|| {
         let home = common::temp_dir("cookbook-hf-home");
-        let tool =
-            Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tools/cookbook_offline_cache.py");
+        let tool = temper_base::python::tool_script("cookbook_offline_cache.py").unwrap();
         common::output_ok(
             Command::new(common::python())
                 .arg(tool)
@@ -176,21 +175,14 @@ fn dpo_runs() {
 fn off_policy_distillation_runs() {
     let log = common::temp_dir("cookbook-off-policy").join("run");
     let server = server(log.parent().unwrap());
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
     // The cookbook's own example conversations (.venv/site: the venv's site-packages).
-    let venv = common::python()
-        .parent()
-        .unwrap()
-        .parent()
-        .unwrap()
-        .to_path_buf();
-    let conversations = venv.join("site/tinker_cookbook/example_data/conversations.jsonl");
+    let conversations = temper_base::python::repo_root()
+        .join(".venv/site/tinker_cookbook/example_data/conversations.jsonl");
+    let script = temper_base::python::tool_script("cookbook_off_policy_distill.py").unwrap();
     let out = python(
         &server.url,
         &[
-            root.join("tools/cookbook_off_policy_distill.py")
-                .display()
-                .to_string(),
+            script.display().to_string(),
             MODEL.into(),
             conversations.display().to_string(),
             log.display().to_string(),

@@ -4,10 +4,7 @@ use std::path::PathBuf;
 
 /// The project venv's Python (set up by scripts/setup-env.sh), the independent reference.
 pub fn python() -> PathBuf {
-    let root = std::env::var("TEMPER_ROOT")
-        .map(PathBuf::from)
-        .unwrap_or_else(|_| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../.."));
-    root.join(".venv/bin/python")
+    temper_base::python::repo_root().join(".venv/bin/python")
 }
 
 /// A fresh, empty temporary folder unique to this test, inside this test process's own folder,
