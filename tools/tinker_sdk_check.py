@@ -277,6 +277,69 @@ ok(all(x is None for x in last.prompt_logprobs[:-3]) and all(x is not None for x
    and all(r is None for r in last.topk_prompt_logprobs[:-3]),
    "prompt_logprobs_last_n=3 scores only the last 3 positions")
 
+# target_prompt_logprobs, as tinker-cookbook's decisions recipe sends it (sparse, pad -1) and dense:
+# the logprob of the named ids at the named positions, 0.0 elsewhere, in the request's layout.
+labels = [toks[3], 17, 42]
+tgt = torch.full((len(toks) - 1, len(labels)), -1, dtype=torch.int64)
+tgt[2] = torch.tensor(labels)
+tgt[len(toks) - 2, 1] = 99
+want_t = torch.zeros(tgt.shape, dtype=torch.float64)
+for i, j in (tgt >= 0).nonzero().tolist():
+    want_t[i, j] = ref[i][tgt[i, j]]
+for name, td in (("sparse", types.TensorData.from_torch_sparse(tgt, pad_value=-1)),
+                 ("dense", types.TensorData.from_torch(tgt))):
+    r = base_sampler.sample(types.ModelInput.from_ints(toks), 1, types.SamplingParams(max_tokens=1),
+                            target_prompt_logprobs=td).result()
+    got = r.target_prompt_logprobs
+    ok(got is not None and list(got.shape) == list(tgt.shape)
+       and (got.sparse_crow_indices is not None) == (td.sparse_crow_indices is not None)
+       and torch.allclose(got.to_torch().double(), want_t, atol=1e-4),
+       f"target_prompt_logprobs ({name}, {int((tgt >= 0).sum())} ids): the named ids' logprobs == transformers', 0 elsewhere")
+
+# topk_sample_logprobs: at every sampled position the top-k of transformers on prompt + sample.
+r = base_sampler.sample(types.ModelInput.from_ints(prompt), 2, types.SamplingParams(max_tokens=6, seed=3),
+                        topk_sample_logprobs=4).result()
+good = True
+for s in r.sequences:
+    full = prompt + s.tokens
+    with torch.no_grad():
+        lp_full = torch.log_softmax(hf(torch.tensor([full])).logits[0].double(), -1)
+    for j, row in enumerate(s.topk_logprobs):
+        want = torch.topk(lp_full[len(prompt) - 1 + j], 4)
+        good &= len(row) == 4 and [t for t, _ in row] == want.indices.tolist() \
+            and np.allclose([lp for _, lp in row], want.values.tolist(), atol=1e-4)
+ok(good and all(len(s.topk_logprobs) == len(s.tokens) for s in r.sequences),
+   "topk_sample_logprobs=4: each sampled position's top 4 == transformers' on prompt + sample")
+
+# prompt_alt_tokens_k: k draws per prompt position after the first, with the model's logprobs of
+# the drawn ids; seeded draws repeat; at T = 0 the most likely token; at T = 1 and T = 0.1 the
+# draws follow the (tempered) distribution: the share of most-likely draws against its mean
+# probability, within 5 standard errors.
+def alt(k, temperature, seed):
+    r = base_sampler.sample(types.ModelInput.from_ints(toks), 1,
+                            types.SamplingParams(max_tokens=1, temperature=temperature, seed=seed),
+                            prompt_alt_tokens_k=k).result()
+    return r.prompt_alt_tokens.tokens.to_torch(), r.prompt_alt_tokens.logprobs.to_torch()
+
+
+a_tok, a_lp = alt(64, 1.0, 11)
+rows = torch.arange(len(toks) - 1).unsqueeze(1)
+ok(tuple(a_tok.shape) == (len(toks) - 1, 64) and torch.allclose(a_lp.double(), ref[rows, a_tok], atol=1e-4),
+   "prompt_alt_tokens_k=64: [len(prompt) - 1, 64] draws with transformers' logprobs of the drawn ids")
+ok(torch.equal(alt(64, 1.0, 11)[0], a_tok) and not torch.equal(alt(64, 1.0, 12)[0], a_tok),
+   "prompt_alt_tokens_k: the same seed draws the same ids, another seed others")
+for temperature in (1.0, 0.1):
+    drawn = alt(64, temperature, 5)[0]
+    p_max = torch.softmax(ref[: len(toks) - 1] / temperature, -1).max(-1)
+    share = (drawn == p_max.indices.unsqueeze(1)).double().mean().item()
+    mean_p = p_max.values.mean().item()
+    sd = (mean_p * (1 - mean_p) / drawn.numel()) ** 0.5
+    ok(abs(share - mean_p) < 5 * sd,
+       f"prompt_alt_tokens_k at T = {temperature}: most-likely draws {share:.3f} vs the distribution's mean "
+       f"probability {mean_p:.3f} (standard error {sd:.3f})")
+ok(torch.equal(alt(3, 0.0, 1)[0], p_max.indices.unsqueeze(1).repeat(1, 3)),
+   "prompt_alt_tokens_k at T = 0: the most likely token every time")
+
 # (N, K) targets: each position's top-K teacher tokens with weights (zero on the prompt), sent as
 # torch tensors (the SDK sends them sparse when that is smaller).
 n_in = len(toks) - 1

@@ -252,6 +252,16 @@ fn ten_thousand_hostile_bodies_get_client_errors_and_the_server_keeps_serving() 
                    "prompt": {"chunks": [{"type": "encoded_text", "tokens": [1, 2, 3]}]},
                    "sampling_params": {"max_tokens": 3, "seed": 1}}),
         ),
+        // Target ids (sparse, as the cookbook sends them), draws and sampled top-k.
+        (
+            "/api/v1/asample",
+            json!({"sampling_session_id": sampler, "num_samples": 2, "topk_sample_logprobs": 2,
+                   "prompt_alt_tokens_k": 3,
+                   "target_prompt_logprobs": {"data": [5, 6], "dtype": "int64", "shape": [3, 2],
+                       "sparse_crow_indices": [0, 0, 2, 2], "sparse_col_indices": [0, 1]},
+                   "prompt": {"chunks": [{"type": "encoded_text", "tokens": [1, 2, 3, 4]}]},
+                   "sampling_params": {"max_tokens": 3, "seed": 1}}),
+        ),
         (
             "/v1/completions",
             json!({"prompt": [1, 2, 3], "max_tokens": 3, "logprobs": 5, "prompt_logprobs": 3}),

@@ -125,9 +125,14 @@ async fn run(state: &AppState, req: ChatRequest) -> Result<Value, Failure> {
     let mut scored = vec![];
     if top > 0 {
         for s in &samples {
-            let all =
-                crate::top_logprobs::score(&state.worker, &prompts[0], &s.completion_ids, top)
-                    .await?;
+            let all = crate::top_logprobs::score(
+                &state.worker,
+                crate::worker::Weights::Served,
+                &prompts[0],
+                &s.completion_ids,
+                top,
+            )
+            .await?;
             scored.push(crate::top_logprobs::completion_part(&all, prompts[0].len()).to_vec());
         }
     }

@@ -227,7 +227,14 @@ async fn complete(state: &AppState, req: CompletionRequest) -> Result<Value, Fai
             let pk = req.prompt_logprobs;
             let scored = if top_k > 0 || pk.is_some() {
                 let k = top_k.max(pk.unwrap_or(0));
-                crate::top_logprobs::score(&state.worker, prompt, &s.completion_ids, k).await?
+                crate::top_logprobs::score(
+                    &state.worker,
+                    crate::worker::Weights::Served,
+                    prompt,
+                    &s.completion_ids,
+                    k,
+                )
+                .await?
             } else {
                 vec![]
             };

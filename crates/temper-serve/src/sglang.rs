@@ -120,8 +120,14 @@ async fn run(state: &AppState, v: &Value) -> Result<Value, Failure> {
                 if top > 0 {
                     // SGLang's `output_top_logprobs`: per generated token, [logprob, id, null]
                     // for the `top_logprobs_num` most likely.
-                    let all = crate::top_logprobs::score(&state.worker, p, &s.completion_ids, top)
-                        .await?;
+                    let all = crate::top_logprobs::score(
+                        &state.worker,
+                        crate::worker::Weights::Served,
+                        p,
+                        &s.completion_ids,
+                        top,
+                    )
+                    .await?;
                     meta["output_top_logprobs"] =
                         crate::top_logprobs::completion_part(&all, p.len())
                             .iter()

@@ -28,16 +28,24 @@ pub fn check_k(field: &str, k: usize) -> Result<(), Failure> {
     Ok(())
 }
 
-/// Per position of `prompt` + `completion`, the top `k` (`None` at position 0).
+/// Per position of `prompt` + `completion` under `weights`, the top `k` (`None` at position 0).
 pub async fn score(
     worker: &Worker,
+    weights: Weights,
     prompt: &[i64],
     completion: &[i64],
     k: usize,
 ) -> Result<Vec<Option<PositionTop>>, Failure> {
     let tokens: Vec<i64> = prompt.iter().chain(completion).copied().collect();
     let scores = worker
-        .prompt_scores(Weights::Served, tokens, false, k.max(1))
+        .prompt_scores(
+            weights,
+            tokens,
+            crate::worker::PromptAsk {
+                topk: k.max(1),
+                ..Default::default()
+            },
+        )
         .await?
         .map_err(|e| (StatusCode::INTERNAL_SERVER_ERROR, e))?;
     Ok(scores.topk.unwrap_or_default())

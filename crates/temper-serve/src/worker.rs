@@ -37,13 +37,7 @@ use crate::reply::{bad, Failure};
 type SampleReply = tokio::sync::oneshot::Sender<Result<Vec<Sample>, String>>;
 type LogprobsReply = tokio::sync::oneshot::Sender<Result<PromptScores, String>>;
 
-/// A prompt scored on the worker: per position, its token's logprob and (when asked) the top-k
-/// next tokens, `None` at the first position.
-#[derive(Debug, Default)]
-pub struct PromptScores {
-    pub logprobs: Option<Vec<Option<f32>>>,
-    pub topk: Option<Vec<Option<temper_tinker::PositionTop>>>,
-}
+pub use temper_tinker::{PromptAsk, PromptScores};
 
 /// One queued job.
 enum Job {
@@ -56,10 +50,7 @@ enum Job {
     Logprobs {
         weights: Weights,
         tokens: Vec<i64>,
-        /// Whether the tokens' own logprobs are wanted.
-        logprobs: bool,
-        /// How many top next tokens per position (0: none).
-        topk: usize,
+        ask: PromptAsk,
         reply: LogprobsReply,
     },
     /// Load the weights of the HF folder `dir` (same architecture) in place of the served ones.
@@ -274,15 +265,14 @@ impl Worker {
         Ok(results)
     }
 
-    /// Per position of `tokens` under `weights` (`None` for the first): with `logprobs`,
-    /// log p(token | the tokens before it) (Tinker's compute_logprobs); with `topk` > 0, the
-    /// `topk` most likely next tokens. Counts as one request in the queue.
+    /// What `ask` wants of `tokens` under `weights` ([`temper_tinker::score_prompt`]: the
+    /// tokens' logprobs, the top-k next tokens, target cells, draws). Counts as one request in
+    /// the queue.
     pub async fn prompt_scores(
         &self,
         weights: Weights,
         tokens: Vec<i64>,
-        logprobs: bool,
-        topk: usize,
+        ask: PromptAsk,
     ) -> Result<Result<PromptScores, String>, Failure> {
         let _queued = self.reserve(1)?;
         let (reply, rx) = tokio::sync::oneshot::channel();
@@ -291,8 +281,7 @@ impl Worker {
             .send(Job::Logprobs {
                 weights,
                 tokens,
-                logprobs,
-                topk,
+                ask,
                 reply,
             })
             .is_err()
@@ -399,8 +388,7 @@ fn run_job(
         Job::Logprobs {
             weights,
             tokens,
-            logprobs,
-            topk,
+            ask,
             reply,
         } => {
             if reply.is_closed() {
@@ -409,16 +397,7 @@ fn run_job(
             let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
                 let m = models.select(&weights)?;
                 let model = &m.policy.model;
-                Ok(PromptScores {
-                    logprobs: match logprobs {
-                        true => Some(temper_tinker::prompt_logprobs(model, &tokens)?),
-                        false => None,
-                    },
-                    topk: match topk {
-                        0 => None,
-                        k => Some(temper_tinker::prompt_topk_ranked(model, &tokens, k)?),
-                    },
-                })
+                temper_tinker::score_prompt(model, &tokens, &ask)
             }))
             .map(|r: anyhow::Result<PromptScores>| r.map_err(|e| format!("{e:#}")))
             .unwrap_or_else(|panic| {

@@ -17,6 +17,7 @@
 //!   without the optimizer state.
 
 mod datum;
+pub mod prompt_pass;
 pub mod prompt_topk;
 pub mod provenance;
 mod sampling;
@@ -24,6 +25,9 @@ mod state;
 mod training;
 
 pub use datum::{Datum, TensorData};
+pub use prompt_pass::{
+    alt_draws, score_prompt, target_logprobs, AltDraws, PromptAsk, PromptScores, TargetCell,
+};
 pub use prompt_topk::{prompt_topk, prompt_topk_ranked, PositionTop, TopTokens};
 pub use provenance::{Provenance, Recorded, SequenceRecords, Span, SpanSource};
 pub use sampling::{

@@ -3,11 +3,7 @@
 
 use anyhow::{bail, Result};
 use tch::{Device, Kind, Tensor};
-use temper_model::{position_ids_from_mask, CausalLm};
-
-/// Positions whose logits are computed at once: a (chunk x vocabulary) f32 block, 50 MB for
-/// SmolLM2's 49,152 tokens.
-const CHUNK: i64 = 256;
+use temper_model::CausalLm;
 
 /// The largest `k` served (vLLM's default `max_logprobs` is 20; tinker-cookbook's distillation
 /// asks for 20).
@@ -45,52 +41,29 @@ pub fn prompt_topk_ranked(
     if k == 0 || k > MAX_TOPK {
         bail!("top-k logprobs: k = {k} must be 1 to {MAX_TOPK}");
     }
-    if let Some((i, t)) = tokens
-        .iter()
-        .enumerate()
-        .find(|(_, t)| **t < 0 || **t >= vocab)
-    {
-        bail!("prompt[{i}] = {t} is outside the vocabulary (0..{vocab})");
-    }
     let mut out: Vec<Option<PositionTop>> = vec![None];
-    if tokens.len() < 2 {
-        out.truncate(tokens.len());
-        return Ok(out);
-    }
+    out.truncate(tokens.len());
     let k = (k as i64).min(vocab);
     let device = model.device();
-    tch::no_grad(|| -> Result<()> {
-        let x = Tensor::from_slice(tokens).unsqueeze(0).to(device);
-        let mask = x.ones_like();
-        let pos = position_ids_from_mask(&mask);
-        let hidden = model.forward_hidden(&x, &pos, &mask, None).get(0);
-        // Position t's hidden state predicts token t + 1.
-        let n = tokens.len() as i64 - 1;
-        let mut start = 0;
-        while start < n {
-            let len = CHUNK.min(n - start);
-            let lp = model
-                .logits(&hidden.narrow(0, start, len))
-                .log_softmax(-1, Kind::Float);
-            let (values, ids) = lp.topk(k, -1, true, true);
-            let next = &tokens[(start + 1) as usize..(start + 1 + len) as usize];
-            let own = lp.gather(1, &Tensor::from_slice(next).to(device).unsqueeze(1), false);
-            let ranks = lp.gt_tensor(&own).sum_dim_intlist(1, false, Kind::Int64) + 1;
-            let cpu = |t: Tensor| t.to(Device::Cpu).reshape([-1]);
-            let values = Vec::<f32>::try_from(cpu(values))?;
-            let ids = Vec::<i64>::try_from(cpu(ids))?;
-            let own = Vec::<f32>::try_from(cpu(own))?;
-            let ranks = Vec::<i64>::try_from(cpu(ranks))?;
-            for row in 0..len as usize {
-                let r = row * k as usize..(row + 1) * k as usize;
-                let top = ids[r.clone()].iter().copied();
-                out.push(Some(PositionTop {
-                    top: top.zip(values[r].iter().copied()).collect(),
-                    logprob: own[row],
-                    rank: ranks[row],
-                }));
-            }
-            start += len;
+    crate::prompt_pass::next_token_logprobs(model, tokens, |start, lp| {
+        let len = lp.size()[0];
+        let (values, ids) = lp.topk(k, -1, true, true);
+        let next = &tokens[(start + 1) as usize..(start + 1 + len) as usize];
+        let own = lp.gather(1, &Tensor::from_slice(next).to(device).unsqueeze(1), false);
+        let ranks = lp.gt_tensor(&own).sum_dim_intlist(1, false, Kind::Int64) + 1;
+        let cpu = |t: Tensor| t.to(Device::Cpu).reshape([-1]);
+        let values = Vec::<f32>::try_from(cpu(values))?;
+        let ids = Vec::<i64>::try_from(cpu(ids))?;
+        let own = Vec::<f32>::try_from(cpu(own))?;
+        let ranks = Vec::<i64>::try_from(cpu(ranks))?;
+        for row in 0..len as usize {
+            let r = row * k as usize..(row + 1) * k as usize;
+            let top = ids[r.clone()].iter().copied();
+            out.push(Some(PositionTop {
+                top: top.zip(values[r].iter().copied()).collect(),
+                logprob: own[row],
+                rank: ranks[row],
+            }));
         }
         Ok(())
     })?;

@@ -12,8 +12,10 @@ mod convert;
 pub mod futures;
 pub mod proto;
 mod routes;
+mod sample_route;
 mod samplers;
 pub mod sessions;
+mod targets;
 mod training;
 
 use std::collections::HashMap;

@@ -196,6 +196,9 @@ pub struct SampledSequence {
     /// float32 LE, one per token.
     #[prost(bytes = "vec", optional, tag = "3")]
     pub logprobs: Option<Vec<u8>>,
+    /// `topk_sample_logprobs`: the top-k at each sampled position.
+    #[prost(message, optional, tag = "4")]
+    pub topk_sampled_logprobs: Option<TopkLogprobs>,
 }
 
 #[derive(Clone, PartialEq, prost::Message)]
@@ -209,6 +212,20 @@ pub struct SampleResponse {
     pub topk_prompt_logprobs: Option<TopkLogprobs>,
     #[prost(int32, tag = "4")]
     pub prompt_cache_hit_tokens: i32,
+    /// float32, the layout (dense or CSR) and shape of the request's `target_prompt_logprobs`.
+    #[prost(message, optional, tag = "5")]
+    pub target_prompt_logprobs: Option<Tensor>,
+    #[prost(message, optional, tag = "6")]
+    pub prompt_alt_tokens: Option<PromptAltTokens>,
+}
+
+/// `prompt_alt_tokens_k`'s draws: int64 ids and float32 logprobs, both `[len(prompt) - 1, k]`.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct PromptAltTokens {
+    #[prost(message, optional, tag = "1")]
+    pub tokens: Option<Tensor>,
+    #[prost(message, optional, tag = "2")]
+    pub logprobs: Option<Tensor>,
 }
 
 /// Top-k tokens per position as (length x k) row-major matrices; a position with nothing

@@ -4,7 +4,6 @@
 //! index and field). Direct calls answer such an error body with HTTP 400 (404 for unknown ids).
 
 use std::path::PathBuf;
-use std::sync::atomic::Ordering;
 use std::sync::{mpsc, Arc};
 
 use anyhow::{anyhow, bail, Context, Result};
@@ -23,9 +22,7 @@ use temper_tinker::{AdamParams, TrainingModel};
 use super::futures::{Outcome, POLL_HOLD};
 use super::training::{self, Job, ModelInfo, Queued};
 use super::{convert, proto, ModelHandle, Tinker};
-use crate::limits::TINKER_FIELDS;
 use crate::reply::{authorized, off_runtime};
-use crate::worker::Weights;
 use crate::AppState;
 
 type S = State<Arc<AppState>>;
@@ -53,7 +50,7 @@ pub fn routes(state: Arc<AppState>) -> Router<Arc<AppState>> {
             post(create_sampling_session),
         )
         .route("/api/v1/samplers/{id}", get(get_sampler))
-        .route("/api/v1/asample", post(asample))
+        .route("/api/v1/asample", post(super::sample_route::asample))
         .route("/api/v1/retrieve_future", post(retrieve_future))
         .route("/api/v1/get_server_capabilities", get(server_capabilities))
         .route("/api/v1/create_custom_loss", post(create_custom_loss))
@@ -87,7 +84,7 @@ fn refuse(status: StatusCode, message: impl std::fmt::Display) -> Response {
         .into_response()
 }
 
-fn parse_json(body: &[u8]) -> Result<Value> {
+pub(super) fn parse_json(body: &[u8]) -> Result<Value> {
     serde_json::from_slice(body).map_err(|e| anyhow!("request body: {e}"))
 }
 
@@ -112,7 +109,7 @@ async fn direct_blocking(f: impl FnOnce() -> Result<Value> + Send + 'static) -> 
 }
 
 /// How a future-style call hands its promise to the job that completes it.
-type Dispatch = Box<dyn FnOnce(super::futures::Promise) + Send>;
+pub(super) type Dispatch = Box<dyn FnOnce(super::futures::Promise) + Send>;
 
 /// A future-style call: `prepare` checks the request and returns how to queue its job; a
 /// refusal becomes the future's result. `extra` joins the `{"request_id"}` answer.
@@ -138,7 +135,7 @@ fn request_id_answer(id: String, extra: Value) -> Response {
 /// `--max-request-bytes` of protobuf), reading checkpoint folders and building sampling requests
 /// stay off the async runtime's threads, which keep answering every other client. A panic in
 /// `prepare` fails this request as a server error.
-async fn future_blocking(
+pub(super) async fn future_blocking(
     state: &AppState,
     extra: Value,
     prepare: impl FnOnce() -> Result<Dispatch> + Send + 'static,
@@ -672,231 +669,6 @@ async fn get_sampler(State(state): S, UrlPath(id): UrlPath<String>) -> Response 
             state.tinker.unknown("sampler_id", "sampling session", &id),
         ),
     }
-}
-
-async fn asample(State(state): S, body: Bytes) -> Response {
-    let t = state.tinker.clone();
-    let limits = state.worker.limits.clone();
-    let v = parse_json(&body).unwrap_or(Value::Null);
-    let n = match &v["num_samples"] {
-        Value::Null => Some(1),
-        x => x.as_u64().map(|n| n.min(usize::MAX as u64) as usize),
-    };
-    // Sequence ids only for a count within the limit (a refused count gets none).
-    let admissible = n.filter(|&n| n >= 1 && n <= limits.max_n);
-    let rid = state.tinker.samples.fetch_add(1, Ordering::Relaxed);
-    // Sequence ids are session-scoped (the sampling session's session) and unique across
-    // server runs (session ids are).
-    let session = v["sampling_session_id"]
-        .as_str()
-        .map(|s| super::sessions::session_of(s).to_string())
-        .unwrap_or_default();
-    let ids: Vec<String> = (0..admissible.unwrap_or(0))
-        .map(|k| format!("{session}:seq:{rid}-{k}"))
-        .collect();
-    let record = v["record_stability_info"].as_bool().unwrap_or(false);
-    let recording = record.then(|| Recording {
-        session: session.clone(),
-        ids: ids.clone(),
-    });
-    let st = state.clone();
-    future_blocking(&state, json!({"sample_sequence_ids": ids}), move || {
-        if v.is_null() {
-            bail!("request body: not JSON");
-        }
-        let n = n.context("num_samples: not a non-negative integer")?;
-        if n == 0 {
-            bail!("num_samples: must be at least 1");
-        }
-        limits
-            .check_sampling(&[], n, 0, &TINKER_FIELDS)
-            .map_err(|e| anyhow!(e))?;
-        if v["topk_sample_logprobs"].as_u64().unwrap_or(0) > 0
-            || v["prompt_alt_tokens_k"].as_u64().unwrap_or(0) > 0
-            || !v["target_prompt_logprobs"].is_null()
-        {
-            bail!(
-                "topk_sample_logprobs, target_prompt_logprobs and prompt_alt_tokens_k are not \
-                 supported by temper yet (topk_prompt_logprobs and prompt_logprobs are)"
-            );
-        }
-        let topk = match &v["topk_prompt_logprobs"] {
-            Value::Null => 0,
-            x => match x.as_u64() {
-                Some(k) if k as usize <= temper_tinker::prompt_topk::MAX_TOPK => k as usize,
-                _ => bail!(
-                    "topk_prompt_logprobs: {x} must be an integer from 0 to {}",
-                    temper_tinker::prompt_topk::MAX_TOPK
-                ),
-            },
-        };
-        let id = v["sampling_session_id"]
-            .as_str()
-            .context("sampling_session_id: missing")?;
-        let session = t
-            .samplers
-            .session(id)
-            .with_context(|| t.unknown("sampling_session_id", "sampling session", id))?;
-        let prompt = convert::json_tokens(&v["prompt"], "prompt")?;
-        let context_left = limits.max_model_len.saturating_sub(prompt.len());
-        let params = convert::sampling_params(&v["sampling_params"], context_left)?;
-        limits
-            .check_sampling(&[prompt.len()], n, params.max_tokens, &TINKER_FIELDS)
-            .map_err(|e| anyhow!(e))?;
-        let prompt_logprobs = v["prompt_logprobs"].as_bool().unwrap_or(false);
-        // `prompt_logprobs_last_n`: only the last N positions are scored (the SDK's range rules).
-        let last_n = match &v["prompt_logprobs_last_n"] {
-            Value::Null => None,
-            x => match x.as_u64() {
-                Some(n) if n >= 1 && (n as usize) < prompt.len() && prompt_logprobs => {
-                    Some(n as usize)
-                }
-                _ => bail!(
-                    "prompt_logprobs_last_n: {x} must be from 1 to len(prompt) - 1 = {}, with \
-                     prompt_logprobs set",
-                    prompt.len().saturating_sub(1)
-                ),
-            },
-        };
-        let (weights, vocab, tokenizer) = if st.serves(&session.dir) {
-            let w = &st.worker;
-            (Weights::Served, w.vocab_size, st.tokenizer.is_some())
-        } else {
-            let (vocab, tokenizer) = crate::models::folder_vocab(&session.dir)
-                .with_context(|| format!("sampling_session_id {id:?}"))?;
-            (Weights::Folder(session.dir.clone()), vocab, tokenizer)
-        };
-        if !params.stop_strings.is_empty() && !tokenizer {
-            bail!("sampling_params.stop: stop strings need a tokenizer, and the model has none");
-        }
-        let request = temper_tinker::engine_request(&prompt, n, &params, vocab)?;
-        Ok(on_the_serving_worker(
-            st.clone(),
-            weights,
-            request,
-            PromptWanted {
-                logprobs: prompt_logprobs,
-                topk,
-                last_n,
-            },
-            recording,
-        ))
-    })
-    .await
-}
-
-/// A sample on the serving worker's engine, batched with every other request for the same
-/// weights (the OpenAI and SGLang requests too, for the served model), and the prompt's
-/// logprobs when asked.
-fn on_the_serving_worker(
-    state: Arc<AppState>,
-    weights: Weights,
-    request: temper_rollout::Request,
-    prompt_logprobs: PromptWanted,
-    recording: Option<Recording>,
-) -> Dispatch {
-    Box::new(move |promise| {
-        tokio::spawn(async move {
-            let records = recording.map(|r| (r, &state.tinker.records));
-            let outcome =
-                sample_on_worker(&state.worker, weights, request, prompt_logprobs, records).await;
-            promise.complete(outcome.unwrap_or_else(|failed| failed));
-        });
-    })
-}
-
-/// The `asample` result of `request` on the worker, or the failure as the future's result (a
-/// refusal the client caused is a user error, anything else a server error).
-/// What a sample request asks about its prompt: its tokens' logprobs, the top-k next tokens.
-struct PromptWanted {
-    logprobs: bool,
-    topk: usize,
-    /// Score only the last N positions (the others come back as not scored).
-    last_n: Option<usize>,
-}
-
-/// A sample request's `record_stability_info`: where its sequences are recorded, under which ids.
-struct Recording {
-    session: String,
-    ids: Vec<String>,
-}
-
-async fn sample_on_worker(
-    worker: &crate::worker::Worker,
-    weights: Weights,
-    request: temper_rollout::Request,
-    wanted: PromptWanted,
-    records: Option<(Recording, &temper_tinker::SequenceRecords)>,
-) -> Result<Outcome, Outcome> {
-    let refused = |(status, e): crate::reply::Failure| {
-        if status.is_client_error() {
-            Outcome::user_error(e)
-        } else {
-            Outcome::server_error(e)
-        }
-    };
-    let prompt = request.prompt_ids;
-    let recorded_prompt = records.as_ref().map(|_| Arc::new(prompt.clone()));
-    let mut per_prompt = worker
-        .generate_on(
-            &weights,
-            std::slice::from_ref(&prompt),
-            &request.params,
-            &TINKER_FIELDS,
-        )
-        .await
-        .map_err(refused)?;
-    let samples = per_prompt
-        .pop()
-        .ok_or_else(|| Outcome::server_error("no answer for the prompt"))?
-        .map_err(Outcome::server_error)?;
-    let (logprobs, topk) = if wanted.logprobs || wanted.topk > 0 {
-        let scores = worker
-            .prompt_scores(weights, prompt, wanted.logprobs, wanted.topk)
-            .await
-            .map_err(refused)?
-            .map_err(Outcome::server_error)?;
-        // Positions before the last N are reported as not scored.
-        let skip = |len: usize| wanted.last_n.map_or(0, |n| len.saturating_sub(n));
-        let logprobs = scores.logprobs.map(|lps| {
-            let skip = skip(lps.len());
-            proto::f32_bytes(lps.into_iter().enumerate().map(|(i, l)| {
-                if i < skip {
-                    f32::NAN
-                } else {
-                    l.unwrap_or(f32::NAN)
-                }
-            }))
-        });
-        let topk = scores.topk.map(|rows| {
-            let skip = skip(rows.len());
-            let rows: Vec<_> = rows
-                .into_iter()
-                .enumerate()
-                .map(|(i, r)| r.filter(|_| i >= skip).map(|r| r.top))
-                .collect();
-            proto::TopkLogprobs::of(&rows, wanted.topk)
-        });
-        (logprobs, topk)
-    } else {
-        (None, None)
-    };
-    let seqs: Vec<_> = samples
-        .into_iter()
-        .map(temper_tinker::sampled_sequence)
-        .collect();
-    if let (Some((recording, store)), Some(prompt)) = (records, recorded_prompt) {
-        for (id, seq) in recording.ids.iter().zip(&seqs) {
-            store.record(
-                id,
-                &recording.session,
-                prompt.clone(),
-                seq.tokens.clone(),
-                seq.logprobs.clone(),
-            );
-        }
-    }
-    Ok(super::samplers::sample_response(seqs, logprobs, topk))
 }
 
 async fn retrieve_future(State(state): S, body: Bytes) -> Response {

@@ -112,27 +112,39 @@ impl Samplers {
     }
 }
 
-/// The `asample` result: the sequences (and prompt logprobs, when asked) as Tinker's protobuf.
+/// What an `asample` answer says about the prompt (each `None` when not asked).
+#[derive(Default)]
+pub struct PromptAnswers {
+    pub logprobs: Option<Vec<u8>>,
+    pub topk: Option<proto::TopkLogprobs>,
+    pub targets: Option<proto::Tensor>,
+    pub alt_tokens: Option<proto::PromptAltTokens>,
+}
+
+/// The `asample` result: the sequences (each with its sampled positions' top-k when asked) and
+/// the prompt's answers, as Tinker's protobuf.
 pub fn sample_response(
-    seqs: Vec<SampledSequence>,
-    prompt_logprobs: Option<Vec<u8>>,
-    topk_prompt_logprobs: Option<proto::TopkLogprobs>,
+    seqs: Vec<(SampledSequence, Option<proto::TopkLogprobs>)>,
+    prompt: PromptAnswers,
 ) -> Outcome {
     let response = proto::SampleResponse {
         sequences: seqs
             .into_iter()
-            .map(|s| proto::SampledSequence {
+            .map(|(s, topk)| proto::SampledSequence {
                 stop_reason: match s.stop_reason {
                     "length" => proto::StopReason::Length as i32,
                     _ => proto::StopReason::Stop as i32,
                 },
                 tokens: proto::i32_bytes(s.tokens.iter().copied()),
                 logprobs: Some(proto::f32_bytes(s.logprobs.iter().copied())),
+                topk_sampled_logprobs: topk,
             })
             .collect(),
-        prompt_logprobs,
-        topk_prompt_logprobs,
+        prompt_logprobs: prompt.logprobs,
+        topk_prompt_logprobs: prompt.topk,
         prompt_cache_hit_tokens: 0,
+        target_prompt_logprobs: prompt.targets,
+        prompt_alt_tokens: prompt.alt_tokens,
     };
     Outcome::Proto(response.encode_to_vec())
 }
