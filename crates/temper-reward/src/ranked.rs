@@ -347,16 +347,32 @@ fn find_all_ci(s: &str, word: &str) -> Vec<usize> {
         .collect()
 }
 
-/// Candidates after an anchor word: for each occurrence of `word` (case-insensitive), the first
-/// environment chain within `window` bytes after it (lazy `.{0,window}?`).
-fn after_anchor_latex(t: &Text, word: &str, window: usize, out: &mut Vec<Candidate>, prio: u32) {
-    let s = t.s;
+/// Walks the occurrences of `word` (case-insensitive) that do not start inside the previous
+/// candidate: `find(start)` looks right after the word (at byte `start`) and returns the candidate
+/// found there, if any, which is pushed with the occurrence as its start.
+fn after_anchor(
+    t: &Text,
+    word: &str,
+    out: &mut Vec<Candidate>,
+    mut find: impl FnMut(usize) -> Option<Candidate>,
+) {
     let mut from = 0;
     for k in t.anchors(word) {
         if k < from {
             continue;
         }
-        let start = k + word.len();
+        if let Some(c) = find(k + word.len()) {
+            from = c.end;
+            out.push(Candidate { start: k, ..c });
+        }
+    }
+}
+
+/// Candidates after an anchor word: for each occurrence of `word` (case-insensitive), the first
+/// environment chain within `window` bytes after it (lazy `.{0,window}?`).
+fn after_anchor_latex(t: &Text, word: &str, window: usize, out: &mut Vec<Candidate>, prio: u32) {
+    let s = t.s;
+    after_anchor(t, word, out, |start| {
         for off in 0..=window {
             let i = start + off;
             if i > s.len() {
@@ -367,31 +383,25 @@ fn after_anchor_latex(t: &Text, word: &str, window: usize, out: &mut Vec<Candida
             }
             if let Some((parts, end)) = envs_at(t, i, false) {
                 let (text, percent) = joined(&parts, BoxMode::All);
-                out.push(Candidate {
+                return Some(Candidate {
                     text,
                     percent,
                     priority: prio,
                     latex: true,
-                    start: k,
+                    start,
                     end,
                 });
-                from = end;
-                break;
             }
         }
-    }
+        None
+    });
 }
 
 /// As [`after_anchor_latex`] for plain numbers / expressions; the window does not cross a line,
 /// and a `=` within 100 bytes moves the answer after the last one.
 fn after_anchor_plain(t: &Text, word: &str, out: &mut Vec<Candidate>, prio: u32) {
     let s = t.s;
-    let mut from = 0;
-    for k in t.anchors(word) {
-        if k < from {
-            continue;
-        }
-        let start = k + word.len();
+    after_anchor(t, word, out, |start| {
         let line_end = s[start..].find('\n').map_or(s.len(), |n| start + n);
         let mut found = None;
         // `answer ... = X` (greedy: the last `=` within 100 bytes), then `answer ... X` (lazy).
@@ -426,18 +436,15 @@ fn after_anchor_plain(t: &Text, word: &str, out: &mut Vec<Candidate>, prio: u32)
                 }
             }
         }
-        if let Some((text, end, percent)) = found {
-            out.push(Candidate {
-                text,
-                percent,
-                priority: prio,
-                latex: false,
-                start: k,
-                end,
-            });
-            from = end;
-        }
-    }
+        found.map(|(text, end, percent)| Candidate {
+            text,
+            percent,
+            priority: prio,
+            latex: false,
+            start,
+            end,
+        })
+    });
 }
 
 fn floor_boundary(s: &str, mut i: usize) -> usize {

@@ -12,6 +12,19 @@ use temper_model::{position_ids_from_mask, CausalLm};
 /// SmolLM2's 49,152 tokens.
 const CHUNK: i64 = 256;
 
+/// Every prompt id inside `model`'s vocabulary (an error names the first that is not).
+pub(crate) fn check_prompt_ids(model: &CausalLm, tokens: &[i64]) -> Result<()> {
+    let vocab = model.config().vocab_size;
+    match tokens
+        .iter()
+        .enumerate()
+        .find(|(_, t)| **t < 0 || **t >= vocab)
+    {
+        Some((i, t)) => bail!("prompt[{i}] = {t} is outside the vocabulary (0..{vocab})"),
+        None => Ok(()),
+    }
+}
+
 /// Runs the model over `tokens` once and calls `f(start, lp)` for each chunk of positions, where
 /// row `r` of `lp` is log_softmax (T = 1, f32) of the logits at position `start + r`: the
 /// distribution of token `start + r + 1`. Token ids are checked against the vocabulary first.
@@ -20,14 +33,7 @@ pub(crate) fn next_token_logprobs(
     tokens: &[i64],
     mut f: impl FnMut(i64, &Tensor) -> Result<()>,
 ) -> Result<()> {
-    let vocab = model.config().vocab_size;
-    if let Some((i, t)) = tokens
-        .iter()
-        .enumerate()
-        .find(|(_, t)| **t < 0 || **t >= vocab)
-    {
-        bail!("prompt[{i}] = {t} is outside the vocabulary (0..{vocab})");
-    }
+    check_prompt_ids(model, tokens)?;
     if tokens.len() < 2 {
         return Ok(());
     }

@@ -197,14 +197,7 @@ impl SamplingModel {
 /// log p(token | the tokens before it) under `model`, on its training forward; `None` for the
 /// first.
 pub fn prompt_logprobs(model: &CausalLm, tokens: &[i64]) -> Result<Vec<Option<f32>>> {
-    let vocab = model.config().vocab_size;
-    if let Some((i, t)) = tokens
-        .iter()
-        .enumerate()
-        .find(|(_, t)| **t < 0 || **t >= vocab)
-    {
-        bail!("prompt[{i}] = {t} is outside the vocabulary (0..{vocab})");
-    }
+    crate::prompt_pass::check_prompt_ids(model, tokens)?;
     if tokens.len() < 2 {
         return Ok(tokens.iter().map(|_| None).collect());
     }
