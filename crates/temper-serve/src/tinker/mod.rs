@@ -9,6 +9,7 @@
 
 pub(crate) mod admission;
 mod convert;
+mod create_model;
 pub mod futures;
 pub mod proto;
 mod routes;
