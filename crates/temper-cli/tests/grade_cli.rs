@@ -60,15 +60,10 @@ fn options_change_the_verdict_as_they_change_math_verifys() {
             &strict.to_string(),
         ]));
         let math_verify = String::from_utf8_lossy(&py.stdout).trim() == "True";
-        let out = std::process::Command::new(env!("CARGO_BIN_EXE_temper"))
-            .args(["grade", "--gold", gold, "--pred", pred, "--options"])
-            .arg(format!("{{\"strict\": {strict}}}"))
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
+        let out = common::output_ok(
+            std::process::Command::new(env!("CARGO_BIN_EXE_temper"))
+                .args(["grade", "--gold", gold, "--pred", pred, "--options"])
+                .arg(format!("{{\"strict\": {strict}}}")),
         );
         let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
         assert_eq!(v["correct"], math_verify, "strict = {strict}: {v}");

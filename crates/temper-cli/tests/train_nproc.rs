@@ -63,16 +63,11 @@ fn two_processes_train_like_one() {
     let ckpts = std::fs::read_dir(two.join("checkpoints")).unwrap().count();
     assert_eq!(ckpts, 1);
     // Resume the 2-process run with one process.
-    let out = Command::new(env!("CARGO_BIN_EXE_temper"))
-        .args(["train", "--resume"])
-        .arg(&two)
-        .arg("trainer.total_training_steps=3")
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    common::output_ok(
+        Command::new(env!("CARGO_BIN_EXE_temper"))
+            .args(["train", "--resume"])
+            .arg(&two)
+            .arg("trainer.total_training_steps=3"),
     );
     assert_eq!(metrics(&two).len(), 3);
 }

@@ -91,6 +91,18 @@ pub(super) fn parse_json(body: &[u8]) -> Result<Value> {
     serde_json::from_slice(body).map_err(|e| anyhow!("request body: {e}"))
 }
 
+/// The string `field` of a JSON body, or the 400 that says why there is none.
+fn id_field(body: &[u8], field: &str) -> Result<String, Box<Response>> {
+    let v = parse_json(body).map_err(|e| Box::new(refuse(StatusCode::BAD_REQUEST, e)))?;
+    match v[field].as_str() {
+        Some(id) => Ok(id.to_string()),
+        None => Err(Box::new(refuse(
+            StatusCode::BAD_REQUEST,
+            format!("{field}: missing"),
+        ))),
+    }
+}
+
 /// Run `f` for a direct call: its JSON, or a 400 naming the problem.
 fn direct(f: impl FnOnce() -> Result<Value>) -> Response {
     match f() {
@@ -202,13 +214,11 @@ async fn create_session(State(state): S) -> Response {
 /// A heartbeat keeps a session alive; for an ended one it is HTTP 410, which the SDK reads as
 /// "this session has finished" and stops heartbeating.
 async fn session_heartbeat(State(state): S, body: Bytes) -> Response {
-    let v = match parse_json(&body) {
-        Ok(v) => v,
-        Err(e) => return refuse(StatusCode::BAD_REQUEST, e),
+    let id = match id_field(&body, "session_id") {
+        Ok(id) => id,
+        Err(refused) => return *refused,
     };
-    let Some(id) = v["session_id"].as_str() else {
-        return refuse(StatusCode::BAD_REQUEST, "session_id: missing");
-    };
+    let id = id.as_str();
     match state.tinker.sessions.touch(id) {
         Ok(()) => Json(json!({"type": "session_heartbeat"})).into_response(),
         Err(e) => refuse(StatusCode::GONE, e),
@@ -523,13 +533,11 @@ async fn get_sampler(State(state): S, UrlPath(id): UrlPath<String>) -> Response 
 }
 
 async fn retrieve_future(State(state): S, body: Bytes) -> Response {
-    let v = match parse_json(&body) {
-        Ok(v) => v,
-        Err(e) => return refuse(StatusCode::BAD_REQUEST, e),
+    let id = match id_field(&body, "request_id") {
+        Ok(id) => id,
+        Err(refused) => return *refused,
     };
-    let Some(id) = v["request_id"].as_str() else {
-        return refuse(StatusCode::BAD_REQUEST, "request_id: missing");
-    };
+    let id = id.as_str();
     match state.tinker.futures.wait(id, POLL_HOLD).await {
         None => Json(json!({"type": "try_again", "request_id": id, "queue_state": "active"}))
             .into_response(),
