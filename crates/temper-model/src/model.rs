@@ -19,7 +19,7 @@ use crate::shared_base::SharedBase;
 use crate::static_decode::{StaticDecoder, StaticKv};
 
 mod activation_checkpoint;
-mod head;
+mod logits;
 mod layer;
 mod lora_parts;
 mod sampling;
