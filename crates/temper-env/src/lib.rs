@@ -21,6 +21,6 @@ pub use environment::{
     build_environment, datum_shape, environment_names, takes_a_task, DatumShape, EnvEntry, EnvRun,
     EnvSettings, Environment, GroupContext, GroupOutcome, ENVIRONMENTS,
 };
-pub use tasks::{task_by_name, task_names, Question, Scored, Task, TASKS};
+pub use tasks::{task_by_name, task_names, Question, Task, TASKS};
 pub use train_data::{advantage_stats, Datum, DebateTrain};
 pub use transcript::Transcript;

@@ -5,7 +5,7 @@
 //! [`SingleTurn`] is the same group scored by an environment task (`env.task`).
 use crate::driver::{Answer, Ask, EnvGroup, Responder};
 use crate::environment::{EnvRun, Environment, GroupContext, GroupOutcome};
-use crate::tasks::{Question, Scored, Task};
+use crate::tasks::{Question, RewardOutput, Task};
 use crate::train_data::episode_datums;
 use crate::transcript::Transcript;
 use anyhow::{bail, Result};
@@ -68,7 +68,7 @@ pub struct SingleTurn<'a> {
     task: &'a dyn Task,
     turn: OneTurn,
     pub episodes: Vec<Transcript>,
-    pub scores: Vec<Scored>,
+    pub scores: Vec<RewardOutput>,
 }
 
 impl<'a> SingleTurn<'a> {
@@ -99,7 +99,7 @@ impl EnvGroup for SingleTurn<'_> {
         self.turn.answer(answers)?;
         for (s, text) in self.turn.samples.iter().zip(&self.turn.texts) {
             let mut t = Transcript::new(self.turn.prompt.clone());
-            self.scores.push(self.task.score(&self.question, text));
+            self.scores.push(self.task.score_question(&self.question, text));
             t.act(s, text.clone())?;
             self.episodes.push(t);
         }
@@ -154,7 +154,7 @@ impl EnvRun for SingleTurn<'_> {
                 let q = &self.question;
                 if summary {
                     let record = json!({
-                        "step": step, "group": q.id, "article": q.article,
+                        "step": step, "group": q.id, "article": q.metadata.get("article"),
                         "summary": s.extracted, "reward": s.reward, "metrics": s.metrics,
                     });
                     ("summary".to_string(), record)

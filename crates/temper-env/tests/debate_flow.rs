@@ -134,7 +134,7 @@ fn run(judge: JudgeKind, seeds: &[u64]) -> (DebateGroup<'static>, Vec<(Responder
     let task: &'static dyn Task = Box::leak(qa());
     let turns: &'static ChatTurns = Box::leak(Box::new(ChatTurns::from_template(&Chars).unwrap()));
     let cfg: &'static DebateConfig = Box::leak(Box::new(config(judge)));
-    let mut group = DebateGroup::new(task.question(0), task, &Chars, turns, cfg, seeds).unwrap();
+    let mut group = DebateGroup::new(task.question(0, 0), task, &Chars, turns, cfg, seeds).unwrap();
     let mut sampler = Scripted { calls: vec![] };
     {
         let mut groups: Vec<Box<dyn temper_env::EnvGroup + '_>> = vec![Box::new(&mut group)];

@@ -22,4 +22,4 @@ pub use command::CommandReward;
 pub use math_reward::{r1_zero, R1ZeroScore};
 pub use reward::{reward_by_name, reward_names, Reward, RewardOutput, REWARDS};
 pub use scoring::{score_all, score_checked, RewardFailure, ScoreInput};
-pub use tasks::{procedural_task, ProceduralTask, TaskExample, PROCEDURAL_TASKS};
+pub use tasks::{procedural_task, Question, Task, PROCEDURAL_TASKS};

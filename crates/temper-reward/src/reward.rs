@@ -13,14 +13,19 @@ pub struct RewardOutput {
     /// command): the reward is 0 and the trainer counts it in `reward/errors`. A wrong answer
     /// is not an error.
     pub error: Option<String>,
+    /// The response had no answer in the task's format (an environment counts it in
+    /// `env/parse_failures`; the reward is 0 or the task's penalty). A wrong answer is not one.
+    pub parse_failed: bool,
+    /// What the reward read out of the response (the `<SOLUTION>` content, the summary), for the
+    /// logs.
+    pub extracted: Option<String>,
 }
 
 impl RewardOutput {
     pub fn new(reward: f64) -> Self {
         RewardOutput {
             reward,
-            metrics: BTreeMap::new(),
-            error: None,
+            ..RewardOutput::default()
         }
     }
 
@@ -38,7 +43,9 @@ impl RewardOutput {
     }
 }
 
-/// A reward function. `score` is called from several threads at once.
+/// A reward function: temper's one interface for scoring a response, whatever scores it (the
+/// math grader, a command, a task's verifier, an environment task's rule). `score` is called
+/// from several threads at once.
 pub trait Reward: Send + Sync {
     fn name(&self) -> &str;
     fn score(
@@ -103,8 +110,9 @@ pub fn reward_by_name(name: &str, opts: &Value) -> Result<Box<dyn Reward>> {
         .iter()
         .any(|(n, _)| *n == name)
     {
-        let task = crate::tasks::procedural_task(name, opts)?;
-        return Ok(Box::new(crate::tasks::TaskReward::new(task)));
+        // A task is its own reward.
+        let task: Box<dyn Reward> = crate::tasks::procedural_task(name, opts)?;
+        return Ok(task);
     }
     bail!(
         "unknown reward {name:?}; known rewards: {}",

@@ -10,7 +10,7 @@ pub mod judge;
 
 use crate::chat::{first_prompt, ChatTurns, Codec};
 use crate::driver::{Answer, Ask, EnvGroup, Responder};
-use crate::tasks::{Question, Scored, Task};
+use crate::tasks::{Question, RewardOutput, Task};
 use crate::transcript::Transcript;
 use anyhow::{bail, Result};
 use judge::{confidence_verdict, judge_prompt, mock_verdict, parse_verdict, JudgeKind, Verdict};
@@ -69,7 +69,7 @@ pub struct JudgeRecord {
 pub struct Debate {
     pub seed: u64,
     pub agents: [Transcript; 2],
-    pub r1_scores: Vec<Scored>,
+    pub r1_scores: Vec<RewardOutput>,
     pub verdict: Option<Verdict>,
     pub judge: JudgeRecord,
 }
@@ -236,7 +236,7 @@ impl EnvGroup for DebateGroup<'_> {
                     let (d, agent) = (i / 2, i % 2);
                     let (s, text) = (a.samples.remove(0), a.texts.remove(0));
                     if self.round == 1 {
-                        let scored = self.task.score(&self.question, &text);
+                        let scored = self.task.score_question(&self.question, &text);
                         self.debates[d].r1_scores.push(scored);
                     }
                     self.debates[d].agents[agent].act(&s, text)?;

@@ -1,48 +1,15 @@
-//! Tasks: where questions come from and how a response to one is scored. A task is what a
-//! single-turn episode answers and what a debate argues about (its R1 reward is the task's).
+//! The environments' tasks (fixed sets of questions: qa, summary, sat), temper-reward's [`Task`]s:
+//! what a single-turn episode answers and what a debate argues about (its R1 reward is the
+//! task's [`temper_reward::Reward`]).
 pub mod qa;
 pub mod sat;
 pub mod summary;
 pub mod summary_rewards;
 
 use anyhow::{bail, Result};
-use serde::Serialize;
 use serde_json::Value;
-use std::collections::BTreeMap;
 
-/// One question of a task.
-#[derive(Clone, Debug, Serialize, PartialEq)]
-pub struct Question {
-    /// Its id (the advantage group of its episodes), stable across runs.
-    pub id: String,
-    /// The user message.
-    pub prompt: String,
-    /// The reference answer, where the task has one.
-    pub answer: Option<String>,
-    /// The text a summary is of (summary task).
-    pub article: Option<String>,
-}
-
-/// A scored response.
-#[derive(Clone, Debug, Default, Serialize, PartialEq)]
-pub struct Scored {
-    pub reward: f64,
-    pub metrics: BTreeMap<String, f64>,
-    /// The response had no answer in the task's format (counted, reward 0 or the task's penalty).
-    pub parse_failed: bool,
-    /// What the reward read out of the response (the `<SOLUTION>` content, the summary).
-    pub extracted: Option<String>,
-}
-
-pub trait Task: Send + Sync {
-    fn name(&self) -> &str;
-    fn len(&self) -> usize;
-    fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-    fn question(&self, i: usize) -> Question;
-    fn score(&self, q: &Question, response: &str) -> Scored;
-}
+pub use temper_reward::{Question, RewardOutput, Task};
 
 /// Builds a task: `rows` are the dataset's records (`None`: the task's built-in set, where it
 /// has one); `opts` the `env.*` settings it reads.

@@ -1,9 +1,10 @@
 //! `qa`: question/answer pairs; the response answers in `<SOLUTION>..</SOLUTION>`, graded by
 //! exact match of the trimmed content. A response without the tags is a parse failure
 //! (reward 0, counted).
-use super::{opt_str, Question, Scored, Task};
-use anyhow::{bail, Result};
+use super::{opt_str, Question, RewardOutput, Task};
 use serde_json::Value;
+use temper_reward::Reward;
+use anyhow::{bail, Result};
 
 /// The built-in set: eight arithmetic questions (for smoke runs without a dataset).
 pub const BUILTIN: [(&str, &str); 8] = [
@@ -71,40 +72,45 @@ pub fn solution(text: &str) -> Option<&str> {
 }
 
 impl Task for Qa {
+    fn question_count(&self) -> Option<usize> {
+        Some(self.items.len())
+    }
+    fn question(&self, _seed: u64, i: u64) -> Question {
+        let i = i as usize % self.items.len();
+        let (q, a) = &self.items[i];
+        Question {
+            id: format!("qa-{i}"),
+            prompt: format!("{q}\n{}", self.instruction),
+            answer: Some(a.clone()),
+            metadata: Value::Null,
+        }
+    }
+}
+
+/// The answer in the last `<SOLUTION>` block, exactly the reference (trimmed): 1, else 0.
+impl Reward for Qa {
     fn name(&self) -> &str {
         "qa"
     }
-    fn len(&self) -> usize {
-        self.items.len()
-    }
-    fn question(&self, i: usize) -> Question {
-        let (q, a) = &self.items[i % self.items.len()];
-        Question {
-            id: format!("qa-{}", i % self.items.len()),
-            prompt: format!("{q}\n{}", self.instruction),
-            answer: Some(a.clone()),
-            article: None,
-        }
-    }
-    fn score(&self, q: &Question, response: &str) -> Scored {
+    fn score(&self, _prompt: &str, response: &str, answer: &str, _meta: &Value) -> RewardOutput {
         let Some(got) = solution(response) else {
-            return Scored {
+            return RewardOutput {
                 parse_failed: true,
                 metrics: [("parse_failure".to_string(), 1.0)].into(),
-                ..Scored::default()
+                ..RewardOutput::default()
             };
         };
-        let correct = q.answer.as_deref().map(str::trim) == Some(got);
+        let correct = answer.trim() == got;
         let r = if correct { 1.0 } else { 0.0 };
-        Scored {
+        RewardOutput {
             reward: r,
             metrics: [
                 ("parse_failure".to_string(), 0.0),
                 ("correct".to_string(), r),
             ]
             .into(),
-            parse_failed: false,
             extracted: Some(got.to_string()),
+            ..RewardOutput::default()
         }
     }
 }
@@ -116,17 +122,17 @@ mod tests {
     #[test]
     fn exact_match_inside_the_last_solution_tags() {
         let t = Qa::new(None, &Value::Null).unwrap();
-        assert_eq!(t.len(), 8);
-        let q = t.question(0);
+        assert_eq!(t.question_count(), Some(8));
+        let q = t.question(0, 0);
         assert!(q.prompt.starts_with("What is 7 + 5?"));
-        assert_eq!(t.score(&q, "so <SOLUTION> 12 </SOLUTION>").reward, 1.0);
+        assert_eq!(t.score_question(&q, "so <SOLUTION> 12 </SOLUTION>").reward, 1.0);
         assert_eq!(
-            t.score(&q, "<SOLUTION>11</SOLUTION><SOLUTION>12</SOLUTION>")
+            t.score_question(&q, "<SOLUTION>11</SOLUTION><SOLUTION>12</SOLUTION>")
                 .reward,
             1.0
         );
-        assert_eq!(t.score(&q, "<SOLUTION>12.0</SOLUTION>").reward, 0.0);
-        let s = t.score(&q, "12");
+        assert_eq!(t.score_question(&q, "<SOLUTION>12.0</SOLUTION>").reward, 0.0);
+        let s = t.score_question(&q, "12");
         assert!(s.parse_failed && s.reward == 0.0);
         assert_eq!(s.metrics["parse_failure"], 1.0);
     }
@@ -135,7 +141,7 @@ mod tests {
     fn rows_need_both_fields() {
         let rows = vec![serde_json::json!({"question": "2+2?", "answer": 4})];
         let t = Qa::new(Some(rows), &Value::Null).unwrap();
-        assert_eq!(t.question(0).answer.as_deref(), Some("4"));
+        assert_eq!(t.question(0, 0).answer.as_deref(), Some("4"));
         let e = Qa::new(Some(vec![serde_json::json!({"q": "x"})]), &Value::Null)
             .err()
             .unwrap()

@@ -16,7 +16,8 @@
 //! + 0.05 * charset       0.1 if the tag content is only 0/1 and whitespace
 //!
 //! So a correct, clean answer scores 1 + 0.045 + 0.02 + 0.045 + 0.02 + 0.005 = 1.135.
-use super::{opt_f64, opt_str, Question, Scored, Task};
+use super::{opt_f64, opt_str, Question, RewardOutput, Task};
+use temper_reward::Reward;
 use anyhow::{bail, Result};
 use rand::{Rng, SeedableRng};
 use serde_json::Value;
@@ -196,13 +197,11 @@ pub fn sat_reward(p: &SatProblem, response: &str) -> (f64, Vec<(&'static str, f6
 }
 
 impl Task for Sat {
-    fn name(&self) -> &str {
-        "sat"
+    fn question_count(&self) -> Option<usize> {
+        Some(self.count)
     }
-    fn len(&self) -> usize {
-        self.count
-    }
-    fn question(&self, i: usize) -> Question {
+    fn question(&self, _seed: u64, i: u64) -> Question {
+        let i = i as usize;
         let p = self.problem(i);
         Question {
             id: format!("sat-{i}"),
@@ -213,19 +212,25 @@ impl Task for Sat {
                 p.num_vars
             ),
             answer: Some(format!("{}:{i}", self.seed)),
-            article: None,
+            metadata: Value::Null,
         }
     }
-    fn score(&self, q: &Question, response: &str) -> Scored {
-        let seed = q.answer.as_deref().unwrap_or_default();
-        let p = SatProblem::from_seed(seed, self.difficulty);
+}
+
+/// GRAIL's SAT reward; the answer names the problem (`seed:index`), regenerated to check.
+impl Reward for Sat {
+    fn name(&self) -> &str {
+        "sat"
+    }
+    fn score(&self, _prompt: &str, response: &str, answer: &str, _meta: &Value) -> RewardOutput {
+        let p = SatProblem::from_seed(answer, self.difficulty);
         let (reward, parts) = sat_reward(&p, response);
         let parse_failed = parts[0].1 < 0.0;
-        Scored {
+        RewardOutput {
             reward,
             metrics: parts.into_iter().map(|(k, v)| (k.to_string(), v)).collect(),
             parse_failed,
-            extracted: None,
+            ..RewardOutput::default()
         }
     }
 }

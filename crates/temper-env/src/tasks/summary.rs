@@ -3,9 +3,10 @@
 //! JSONL or Parquet, read by the trainer's data loader). The summary is the response with
 //! surrounding whitespace removed: exactly the text the reward sees, and what is logged.
 use super::summary_rewards::SummaryReward;
-use super::{opt_str, Question, Scored, Task};
+use super::{opt_str, Question, RewardOutput, Task};
+use temper_reward::Reward;
 use anyhow::{bail, Result};
-use serde_json::Value;
+use serde_json::{json, Value};
 
 pub const DEFAULT_INSTRUCTION: &str =
     "Summarize the following article in a few sentences. Reply with the summary only.";
@@ -45,32 +46,36 @@ impl Summary {
 }
 
 impl Task for Summary {
-    fn name(&self) -> &str {
-        "summary"
+    fn question_count(&self) -> Option<usize> {
+        Some(self.articles.len())
     }
-    fn len(&self) -> usize {
-        self.articles.len()
-    }
-    fn question(&self, i: usize) -> Question {
-        let k = i % self.articles.len();
+    fn question(&self, _seed: u64, i: u64) -> Question {
+        let k = i as usize % self.articles.len();
         let article = &self.articles[k];
         Question {
             id: format!("summary-{k}"),
             prompt: format!("{}\n\n{article}", self.instruction),
             answer: None,
-            article: Some(article.clone()),
+            metadata: json!({ "article": article }),
         }
     }
-    fn score(&self, q: &Question, response: &str) -> Scored {
+}
+
+/// The summary reward (`env.reward`) of the trimmed response against the question's article
+/// (`metadata.article`).
+impl Reward for Summary {
+    fn name(&self) -> &str {
+        "summary"
+    }
+    fn score(&self, _prompt: &str, response: &str, _answer: &str, meta: &Value) -> RewardOutput {
         let summary = response.trim();
-        let (reward, metrics) = self
-            .reward
-            .score(summary, q.article.as_deref().unwrap_or(""));
-        Scored {
+        let article = meta["article"].as_str().unwrap_or("");
+        let (reward, metrics) = self.reward.score(summary, article);
+        RewardOutput {
             reward,
             metrics,
-            parse_failed: false,
             extracted: Some(summary.to_string()),
+            ..RewardOutput::default()
         }
     }
 }

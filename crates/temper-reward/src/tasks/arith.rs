@@ -1,6 +1,6 @@
 //! n-digit arithmetic: `What is 37 + 58?` with knobs for digits, operand count and operators.
 use super::{
-    example_rng, fill, opt_digits, random_operand, verify_number, AnswerMode, ProceduralTask,
+    example_rng, fill, opt_digits, random_operand, verify_number, AnswerMode, Generated,
     TaskExample,
 };
 use crate::reward::{opt_str, opt_u64};
@@ -84,7 +84,7 @@ pub(crate) fn render(nums: &[i64], ops: &[char]) -> String {
     s
 }
 
-impl ProceduralTask for Arith {
+impl Generated for Arith {
     fn name(&self) -> &str {
         "arith"
     }

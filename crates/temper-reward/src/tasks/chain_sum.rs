@@ -1,7 +1,7 @@
 //! Chain sums: start from a number and apply a chain of additions and subtractions given in
 //! words ("Start with 7. Add 5. Subtract 3. What number do you end with?").
 use super::{
-    example_rng, fill, opt_digits, random_operand, verify_number, AnswerMode, ProceduralTask,
+    example_rng, fill, opt_digits, random_operand, verify_number, AnswerMode, Generated,
     TaskExample,
 };
 use crate::reward::{opt_str, opt_u64};
@@ -51,7 +51,7 @@ impl ChainSum {
     }
 }
 
-impl ProceduralTask for ChainSum {
+impl Generated for ChainSum {
     fn name(&self) -> &str {
         "chain_sum"
     }

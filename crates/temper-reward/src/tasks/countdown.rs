@@ -1,6 +1,6 @@
 //! Countdown: reach a target with given numbers and + - * / (TinyZero's task), each number used
 //! once. The verifier parses the expression and checks the numbers and the exact value.
-use super::{example_rng, fill, ProceduralTask, TaskExample};
+use super::{example_rng, fill, Generated, TaskExample};
 use crate::expr::{exact_value, parse, Expr};
 use crate::extract::{answer_block, last_boxed};
 use crate::reward::{opt_str, opt_u64};
@@ -109,7 +109,7 @@ fn proposed_equation(completion: &str) -> Option<String> {
     (!lhs.is_empty()).then_some(lhs)
 }
 
-impl ProceduralTask for Countdown {
+impl Generated for Countdown {
     fn name(&self) -> &str {
         "countdown"
     }

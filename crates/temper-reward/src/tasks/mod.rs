@@ -17,23 +17,81 @@ use rand_chacha::ChaCha8Rng;
 use serde::Serialize;
 use serde_json::Value;
 
+/// One question of a task: what a single-turn episode answers, what a debate argues about, a
+/// row of a generated data set.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Question {
+    /// Its id (the advantage group of its episodes), stable across runs.
+    pub id: String,
+    /// The user message.
+    pub prompt: String,
+    /// The reference answer, where the task has one.
+    pub answer: Option<String>,
+    /// What the reward needs besides the answer (a countdown's numbers, the text a summary is
+    /// of); null when nothing.
+    pub metadata: Value,
+}
+
+/// A task: where questions come from, and (as a [`Reward`]) how a response to one is scored.
+/// temper's one task trait: the generated tasks here (`data.task`, also rewards by their names)
+/// and temper-env's fixed sets (`env.task`: qa, summary, sat) implement it.
+pub trait Task: Reward {
+    /// How many questions a fixed set holds; `None` for a stream generated without end.
+    fn question_count(&self) -> Option<usize>;
+    /// Question `index` (of the stream for `seed` when generated; a fixed set ignores `seed`).
+    /// The same inputs give the same question.
+    fn question(&self, seed: u64, index: u64) -> Question;
+    /// The reward of `response` to `q`: [`Reward::score`] on its prompt, answer and metadata.
+    fn score_question(&self, q: &Question, response: &str) -> RewardOutput {
+        let answer = q.answer.as_deref().unwrap_or("");
+        self.score(&q.prompt, response, answer, &q.metadata)
+    }
+}
+
+/// How a generated task is written: an example per `(seed, index)` and a verifier in [0, 1]. Every
+/// such task is a [`Task`] and a [`Reward`] (ground truth: the example's answer; metadata: its
+/// metadata; the metric `answer_reward`).
+pub(crate) trait Generated: Send + Sync {
+    fn name(&self) -> &str;
+    /// The `index`-th example of the stream for `seed`.
+    fn generate(&self, seed: u64, index: u64) -> TaskExample;
+    /// Reward in [0, 1] for a completion, given the example's answer and metadata.
+    fn verify(&self, completion: &str, answer: &str, metadata: &Value) -> f64;
+}
+
 /// One generated problem: the prompt text, its reference answer, and task data the verifier
 /// needs (numbers, target, expression).
-#[derive(Clone, Debug, PartialEq, Serialize)]
-pub struct TaskExample {
+pub(crate) struct TaskExample {
     pub prompt: String,
     pub answer: String,
     pub metadata: Value,
 }
 
-/// A procedural task: generator + verifier (`data.task`). Not temper-env's `Task`, a fixed set
-/// of questions an environment asks.
-pub trait ProceduralTask: Send + Sync {
-    fn name(&self) -> &str;
-    /// The `index`-th example of the stream for `seed` (same inputs, same example).
-    fn generate(&self, seed: u64, index: u64) -> TaskExample;
-    /// Reward in [0, 1] for a completion, given the example's answer and metadata.
-    fn verify(&self, completion: &str, answer: &str, metadata: &Value) -> f64;
+impl<T: Generated> Reward for T {
+    fn name(&self) -> &str {
+        Generated::name(self)
+    }
+
+    fn score(&self, _prompt: &str, completion: &str, gt: &str, meta: &Value) -> RewardOutput {
+        let r = self.verify(completion, gt, meta);
+        RewardOutput::new(r).with("answer_reward", r)
+    }
+}
+
+impl<T: Generated> Task for T {
+    fn question_count(&self) -> Option<usize> {
+        None
+    }
+
+    fn question(&self, seed: u64, index: u64) -> Question {
+        let e = self.generate(seed, index);
+        Question {
+            id: format!("{}-{seed}-{index}", Generated::name(self)),
+            prompt: e.prompt,
+            answer: Some(e.answer),
+            metadata: e.metadata,
+        }
+    }
 }
 
 /// Every procedural task, by name (`data.task`): the one list of names.
@@ -44,10 +102,10 @@ pub const PROCEDURAL_TASKS: &[(&str, TaskBuilder)] = &[
 ];
 
 /// Builds a procedural task from its options.
-pub type TaskBuilder = fn(&Value) -> Result<Box<dyn ProceduralTask>>;
+pub type TaskBuilder = fn(&Value) -> Result<Box<dyn Task>>;
 
 /// Build a task from its name and options (see each task's `from_opts` for the knobs).
-pub fn procedural_task(name: &str, opts: &Value) -> Result<Box<dyn ProceduralTask>> {
+pub fn procedural_task(name: &str, opts: &Value) -> Result<Box<dyn Task>> {
     let empty = Value::Object(Default::default());
     let opts = if opts.is_null() { &empty } else { opts };
     match PROCEDURAL_TASKS.iter().find(|(n, _)| *n == name) {
@@ -117,29 +175,6 @@ pub(crate) fn verify_number(mode: AnswerMode, completion: &str, answer: &str) ->
     match mode.extract(completion) {
         Some(a) if Grader::default().answers_match(answer, &a) => 1.0,
         _ => 0.0,
-    }
-}
-
-/// A task's verifier as a [`Reward`]: the ground truth is the example's answer, and the
-/// metadata the example's metadata.
-pub struct TaskReward {
-    task: Box<dyn ProceduralTask>,
-}
-
-impl TaskReward {
-    pub fn new(task: Box<dyn ProceduralTask>) -> Self {
-        TaskReward { task }
-    }
-}
-
-impl Reward for TaskReward {
-    fn name(&self) -> &str {
-        self.task.name()
-    }
-
-    fn score(&self, _prompt: &str, completion: &str, gt: &str, meta: &Value) -> RewardOutput {
-        let r = self.task.verify(completion, gt, meta);
-        RewardOutput::new(r).with("answer_reward", r)
     }
 }
 

@@ -80,11 +80,11 @@ pub fn load_dataset(cfg: &DataConfig, seed: u64, train: bool) -> Result<Option<D
         }
         let examples = (0..n as u64)
             .map(|i| {
-                let e = task.generate(s, i);
+                let q = task.question(s, i);
                 Example {
-                    prompt: Prompt::Text(e.prompt),
-                    answer: e.answer,
-                    metadata: e.metadata,
+                    prompt: Prompt::Text(q.prompt),
+                    answer: q.answer.unwrap_or_default(),
+                    metadata: q.metadata,
                 }
             })
             .collect();

@@ -59,18 +59,23 @@ impl EnvRuntime {
         let task = temper_env::task_by_name(e.task_name(), records(cfg)?, &task_options(cfg))
             .with_context(|| format!("env task {:?}", e.task_name()))?;
         let groups = cfg.data.train_batch_size;
-        if task.len() < groups {
+        let Some(len) = task.question_count() else {
             bail!(
-                "env: the {} task has {} questions, fewer than data.train_batch_size = {groups} question groups per \
+                "env: the {} task generates its questions without end; an environment needs a fixed set",
+                task.name()
+            );
+        };
+        if len < groups {
+            bail!(
+                "env: the {} task has {len} questions, fewer than data.train_batch_size = {groups} question groups per \
                  step",
                 task.name(),
-                task.len()
             );
         }
         // The questions as a data set: prompts for logs and evaluation, ids for the order.
-        let examples = (0..task.len())
+        let examples = (0..len as u64)
             .map(|i| {
-                let q = task.question(i);
+                let q = task.question(0, i);
                 Example {
                     prompt: Prompt::Text(q.prompt),
                     answer: q.answer.unwrap_or_default(),

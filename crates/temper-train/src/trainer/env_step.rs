@@ -154,7 +154,7 @@ impl Trainer {
                 seed: qseed,
                 n,
             };
-            runs.push(env.group(env.task().question(qi), ctx)?);
+            runs.push(env.group(env.task().question(0, qi as u64), ctx)?);
         }
         {
             let mut groups: Vec<Box<dyn EnvGroup + '_>> = runs
