@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
-"""The expected verdicts in crates/temper-reward/tests/grader_rules.rs are math-verify 0.9.0's.
+"""The expected verdicts in crates/temper-reward/tests/grader_rules.rs (and its modules in
+grader_rules/) are math-verify 0.9.0's.
 
-The hand-written pairs of that file (`("gold", "pred", bool)` inside `check(&[...])`) were chosen
+The hand-written pairs of those files (`("gold", "pred", bool)` inside `check(&[...])`) were chosen
 by people to cover the grader's rules, but their verdicts are not ours to choose: this script
 computes math-verify's verdict on every pair, exactly as the test hands the pair to temper (a text
 with no math markup is put inside `$..$`, as tools/grader_cases.py does), with
@@ -16,7 +17,8 @@ from pathlib import Path
 
 from math_verify import parse, verify
 
-PATH = Path(__file__).resolve().parent.parent / "crates/temper-reward/tests/grader_rules.rs"
+ROOT = Path(__file__).resolve().parent.parent / "crates/temper-reward/tests"
+PATHS = [ROOT / "grader_rules.rs", *sorted((ROOT / "grader_rules").glob("*.rs"))]
 
 LIT = r'(?:r#"(?:.|\n)*?"#|r"[^"]*"|"(?:[^"\\]|\\.)*")'
 TUPLE = re.compile(rf"\(\s*({LIT})\s*,\s*({LIT})\s*,\s*(true|false)(\s*,?\s*)\)")
@@ -63,8 +65,7 @@ def wrap(s):
 
 def main():
     fix = "--fix" in sys.argv
-    text = PATH.read_text()
-    wrong = []
+    wrong, rewritten = [], {}
 
     def judge(m):
         gold, pred = unrust(m.group(1)), unrust(m.group(2))
@@ -76,12 +77,17 @@ def main():
                 return f"({m.group(1)}, {m.group(2)}, {'true' if mv else 'false'}{m.group(4)})"
         return m.group(0)
 
-    new = TUPLE.sub(judge, text)
+    for path in PATHS:
+        before = len(wrong)
+        new = TUPLE.sub(judge, path.read_text())
+        if len(wrong) > before:
+            rewritten[path] = new
     for gold, pred, want, mv in wrong:
         print(f"{gold!r} vs {pred!r}: file says {want}, math-verify says {mv}")
     print(f"{len(wrong)} expectations differ from math-verify")
-    if fix and wrong:
-        PATH.write_text(new)
+    if fix:
+        for path, new in rewritten.items():
+            path.write_text(new)
     sys.exit(1 if wrong and not fix else 0)
 
 

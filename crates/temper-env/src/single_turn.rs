@@ -99,7 +99,8 @@ impl EnvGroup for SingleTurn<'_> {
         self.turn.answer(answers)?;
         for (s, text) in self.turn.samples.iter().zip(&self.turn.texts) {
             let mut t = Transcript::new(self.turn.prompt.clone());
-            self.scores.push(self.task.score_question(&self.question, text));
+            self.scores
+                .push(self.task.score_question(&self.question, text));
             t.act(s, text.clone())?;
             self.episodes.push(t);
         }

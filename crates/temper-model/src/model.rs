@@ -19,8 +19,8 @@ use crate::shared_base::SharedBase;
 use crate::static_decode::{StaticDecoder, StaticKv};
 
 mod activation_checkpoint;
-mod logits;
 mod layer;
+mod logits;
 mod lora_parts;
 mod sampling;
 mod static_step;

@@ -59,11 +59,17 @@ fn numeric_verifiers_accept_answer_forms() {
 fn answer_modes() {
     let boxed = procedural_task("arith", &json!({"answer_mode": "boxed"})).unwrap();
     assert_eq!(verify(&*boxed, "\\boxed{12}", "12", &Value::Null), 1.0);
-    assert_eq!(verify(&*boxed, "The answer is 12.", "12", &Value::Null), 0.0);
+    assert_eq!(
+        verify(&*boxed, "The answer is 12.", "12", &Value::Null),
+        0.0
+    );
     let last = procedural_task("arith", &json!({"answer_mode": "last_number"})).unwrap();
     assert_eq!(verify(&*last, "7 + 5 = 12", "12", &Value::Null), 1.0);
     let tag = procedural_task("arith", &json!({"answer_mode": "answer_tag"})).unwrap();
-    assert_eq!(verify(&*tag, "<answer> 12 </answer>", "12", &Value::Null), 1.0);
+    assert_eq!(
+        verify(&*tag, "<answer> 12 </answer>", "12", &Value::Null),
+        1.0
+    );
     assert_eq!(verify(&*tag, "12", "12", &Value::Null), 0.0);
 }
 
@@ -75,7 +81,8 @@ fn countdown_verifier() {
         let ans = r["answer"].as_str().unwrap();
         let sol = meta["solution"].as_str().unwrap();
         assert_eq!(
-            verify(&*task, 
+            verify(
+                &*task,
                 &format!("<think> ok </think> <answer> {sol} </answer>"),
                 ans,
                 meta
@@ -84,14 +91,20 @@ fn countdown_verifier() {
             "{sol}"
         );
         assert_eq!(
-            verify(&*task, &format!("<answer> {sol} = {ans} </answer>"), ans, meta),
+            verify(
+                &*task,
+                &format!("<answer> {sol} = {ans} </answer>"),
+                ans,
+                meta
+            ),
             1.0,
             "{sol}"
         );
         // Wrong target, a number missing, a number repeated: all rejected.
         let target: i64 = ans.parse().unwrap();
         assert_eq!(
-            verify(&*task, 
+            verify(
+                &*task,
                 &format!("<answer> {sol} </answer>"),
                 &(target + 1).to_string(),
                 meta
@@ -100,7 +113,8 @@ fn countdown_verifier() {
         );
         let first = meta["numbers"][0].as_i64().unwrap();
         assert_eq!(
-            verify(&*task, 
+            verify(
+                &*task,
                 &format!("<answer> {sol} + {first} - {first} </answer>"),
                 ans,
                 meta
@@ -110,10 +124,22 @@ fn countdown_verifier() {
     }
     let meta = json!({"numbers": [3, 5, 7], "target": 22});
     let t = procedural_task("countdown", &json!({"numbers": 3})).unwrap();
-    assert_eq!(verify(&*t, "<answer> 3 * 5 + 7 </answer>", "22", &meta), 1.0);
-    assert_eq!(verify(&*t, "<answer> 7 * 3 + 1 </answer>", "22", &meta), 0.0);
-    assert_eq!(verify(&*t, "<answer> (3 + 5) / 7 </answer>", "22", &meta), 0.0);
-    assert_eq!(verify(&*t, "<answer> import os </answer>", "22", &meta), 0.0);
+    assert_eq!(
+        verify(&*t, "<answer> 3 * 5 + 7 </answer>", "22", &meta),
+        1.0
+    );
+    assert_eq!(
+        verify(&*t, "<answer> 7 * 3 + 1 </answer>", "22", &meta),
+        0.0
+    );
+    assert_eq!(
+        verify(&*t, "<answer> (3 + 5) / 7 </answer>", "22", &meta),
+        0.0
+    );
+    assert_eq!(
+        verify(&*t, "<answer> import os </answer>", "22", &meta),
+        0.0
+    );
     let subset = procedural_task("countdown", &json!({"use_all": false})).unwrap();
     assert_eq!(
         verify(&*subset, "<answer> 3 * 7 + 1 </answer>", "22", &meta),

@@ -2,9 +2,9 @@
 //! exact match of the trimmed content. A response without the tags is a parse failure
 //! (reward 0, counted).
 use super::{opt_str, Question, RewardOutput, Task};
+use anyhow::{bail, Result};
 use serde_json::Value;
 use temper_reward::Reward;
-use anyhow::{bail, Result};
 
 /// The built-in set: eight arithmetic questions (for smoke runs without a dataset).
 pub const BUILTIN: [(&str, &str); 8] = [
@@ -125,13 +125,19 @@ mod tests {
         assert_eq!(t.question_count(), Some(8));
         let q = t.question(0, 0);
         assert!(q.prompt.starts_with("What is 7 + 5?"));
-        assert_eq!(t.score_question(&q, "so <SOLUTION> 12 </SOLUTION>").reward, 1.0);
+        assert_eq!(
+            t.score_question(&q, "so <SOLUTION> 12 </SOLUTION>").reward,
+            1.0
+        );
         assert_eq!(
             t.score_question(&q, "<SOLUTION>11</SOLUTION><SOLUTION>12</SOLUTION>")
                 .reward,
             1.0
         );
-        assert_eq!(t.score_question(&q, "<SOLUTION>12.0</SOLUTION>").reward, 0.0);
+        assert_eq!(
+            t.score_question(&q, "<SOLUTION>12.0</SOLUTION>").reward,
+            0.0
+        );
         let s = t.score_question(&q, "12");
         assert!(s.parse_failed && s.reward == 0.0);
         assert_eq!(s.metrics["parse_failure"], 1.0);

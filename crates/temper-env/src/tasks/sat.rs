@@ -17,11 +17,11 @@
 //!
 //! So a correct, clean answer scores 1 + 0.045 + 0.02 + 0.045 + 0.02 + 0.005 = 1.135.
 use super::{opt_f64, opt_str, Question, RewardOutput, Task};
-use temper_reward::Reward;
 use anyhow::{bail, Result};
 use rand::{Rng, SeedableRng};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
+use temper_reward::Reward;
 
 const MIN_VARS: usize = 4;
 const MAX_VARS: usize = 15;

@@ -4,9 +4,9 @@
 //! surrounding whitespace removed: exactly the text the reward sees, and what is logged.
 use super::summary_rewards::SummaryReward;
 use super::{opt_str, Question, RewardOutput, Task};
-use temper_reward::Reward;
 use anyhow::{bail, Result};
 use serde_json::{json, Value};
+use temper_reward::Reward;
 
 pub const DEFAULT_INSTRUCTION: &str =
     "Summarize the following article in a few sentences. Reply with the summary only.";

@@ -57,12 +57,12 @@ impl Trainer {
         batch: &Batch,
         first: &[MiniBatch],
     ) -> Result<BeforeUpdate> {
-        let rc = self.rollout_corr;
+        let rc = self.learner.rollout_corr;
         let reuse_first = !self.cfg.trainer.check_on_policy
             && !rc.bypass_mode
             && rc.rollout_is.is_none()
             && rc.rollout_rs.is_none()
-            && self.kl_ctrl.is_none()
+            && self.learner.kl_ctrl.is_none()
             && self.cfg.actor.ppo_epochs == 1
             && first.len() == 1;
         let temperature = self.cfg.rollout.temperature;
@@ -74,7 +74,7 @@ impl Trainer {
             None
         } else {
             Some(batch.logprobs_by_parts(
-                &self.model,
+                &self.learner.model,
                 first,
                 temperature,
                 self.unembed_chunk(),
@@ -86,7 +86,7 @@ impl Trainer {
             t_old.elapsed().as_secs_f64(),
         );
         let t_ref = Instant::now();
-        let reference = match &self.reference {
+        let reference = match &self.learner.reference {
             Some(r) => Some(batch.logprobs_by_parts(
                 r,
                 first,
@@ -119,7 +119,7 @@ impl Trainer {
             .to(batch.response_mask.device());
         let mut token_rewards =
             temper_algo::advantage::outcome_to_token_rewards(&score_t, &batch.response_mask)?;
-        if let (Some(ctrl), Some(r)) = (&mut self.kl_ctrl, &before.reference) {
+        if let (Some(ctrl), Some(r)) = (&mut self.learner.kl_ctrl, &before.reference) {
             let kl = self.cfg.algorithm.kl_penalty;
             let (tr, km) = temper_algo::apply_kl_in_reward(
                 &token_rewards,
@@ -143,7 +143,7 @@ impl Trainer {
         )?;
         put_mmm(&mut m, "critic/rewards", &seq_rewards);
         let advantages = temper_algo::compute_advantages(
-            &self.adv_cfg,
+            &self.learner.adv_cfg,
             &token_rewards,
             &batch.response_mask,
             &sb.index,
@@ -194,14 +194,14 @@ impl Trainer {
         before: &BeforeUpdate,
         m: &mut StepMetrics,
     ) -> Result<(Tensor, Option<Tensor>)> {
-        let (false, Some(old)) = (self.rollout_corr.bypass_mode, &before.old) else {
+        let (false, Some(old)) = (self.learner.rollout_corr.bypass_mode, &before.old) else {
             return Ok((batch.response_mask.shallow_clone(), None));
         };
         let rc = temper_algo::rollout_correction(
             old,
             &batch.rollout_logprobs,
             &batch.response_mask,
-            &self.rollout_corr,
+            &self.learner.rollout_corr,
         )?;
         m.extend(rc.metrics.into_iter().map(|(k, v)| (k.to_string(), v)));
         Ok((rc.response_mask, rc.rollout_is_weights))

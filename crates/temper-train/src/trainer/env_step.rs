@@ -203,7 +203,8 @@ impl Trainer {
         let mask = Tensor::from_slice(&mask_rows).view([lens.len() as i64, r as i64]);
         let score_t = Tensor::from_slice(&scores).to_kind(Kind::Float);
         let token_rewards = temper_algo::advantage::outcome_to_token_rewards(&score_t, &mask)?;
-        let adv = temper_algo::compute_advantages(&self.adv_cfg, &token_rewards, &mask, &index)?;
+        let adv =
+            temper_algo::compute_advantages(&self.learner.adv_cfg, &token_rewards, &mask, &index)?;
         let adv_rows = to_rows(&adv.to_kind(Kind::Float));
         for (d, row) in groups.iter_mut().flatten().zip(adv_rows) {
             let a = row[0] as f32;
@@ -222,7 +223,7 @@ impl Trainer {
         datums: &[Datum],
         m: &mut StepMetrics,
     ) -> Result<(f64, f64)> {
-        let device = self.model.device();
+        let device = self.learner.model.device();
         let rows: Vec<(&[i64], &[i64], &[f32])> = datums
             .iter()
             .map(|d| {

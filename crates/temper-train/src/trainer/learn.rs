@@ -63,13 +63,13 @@ impl Trainer {
 
         // The update (skipped when every advantage is zero), then the weights to the servers.
         let t_upd = Instant::now();
-        let lr = self.schedule.lr(step - 1);
+        let lr = self.learner.schedule.lr(step - 1);
         m.insert("actor/lr".into(), lr);
         let updated = !adv.valid.iter().all(|a| *a == 0.0);
         let mut recorded = None;
         if updated {
             if let Some(mut hook) = self.before_update.take() {
-                hook(&self.params);
+                hook(&self.learner.params);
                 self.before_update = Some(hook);
             }
             let input = UpdateInputs {
@@ -110,7 +110,7 @@ impl Trainer {
         if old.is_none() && need_old {
             // The update was skipped: the weights did not change, so these are the old ones.
             old = Some(batch.logprobs_by_parts(
-                &self.model,
+                &self.learner.model,
                 &first,
                 self.cfg.rollout.temperature,
                 self.unembed_chunk(),

@@ -38,30 +38,38 @@ use temper_algo::{ActorLossConfig, AdvConfig, KlController};
 use temper_model::{CausalLm, ComputeKind, Policy, Tokenizer};
 use temper_reward::Reward;
 
+/// The policy being trained and how it learns: its weights and the frozen reference, the
+/// trainable parameters, AdamW and its schedule, the loss and advantage settings, the KL
+/// controller of a KL penalty in the reward.
+pub(crate) struct Learner {
+    pub(crate) model: CausalLm,
+    /// Frozen reference policy, loaded only when a KL term needs it.
+    pub(crate) reference: Option<CausalLm>,
+    pub(crate) params: Vec<(String, tch::Tensor)>,
+    pub(crate) optimizer: AdamW,
+    pub(crate) schedule: LrSchedule,
+    pub(crate) loss_cfg: ActorLossConfig,
+    pub(crate) adv_cfg: AdvConfig,
+    pub(crate) rollout_corr: temper_algo::RolloutCorrection,
+    pub(crate) kl_ctrl: Option<KlController>,
+}
+
 /// Everything a run holds between steps.
 pub struct Trainer {
     pub cfg: Config,
     /// This process's rank in a data-parallel job (world size 1 alone).
     pub dist: Dist,
     pub run: RunDir,
-    pub model: CausalLm,
-    /// Frozen reference policy, loaded only when a KL term needs it.
-    pub reference: Option<CausalLm>,
+    /// The policy and how it learns.
+    learner: Learner,
     pub tokenizer: Tokenizer,
     pub eos_ids: Vec<i64>,
     pub pad_id: i64,
-    pub params: Vec<(String, tch::Tensor)>,
-    pub optimizer: AdamW,
-    pub schedule: LrSchedule,
     pub reward: Box<dyn Reward>,
     pub train: Dataset,
     pub val: Option<Dataset>,
     pub order: DataOrder,
     pub template: PromptTemplate,
-    pub loss_cfg: ActorLossConfig,
-    pub adv_cfg: AdvConfig,
-    pub rollout_corr: temper_algo::RolloutCorrection,
-    pub kl_ctrl: Option<KlController>,
     pub state: TrainerState,
     pub total_steps: usize,
     /// Set by `--stop-after`: end (with a checkpoint) after this many steps in this process.
@@ -145,8 +153,8 @@ impl Trainer {
         write_atomic(&t.run.config(), toml::to_string_pretty(&t.cfg)?.as_bytes())?;
         let mut metadata = run_metadata(t.cfg.trainer.seed, command_line);
         // What `model.dtype = "auto"` became on this machine; a resumed run keeps it.
-        metadata["compute_dtype"] = t.model.compute().to_string().into();
-        metadata["kernels"] = t.model.kernel_report().into();
+        metadata["compute_dtype"] = t.learner.model.compute().to_string().into();
+        metadata["kernels"] = t.learner.model.kernel_report().into();
         if let Some(r) = &t.remote {
             metadata["rollout_backend"] = servers::metadata(&t.cfg, r);
         }
@@ -211,8 +219,10 @@ impl Trainer {
                 let _ = std::fs::remove_dir_all(s);
             }
         })?;
-        t.optimizer.load(&ckpt.join("optimizer.safetensors"))?;
-        if let (Some(c), Some(v)) = (&mut t.kl_ctrl, state.kl_coef) {
+        t.learner
+            .optimizer
+            .load(&ckpt.join("optimizer.safetensors"))?;
+        if let (Some(c), Some(v)) = (&mut t.learner.kl_ctrl, state.kl_coef) {
             match c {
                 KlController::Fixed { value } | KlController::Adaptive { value, .. } => *value = v,
             }
@@ -377,23 +387,25 @@ impl Trainer {
             dist,
             cfg,
             run,
-            model,
-            reference,
+            learner: Learner {
+                model,
+                reference,
+                params,
+                optimizer,
+                schedule,
+                loss_cfg,
+                adv_cfg,
+                rollout_corr,
+                kl_ctrl,
+            },
             tokenizer,
             eos_ids,
             pad_id,
-            params,
-            optimizer,
-            schedule,
             reward,
             train,
             val,
             order,
             template,
-            loss_cfg,
-            adv_cfg,
-            rollout_corr,
-            kl_ctrl,
             state: TrainerState::default(),
             total_steps,
             stop_after: None,
@@ -434,7 +446,7 @@ impl Trainer {
             let mut m = self.train_step(step)?;
             // verl's name and unit (GiB, as verl divides by 1024^3): the CUDA allocator's peak so
             // far on a GPU, the resident peak on CPU.
-            let cuda = match self.model.device() {
+            let cuda = match self.learner.model.device() {
                 Device::Cuda(i) => Some(i),
                 _ => None,
             };
@@ -449,7 +461,7 @@ impl Trainer {
                 m.extend(self.evaluate(step)?);
             }
             self.state.step = step;
-            self.state.kl_coef = self.kl_ctrl.as_ref().map(|c| c.value());
+            self.state.kl_coef = self.learner.kl_ctrl.as_ref().map(|c| c.value());
             if self.dist.is_root() {
                 self.record_metrics(step, &m)?;
                 let sf = self.cfg.trainer.save_freq;
@@ -485,8 +497,8 @@ impl Trainer {
 
     pub fn save_checkpoint(&self) -> Result<PathBuf> {
         let dir = self.run.checkpoints();
-        let model = &self.model;
-        let opt = &self.optimizer;
+        let model = &self.learner.model;
+        let opt = &self.learner.optimizer;
         // With LoRA the model folder holds the merged weights (what vLLM or transformers load)
         // and, in `adapter/`, the adapters in PEFT's format (what a resume continues from).
         let save_model = |d: &Path| -> Result<()> {
@@ -576,7 +588,7 @@ impl Trainer {
     /// After an optimizer step: the sampling copy (`rollout.device`) gets the new weights.
     pub(crate) fn sync_sampler_model(&self) {
         if let Some(copy) = &self.sampler_model {
-            copy_weights(&self.model, copy);
+            copy_weights(&self.learner.model, copy);
         }
     }
 }
@@ -586,6 +598,6 @@ impl Trainer {
     pub(crate) fn unembed_chunk(&self) -> i64 {
         self.cfg
             .actor
-            .unembed_chunk_or(self.model.default_unembed_chunk())
+            .unembed_chunk_or(self.learner.model.default_unembed_chunk())
     }
 }

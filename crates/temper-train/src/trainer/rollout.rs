@@ -156,7 +156,7 @@ impl Trainer {
             None => self
                 .sampler_model
                 .as_ref()
-                .unwrap_or(&self.model)
+                .unwrap_or(&self.learner.model)
                 .with_sampling_weights(f),
         }
     }
@@ -175,7 +175,7 @@ impl Trainer {
             Some(r) if on_servers => r.sampler.as_ref(),
             _ => {
                 engine = Engine::new(
-                    self.sampler_model.as_ref().unwrap_or(&self.model),
+                    self.sampler_model.as_ref().unwrap_or(&self.learner.model),
                     self.eos_ids.clone(),
                 )
                 .with_decoder(&self.tokenizer)

@@ -208,7 +208,7 @@ impl Trainer {
         self.dist.barrier()?;
         if self.dist.is_root() {
             let dir = self.run.root.join("rollout_weights");
-            self.model.save(&dir)?;
+            self.learner.model.save(&dir)?;
             let r = self.remote.as_ref().expect("checked above");
             r.sampler
                 .reload(&dir, version)

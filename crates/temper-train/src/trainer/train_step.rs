@@ -66,7 +66,7 @@ impl Trainer {
         }
 
         // 2. The batch.
-        let device = self.model.device();
+        let device = self.learner.model.device();
         let sb = StepBatch::new(
             &groups,
             self.pad_id,

@@ -56,7 +56,7 @@ impl Trainer {
         // Without precomputed old log-probs, the first update's own (detached) ones are recorded.
         let mut recorded = Tensor::zeros(
             [batch.rows as i64, batch.response_len],
-            (Kind::Float, self.model.device()),
+            (Kind::Float, self.learner.model.device()),
         );
         let mut acc = MetricAcc::default();
         let mut grad_norms = Vec::new();
@@ -74,11 +74,12 @@ impl Trainer {
                 // activations are freed as the gradients come, and allocating these first would
                 // add the two (today's shape: +400 MiB).
                 if self.cfg.actor.gradient_checkpointing {
-                    temper_kernels::zero_grads_if_missing(&self.params)?;
+                    temper_kernels::zero_grads_if_missing(&self.learner.params)?;
                 }
                 let mut backward_ran = false;
                 // The loss normalises by the whole mini-batch (every rank's rows).
                 let ctx = self
+                    .learner
                     .loss_cfg
                     .context(&[&Batch::rows_of(response_mask, &mb.all)])?;
                 let masks: Vec<Tensor> = mb
@@ -89,14 +90,14 @@ impl Trainer {
                 let mut additive: BTreeMap<&str, f64> = BTreeMap::new();
                 for (idx, mask) in mb.mine.iter().zip(&masks) {
                     let scores = batch.response_scores(
-                        &self.model,
+                        &self.learner.model,
                         idx,
                         temperature,
                         self.unembed_chunk(),
                         self.cfg.actor.gradient_checkpointing,
                     )?;
                     let logp = scores.logp.shallow_clone();
-                    let ent = if self.loss_cfg.entropy_coeff != 0.0 {
+                    let ent = if self.learner.loss_cfg.entropy_coeff != 0.0 {
                         scores.entropy.shallow_clone()
                     } else {
                         scores.entropy.detach()
@@ -117,7 +118,7 @@ impl Trainer {
                     let ref_mb = reference.map(|r| Batch::rows_of(r, idx));
                     let w_mb = is_weights.map(|w| Batch::rows_of(w, idx));
                     let out = temper_algo::actor_loss(
-                        &self.loss_cfg,
+                        &self.learner.loss_cfg,
                         &temper_algo::ActorLossInput {
                             log_prob: &logp,
                             old_log_prob: Some(&old_mb),
@@ -155,23 +156,25 @@ impl Trainer {
                 // every parameter as PyTorch's does with no gradients (data-parallel ranks then
                 // send zeros, as before).
                 if !backward_ran {
-                    temper_kernels::clear_grads(&self.params)?;
+                    temper_kernels::clear_grads(&self.learner.params)?;
                 }
                 self.dist
-                    .all_reduce_grads(&self.params, GRAD_BUCKET_BYTES)?;
-                let norm =
-                    temper_algo::optim::clip_grad_norm(&self.params, self.cfg.actor.grad_clip);
+                    .all_reduce_grads(&self.learner.params, GRAD_BUCKET_BYTES)?;
+                let norm = temper_algo::optim::clip_grad_norm(
+                    &self.learner.params,
+                    self.cfg.actor.grad_clip,
+                );
                 grad_norms.push(norm);
                 if norm.is_finite() {
-                    self.optimizer.lr = lr;
-                    self.optimizer.step(&self.params)?;
+                    self.learner.optimizer.lr = lr;
+                    self.learner.optimizer.step(&self.learner.params)?;
                 } else {
                     eprintln!(
                         "warning: step {step}: grad norm is {norm}; skipping this optimizer step"
                     );
                     skipped += 1;
                 }
-                temper_kernels::clear_grads(&self.params)?;
+                temper_kernels::clear_grads(&self.learner.params)?;
             }
         }
         acc.all_reduce(&self.dist, &ADDITIVE)?;
