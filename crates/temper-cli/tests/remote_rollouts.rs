@@ -35,14 +35,14 @@ fn trainer(tag: &str, extra: &[&str]) -> Trainer {
     let mut args = vec!["trainer.total_training_steps=3"];
     args.extend(extra);
     let mut t = Trainer::create(tiny_config(&root, &args), "remote", &[]).unwrap();
-    t.reward = Box::new(ASCII_FRACTION);
+    t.set_reward(Box::new(ASCII_FRACTION));
     t
 }
 
 fn train(tag: &str, extra: &[&str]) -> (PathBuf, Vec<(String, tch::Tensor)>) {
     let mut t = trainer(tag, extra);
     t.fit().unwrap();
-    (t.run.root.clone(), weights(&t))
+    (t.run().root.clone(), weights(&t))
 }
 
 fn dead_url() -> String {
@@ -196,7 +196,7 @@ fn a_server_killed_mid_run_is_survived_by_the_other() {
         // Killed during step 2, between its rollouts and its update.
         let mut victim = Some(first);
         let mut calls = 0;
-        t.before_update = Some(Box::new(move |_| {
+        t.set_before_update(Box::new(move |_| {
             calls += 1;
             if calls == 2 {
                 victim.take().unwrap().kill();
@@ -208,7 +208,7 @@ fn a_server_killed_mid_run_is_survived_by_the_other() {
             &format!("alone-{sync}"),
             &one.iter().map(String::as_str).collect::<Vec<_>>(),
         );
-        assert_same_rollouts(&t.run.root, &alone, 4);
+        assert_same_rollouts(&t.run().root, &alone, 4);
     }
 }
 
@@ -240,7 +240,7 @@ fn the_served_policy_scores_as_the_trainer_does() {
     let mask = tch::Tensor::ones([1, n - 1], (tch::Kind::Int64, tch::Device::Cpu));
     let pos = tch::Tensor::arange(n - 1, (tch::Kind::Int64, tch::Device::Cpu)).view([1, n - 1]);
     let (lp, _) = tch::no_grad(|| {
-        t.model
+        t.model()
             .token_logprobs(&input, &mask, &pos, &targets, 1.0)
             .into_parts()
     });

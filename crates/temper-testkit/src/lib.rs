@@ -195,7 +195,7 @@ pub fn tiny_overrides(root: &std::path::Path) -> Vec<String> {
 
 /// A detached copy of every weight of the trainer's model (to compare runs).
 pub fn weights(t: &temper_train::trainer::Trainer) -> Vec<(String, tch::Tensor)> {
-    t.model
+    t.model()
         .named_parameters()
         .into_iter()
         .map(|(n, p)| (n, p.detach().copy()))

@@ -67,13 +67,13 @@ fn run_with(world: usize, root: &Path, extra: &[&str], binary: bool) -> (PathBuf
                 let extra: Vec<&str> = extra.iter().map(String::as_str).collect();
                 let mut t =
                     Trainer::create_with(tiny_config(&root, &extra), "dp", &[], dist).unwrap();
-                t.reward = if binary {
+                t.set_reward(if binary {
                     Box::new(FIRST_CHAR_ASCII)
                 } else {
                     Box::new(ASCII_FRACTION)
-                };
+                });
                 t.fit().unwrap();
-                (t.run.root.clone(), weights(&t))
+                (t.run().root.clone(), weights(&t))
             })
         })
         .collect();
@@ -134,7 +134,7 @@ fn two_ranks_train_like_one() {
         Dist::single(),
     )
     .unwrap();
-    t.reward = Box::new(ASCII_FRACTION);
+    t.set_reward(Box::new(ASCII_FRACTION));
     t.fit().unwrap();
     assert_eq!(metrics(&two_dir).len(), 4);
 }
@@ -203,7 +203,7 @@ fn a_rank_that_goes_away_stops_the_other_with_a_message() {
     // Found missing at the config check or at the first step's gather, whichever comes first.
     let e = Trainer::create_with(tiny_config(&root, &EXTRA), "dp", &[], dist)
         .and_then(|mut t| {
-            t.reward = Box::new(ASCII_FRACTION);
+            t.set_reward(Box::new(ASCII_FRACTION));
             t.fit()
         })
         .map(|_| ())

@@ -42,7 +42,7 @@ fn a_debate_step_trains_the_winners_and_logs_every_file() {
     .unwrap();
     let before = common::weights(&t);
     t.fit().unwrap();
-    let run = t.run.root.clone();
+    let run = t.run().root.clone();
     // 2 questions x 4 rollouts = 2 x 2 debates.
     for k in 0..4 {
         let d = read(&run.join(format!("debate_{k}.json")));
@@ -132,7 +132,7 @@ fn one_turn_tasks_stop_on_all_zero_advantages_unless_told_to_skip() {
     let e = format!("{:#}", t.fit().unwrap_err());
     assert!(e.contains("All token advantages are 0.0"), "{e}");
     // The step's episodes were logged before it stopped.
-    assert!(t.run.root.join("baseline_0.json").exists());
+    assert!(t.run().root.join("baseline_0.json").exists());
     let root = temp_dir("env-qa-skip");
     let mut t = Trainer::create(
         env_config(&root, &["env.name=qa", "env.skip_zero_advantage=true"]),
@@ -141,9 +141,9 @@ fn one_turn_tasks_stop_on_all_zero_advantages_unless_told_to_skip() {
     )
     .unwrap();
     t.fit().unwrap();
-    let b = read(&t.run.root.join("baseline_7.json"));
+    let b = read(&t.run().root.join("baseline_7.json"));
     assert_eq!(b["parse_failed"], true);
-    let step = read(&t.run.root.join("training_step_1.json"));
+    let step = read(&t.run().root.join("training_step_1.json"));
     assert_eq!(step["num_trained_tokens"].as_i64(), Some(0));
 }
 
@@ -204,7 +204,7 @@ fn every_debate_training_mode_matches_a_python_recomputation() {
         ov.extend_from_slice(mode);
         let mut t = Trainer::create(env_config(&root, &ov), "m", &[]).unwrap();
         t.fit().unwrap();
-        let text = check_logs(&t.run.root, Some("importance_sampling"));
+        let text = check_logs(&t.run().root, Some("importance_sampling"));
         assert!(
             text.contains("== -sum(A)"),
             "a step trained: {mode:?}\n{text}"
@@ -231,7 +231,7 @@ fn a_judge_that_never_answers_in_format_skips_every_debate_and_counts_them() {
     .unwrap();
     t.fit().unwrap();
     let m: Value = serde_json::from_str(
-        std::fs::read_to_string(t.run.root.join("metrics.jsonl"))
+        std::fs::read_to_string(t.run().root.join("metrics.jsonl"))
             .unwrap()
             .lines()
             .next()
@@ -241,7 +241,7 @@ fn a_judge_that_never_answers_in_format_skips_every_debate_and_counts_them() {
     assert_eq!(m["env/invalid_verdicts"].as_f64(), Some(4.0));
     assert_eq!(m["env/datums"].as_f64(), Some(0.0));
     assert_eq!(
-        read(&t.run.root.join("debate_0.json"))["verdict"],
+        read(&t.run().root.join("debate_0.json"))["verdict"],
         "INVALID"
     );
     // Sampled judges (the policy, or a frozen model) read both transcripts; their tokens are
@@ -263,7 +263,7 @@ fn a_judge_that_never_answers_in_format_skips_every_debate_and_counts_them() {
         ov.extend_from_slice(judge);
         let mut t = Trainer::create(env_config(&root, &ov), "j", &[]).unwrap();
         t.fit().unwrap();
-        let d = read(&t.run.root.join("debate_3.json"));
+        let d = read(&t.run().root.join("debate_3.json"));
         assert_eq!(d["verdict"], "INVALID");
         assert!(!d["judge"]["prompt_tokens"].as_array().unwrap().is_empty());
         assert!(!d["judge"]["completion_tokens"]
@@ -290,11 +290,11 @@ fn sat_runs_and_an_environment_run_resumes() {
     )
     .unwrap();
     t.fit().unwrap();
-    let b = read(&t.run.root.join("baseline_0.json"));
+    let b = read(&t.run().root.join("baseline_0.json"));
     assert!(b["question"].as_str().unwrap().starts_with("SAT Problem:"));
     // Malformed answers: correctness -0.2 and no format credit.
     assert_eq!(b["metrics"]["correctness"].as_f64(), Some(-0.2));
-    let run = t.run.root.clone();
+    let run = t.run().root.clone();
     drop(t);
     let mut t = Trainer::resume(&run, &["trainer.total_training_steps=2".to_string()]).unwrap();
     t.fit().unwrap();
@@ -323,7 +323,7 @@ fn a_summary_step_logs_what_the_reward_saw() {
     .unwrap();
     t.fit().unwrap();
     for k in 0..8 {
-        let s = read(&t.run.root.join(format!("summary_{k}.json")));
+        let s = read(&t.run().root.join(format!("summary_{k}.json")));
         let (summary, article) = (
             s["summary"].as_str().unwrap(),
             s["article"].as_str().unwrap(),
@@ -348,7 +348,7 @@ fn a_summary_step_logs_what_the_reward_saw() {
         assert!((s["reward"].as_f64().unwrap() - (0.5 * c + 0.5 * l)).abs() < 1e-12);
     }
     // GRPO advantages of the one-turn groups, recomputed with verl's formula.
-    check_logs(&t.run.root, None);
+    check_logs(&t.run().root, None);
 }
 
 #[test]

@@ -34,7 +34,7 @@ fn tensorboard_and_wandb_hold_every_metric_of_every_step() {
     );
     let mut t = Trainer::create(cfg, "t", &["temper".into()]).unwrap();
     t.fit().unwrap();
-    let lines = t.run.read_metrics().unwrap();
+    let lines = t.run().read_metrics().unwrap();
     // step -> metric -> value, as metrics.jsonl has them.
     let mut want: BTreeMap<i64, BTreeMap<String, f64>> = BTreeMap::new();
     for line in &lines {
@@ -46,7 +46,7 @@ fn tensorboard_and_wandb_hold_every_metric_of_every_step() {
         }
     }
     assert_eq!(want.keys().copied().collect::<Vec<_>>(), [0, 1, 2, 3]);
-    let got = read_back(&t.run.root);
+    let got = read_back(&t.run().root);
 
     let tb = got["tensorboard"].as_object().unwrap();
     let mut n = 0;

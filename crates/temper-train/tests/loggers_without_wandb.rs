@@ -25,7 +25,7 @@ fn a_wandb_logger_that_cannot_start_stops_the_run_before_its_first_step() {
         "{msg}"
     );
     assert!(
-        t.run.read_metrics().map(|m| m.is_empty()).unwrap_or(true),
+        t.run().read_metrics().map(|m| m.is_empty()).unwrap_or(true),
         "metrics were written before the logger failed"
     );
     std::fs::remove_dir_all(&root).ok();

@@ -8,7 +8,7 @@ use temper_train::trainer::Trainer;
 mod equivalent_runs;
 
 fn metrics(t: &Trainer) -> Vec<BTreeMap<String, serde_json::Value>> {
-    t.run.read_metrics().unwrap()
+    t.run().read_metrics().unwrap()
 }
 
 #[test]
@@ -26,14 +26,14 @@ fn a_run_trains_and_fills_its_folder() {
         ],
     );
     let mut t = Trainer::create(cfg, "t", &["temper".into(), "train".into()]).unwrap();
-    t.reward = Box::new(ASCII_FRACTION);
+    t.set_reward(Box::new(ASCII_FRACTION));
     let before = weights(&t);
     t.fit().unwrap();
     assert!(
         !same_weights(&before, &weights(&t)),
         "weights did not change"
     );
-    let run = &t.run.root;
+    let run = &t.run().root;
     for f in [
         "config.toml",
         "run_metadata.json",
@@ -147,7 +147,7 @@ fn a_run_trains_and_fills_its_folder() {
 fn trainer_with(folder: &str, extra: &[&str], reward: OfResponse) -> Trainer {
     let root = common::temp_dir(folder);
     let mut t = Trainer::create(tiny_config(&root, extra), folder, &[]).unwrap();
-    t.reward = Box::new(reward);
+    t.set_reward(Box::new(reward));
     t
 }
 
@@ -189,7 +189,7 @@ fn a_crashing_reward_stops_or_scores_zero_as_configured() {
             && e.contains("on_error"),
         "{e}"
     );
-    assert!(!t.run.root.join("checkpoints").exists());
+    assert!(!t.run().root.join("checkpoints").exists());
     let mut t = trainer_with(
         "crash-zero",
         &["trainer.total_training_steps=1", "reward.on_error=zero"],
@@ -216,7 +216,7 @@ const GIVES_UP: OfResponse = OfResponse {
 fn unscorable_responses_score_zero_and_are_counted() {
     let mut t = trainer_with("gives-up", &["trainer.total_training_steps=1"], GIVES_UP);
     t.fit().unwrap();
-    let rollouts = std::fs::read_to_string(t.run.root.join("rollouts/step_1.jsonl")).unwrap();
+    let rollouts = std::fs::read_to_string(t.run().root.join("rollouts/step_1.jsonl")).unwrap();
     let (mut even, mut flagged) = (0, 0);
     for line in rollouts.lines() {
         let v: serde_json::Value = serde_json::from_str(line).unwrap();
@@ -247,7 +247,7 @@ fn dapo_filtering_and_off_policy_epochs_run() {
         ],
     );
     let mut t = Trainer::create(cfg, "d", &[]).unwrap();
-    t.reward = Box::new(ASCII_FRACTION);
+    t.set_reward(Box::new(ASCII_FRACTION));
     t.fit().unwrap();
     let m = metrics(&t);
     assert_eq!(m[1]["actor/optimizer_steps"].as_f64(), Some(6.0));
@@ -270,7 +270,7 @@ fn a_single_minibatch_reuses_the_first_forward() {
         ],
     );
     let mut t = Trainer::create(cfg, "s", &[]).unwrap();
-    t.reward = Box::new(ASCII_FRACTION);
+    t.set_reward(Box::new(ASCII_FRACTION));
     let before = weights(&t);
     t.fit().unwrap();
     assert!(!same_weights(&before, &weights(&t)));
@@ -278,7 +278,7 @@ fn a_single_minibatch_reuses_the_first_forward() {
     assert_eq!(m[0]["actor/optimizer_steps"].as_f64(), Some(1.0));
     assert_eq!(m[0]["actor/ppo_kl"].as_f64(), Some(0.0));
     assert!(m[0]["rollout/logprob_abs_diff_max"].as_f64().unwrap() < 1e-4);
-    let line = std::fs::read_to_string(t.run.root.join("rollouts/step_2.jsonl")).unwrap();
+    let line = std::fs::read_to_string(t.run().root.join("rollouts/step_2.jsonl")).unwrap();
     let v: serde_json::Value = serde_json::from_str(line.lines().next().unwrap()).unwrap();
     let (old, roll) = (
         v["old_logprobs"].as_array().unwrap(),
@@ -320,7 +320,7 @@ fn gsm8k_with_r1_zero_runs() {
     // Byte-level tokens make some prompts longer than 512: by default that is an error naming
     // the example...
     let mut t = Trainer::create(cfg.clone(), "g", &[]).unwrap();
-    assert_eq!(t.train.len(), 1319);
+    assert_eq!(t.train_data().len(), 1319);
     let e = format!("{:#}", t.fit().unwrap_err());
     assert!(
         e.contains("test.jsonl example") && e.contains("max_prompt_length"),
@@ -334,7 +334,7 @@ fn gsm8k_with_r1_zero_runs() {
     t.fit().unwrap();
     let m = metrics(&t);
     assert_eq!(m[0]["batch/skipped_update"].as_f64(), Some(1.0));
-    let line = std::fs::read_to_string(t.run.root.join("rollouts/step_1.jsonl")).unwrap();
+    let line = std::fs::read_to_string(t.run().root.join("rollouts/step_1.jsonl")).unwrap();
     let v: serde_json::Value = serde_json::from_str(line.lines().next().unwrap()).unwrap();
     assert!(v["prompt"].as_str().unwrap().len() > 10);
 }
@@ -356,7 +356,7 @@ fn check_on_policy_runs_a_separate_pass_and_can_fail() {
             &[&single[..], &[&dtype, "trainer.threads=2"]].concat(),
         );
         let mut t = Trainer::create(cfg, "s", &[]).unwrap();
-        t.reward = Box::new(ASCII_FRACTION);
+        t.set_reward(Box::new(ASCII_FRACTION));
         t.fit().unwrap();
         let m = metrics(&t);
         assert_eq!(m[0]["actor/ppo_kl"].as_f64(), Some(0.0));
@@ -365,8 +365,8 @@ fn check_on_policy_runs_a_separate_pass_and_can_fail() {
 
     let root = common::temp_dir("on-policy-perturbed");
     let mut t = Trainer::create(tiny_config(&root, &single), "s", &[]).unwrap();
-    t.reward = Box::new(ASCII_FRACTION);
-    t.before_update = Some(Box::new(|params| {
+    t.set_reward(Box::new(ASCII_FRACTION));
+    t.set_before_update(Box::new(|params| {
         tch::no_grad(|| {
             let (_, w) = params
                 .iter()
@@ -403,7 +403,7 @@ fn the_overlong_buffer_penalises_long_responses_as_dapo_defines() {
     );
     let mut t = Trainer::create(cfg, "t", &["temper".into()]).unwrap();
     t.fit().unwrap();
-    let text = std::fs::read_to_string(t.run.rollouts(1)).unwrap();
+    let text = std::fs::read_to_string(t.run().rollouts(1)).unwrap();
     let (l_max, l_cache, factor) = (6.0, 3.0, 0.5);
     let mut lengths = std::collections::BTreeSet::new();
     for line in text.lines() {

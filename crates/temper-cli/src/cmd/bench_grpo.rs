@@ -214,14 +214,14 @@ pub fn run(args: Args) -> Result<()> {
         }
         let mut t = Trainer::create(cfg, "bench", &[])?;
         if let Some(reward) = CharFraction::named(&args.reward) {
-            t.reward = Box::new(reward);
+            t.set_reward(Box::new(reward));
         }
         eprintln!(
             "bench grpo: round {round}: temper, {total} steps ({} warm-up) ...",
             args.warmup
         );
         t.fit()?;
-        let lines = t.run.read_metrics()?;
+        let lines = t.run().read_metrics()?;
         let col = |k: &str| -> Vec<f64> {
             lines
                 .iter()
@@ -242,7 +242,7 @@ pub fn run(args: Args) -> Result<()> {
         eprintln!("  temper s/step: {:?}", col("timing_s/step"));
         // The same prompts, in order, as chat messages for TRL.
         let prompts: Vec<serde_json::Value> = t
-            .train
+            .train_data()
             .examples
             .iter()
             .map(|e| {

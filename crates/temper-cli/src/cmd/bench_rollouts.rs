@@ -106,7 +106,7 @@ pub fn run(args: Args) -> Result<()> {
             let cfg = load_config(Some(&args.config), &ov)?.config;
             let mut t = Trainer::create(cfg, "bench", &[])?;
             t.fit().with_context(|| name.to_string())?;
-            for m in t.run.read_metrics()?.iter().filter(|m| {
+            for m in t.run().read_metrics()?.iter().filter(|m| {
                 m.get("step").and_then(|s| s.as_u64()).unwrap_or(0) as usize > args.warmup
             }) {
                 let get = |k: &str| m.get(k).and_then(|x| x.as_f64()).unwrap_or(f64::NAN);

@@ -116,7 +116,7 @@ fn local_side(args: &Args, model_dir: &str, tmp: &std::path::Path, name: &str) -
     let cfg = load_config(None, &ov)?.config;
     let mut t = Trainer::create(cfg, "bench", &[])?;
     t.fit()?;
-    Ok(t.run
+    Ok(t.run()
         .read_metrics()?
         .iter()
         .filter(|m| m.get("step").and_then(|s| s.as_u64()).unwrap_or(0) as usize > args.warmup)

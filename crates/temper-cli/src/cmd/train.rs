@@ -47,18 +47,18 @@ pub fn run(args: Args) -> Result<()> {
             overrides.insert(0, c.to_string_lossy().to_string());
         }
         let mut t = Trainer::resume(run_dir, &overrides)?;
-        t.stop_after = args.stop_after;
-        let root = t.dist.is_root();
+        t.set_stop_after(args.stop_after);
+        let root = t.dist().is_root();
         if root {
             eprintln!(
                 "temper: resuming {} at step {}",
                 run_dir.display(),
-                t.state.step + 1
+                t.state().step + 1
             );
         }
         t.fit()?;
         if root {
-            eprintln!("temper: run folder {}", t.run.root.display());
+            eprintln!("temper: run folder {}", t.run().root.display());
         }
         return Ok(());
     }
@@ -92,22 +92,22 @@ pub fn run(args: Args) -> Result<()> {
         }
         let mut t = Trainer::create(cfg, &stem, &command_line)
             .with_context(|| format!("config {}", config.display()))?;
-        t.stop_after = args.stop_after;
-        let root = t.dist.is_root();
+        t.set_stop_after(args.stop_after);
+        let root = t.dist().is_root();
         if root {
             eprintln!(
                 "temper: run folder {} ({} steps, {} training examples, {} rank(s))",
-                t.run.root.display(),
-                t.total_steps,
-                t.train.len(),
-                t.dist.world
+                t.run().root.display(),
+                t.total_steps(),
+                t.train_data().len(),
+                t.dist().world
             );
         }
         t.fit()?;
         if root {
             eprintln!(
                 "temper: done; `temper report {}` draws the curves",
-                t.run.root.display()
+                t.run().root.display()
             );
         }
     }

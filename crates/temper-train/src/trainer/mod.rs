@@ -54,42 +54,44 @@ pub(crate) struct Learner {
     pub(crate) kl_ctrl: Option<KlController>,
 }
 
+/// A test seam's callback on the trainable parameters ([`Trainer::set_before_update`]).
+pub type ParamsHook = Box<dyn FnMut(&[(String, tch::Tensor)])>;
+
 /// Everything a run holds between steps.
 pub struct Trainer {
-    pub cfg: Config,
+    cfg: Config,
     /// This process's rank in a data-parallel job (world size 1 alone).
-    pub dist: Dist,
-    pub run: RunDir,
+    dist: Dist,
+    run: RunDir,
     /// The policy and how it learns.
     learner: Learner,
-    pub tokenizer: Tokenizer,
-    pub eos_ids: Vec<i64>,
-    pub pad_id: i64,
-    pub reward: Box<dyn Reward>,
-    pub train: Dataset,
-    pub val: Option<Dataset>,
-    pub order: DataOrder,
-    pub template: PromptTemplate,
-    pub state: TrainerState,
-    pub total_steps: usize,
+    tokenizer: Tokenizer,
+    eos_ids: Vec<i64>,
+    pad_id: i64,
+    reward: Box<dyn Reward>,
+    train: Dataset,
+    val: Option<Dataset>,
+    order: DataOrder,
+    template: PromptTemplate,
+    state: TrainerState,
+    total_steps: usize,
     /// Set by `--stop-after`: end (with a checkpoint) after this many steps in this process.
-    pub stop_after: Option<usize>,
+    stop_after: Option<usize>,
     /// Warnings already shown once (e.g. no response ever ended).
     warned: std::collections::BTreeSet<&'static str>,
     /// The rollout servers when `rollout.backend` is remote.
-    pub(crate) remote: Option<servers::RolloutServers>,
+    remote: Option<servers::RolloutServers>,
     /// The environment of an `env.name` run (None: prompts + reward).
-    pub(crate) env: Option<env_runtime::EnvRuntime>,
+    env: Option<env_runtime::EnvRuntime>,
     /// `rollout.device`: the policy's copy the in-process engine samples with, refreshed after
     /// every optimizer step (None: the engine uses `model`).
-    pub(crate) sampler_model: Option<CausalLm>,
+    sampler_model: Option<CausalLm>,
     /// `trainer.logger`'s sinks (rank 0, from the start of [`Trainer::fit`]).
     loggers: Option<crate::loggers::Loggers>,
     /// A test seam: called with the parameters between a step's old-logprob pass and its update
     /// (to show that `trainer.check_on_policy` fires when the two passes see different weights).
     #[doc(hidden)]
-    #[allow(clippy::type_complexity)]
-    pub before_update: Option<Box<dyn FnMut(&[(String, tch::Tensor)])>>,
+    before_update: Option<ParamsHook>,
 }
 
 /// The training device; with several ranks on a machine each takes the GPU of its `LOCAL_RANK`
@@ -557,6 +559,56 @@ pub fn resolve_model_dir(cfg: &Config) -> Result<PathBuf> {
 /// own weights if it cannot be resolved any more.
 fn original_model_dir(cfg: &Config, ckpt: &Path) -> PathBuf {
     resolve_model_dir(cfg).unwrap_or_else(|_| ckpt.join("model"))
+}
+
+/// What callers outside the trainer read or set: the run folder, the rank, the data, the progress,
+/// the policy, and the seams the tests and benchmarks use.
+impl Trainer {
+    /// The run folder (rank 0's; a scratch folder on other ranks).
+    pub fn run(&self) -> &RunDir {
+        &self.run
+    }
+
+    /// This process's place in the data-parallel job.
+    pub fn dist(&self) -> &Dist {
+        &self.dist
+    }
+
+    /// The training data set.
+    pub fn train_data(&self) -> &Dataset {
+        &self.train
+    }
+
+    /// Steps done (and the other resumable counters).
+    pub fn state(&self) -> &TrainerState {
+        &self.state
+    }
+
+    /// The run's length in steps.
+    pub fn total_steps(&self) -> usize {
+        self.total_steps
+    }
+
+    /// The policy being trained.
+    pub fn model(&self) -> &CausalLm {
+        &self.learner.model
+    }
+
+    /// Replaces the configured reward (tests and benchmarks score with their own).
+    pub fn set_reward(&mut self, reward: Box<dyn Reward>) {
+        self.reward = reward;
+    }
+
+    /// `--stop-after`: end (with a checkpoint) after this many steps in this process.
+    pub fn set_stop_after(&mut self, steps: Option<usize>) {
+        self.stop_after = steps;
+    }
+
+    /// A test seam: `hook` sees the parameters between a step's old-logprob pass and its update.
+    #[doc(hidden)]
+    pub fn set_before_update(&mut self, hook: ParamsHook) {
+        self.before_update = Some(hook);
+    }
 }
 
 impl Drop for Trainer {

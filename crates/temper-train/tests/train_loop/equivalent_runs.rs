@@ -16,20 +16,20 @@ fn resume_continues_bitwise() {
     ];
     let root_a = common::temp_dir("resume-a");
     let mut a = Trainer::create(tiny_config(&root_a, &extra), "a", &[]).unwrap();
-    a.reward = Box::new(ASCII_FRACTION);
-    a.stop_after = Some(2);
+    a.set_reward(Box::new(ASCII_FRACTION));
+    a.set_stop_after(Some(2));
     a.fit().unwrap();
-    assert_eq!(a.state.step, 2);
-    let run_a = a.run.root.clone();
+    assert_eq!(a.state().step, 2);
+    let run_a = a.run().root.clone();
     drop(a);
     let mut a = Trainer::resume(&run_a, &[]).unwrap();
-    a.reward = Box::new(ASCII_FRACTION);
-    assert_eq!(a.state.step, 2);
+    a.set_reward(Box::new(ASCII_FRACTION));
+    assert_eq!(a.state().step, 2);
     a.fit().unwrap();
 
     let root_b = common::temp_dir("resume-b");
     let mut b = Trainer::create(tiny_config(&root_b, &extra), "b", &[]).unwrap();
-    b.reward = Box::new(ASCII_FRACTION);
+    b.set_reward(Box::new(ASCII_FRACTION));
     b.fit().unwrap();
     assert!(
         same_weights(&weights(&a), &weights(&b)),
@@ -69,7 +69,7 @@ fn shared_prefix_and_packed_updates_match_padded_full_rows() {
         ];
         let cfg = tiny_config(&root, &extra);
         let mut t = Trainer::create(cfg, "s", &[]).unwrap();
-        t.reward = Box::new(ASCII_FRACTION);
+        t.set_reward(Box::new(ASCII_FRACTION));
         let before = weights(&t);
         t.fit().unwrap();
         (metrics(&t).remove(0), before, weights(&t))
@@ -122,20 +122,24 @@ fn lora_trains_only_adapters_and_resumes_bitwise() {
     ];
     let root_a = common::temp_dir("lora-a");
     let mut a = Trainer::create(tiny_config(&root_a, &extra), "a", &[]).unwrap();
-    a.reward = Box::new(ASCII_FRACTION);
-    assert_eq!(a.params.len(), 2 * 3 * 2, "adapters only");
+    a.set_reward(Box::new(ASCII_FRACTION));
+    assert_eq!(
+        a.model().trainable_parameters().len(),
+        2 * 3 * 2,
+        "adapters only"
+    );
     let base = weights(&a);
-    a.stop_after = Some(2);
+    a.set_stop_after(Some(2));
     a.fit().unwrap();
     assert!(same_weights(&base, &weights(&a)), "a base weight moved");
     let lora = |t: &Trainer| -> Vec<(String, tch::Tensor)> {
-        t.model
+        t.model()
             .trainable_parameters()
             .into_iter()
             .map(|(n, p)| (n, p.detach().copy()))
             .collect()
     };
-    let ckpt = a.run.root.join("checkpoints/global_step_2/model");
+    let ckpt = a.run().root.join("checkpoints/global_step_2/model");
     assert!(ckpt.join("adapter/adapter_model.safetensors").is_file());
     let merged =
         temper_model::CausalLm::load(&ckpt, tch::Device::Cpu, temper_model::ComputeKind::F32)
@@ -145,15 +149,15 @@ fn lora_trains_only_adapters_and_resumes_bitwise() {
         !same_weights(&base, &merged_w),
         "the merged checkpoint equals the base"
     );
-    let run_a = a.run.root.clone();
+    let run_a = a.run().root.clone();
     drop(a);
     let mut a = Trainer::resume(&run_a, &[]).unwrap();
-    a.reward = Box::new(ASCII_FRACTION);
+    a.set_reward(Box::new(ASCII_FRACTION));
     a.fit().unwrap();
 
     let root_b = common::temp_dir("lora-b");
     let mut b = Trainer::create(tiny_config(&root_b, &extra), "b", &[]).unwrap();
-    b.reward = Box::new(ASCII_FRACTION);
+    b.set_reward(Box::new(ASCII_FRACTION));
     b.fit().unwrap();
     assert!(
         same_weights(&lora(&a), &lora(&b)),
@@ -173,11 +177,11 @@ fn sampling_from_a_copy_on_rollout_device_matches_sampling_from_the_policy() {
             let mut ov = vec!["trainer.total_training_steps=3"];
             ov.extend(extra.iter());
             let mut t = Trainer::create(tiny_config(&root, &ov), "rd", &[]).unwrap();
-            t.reward = Box::new(ASCII_FRACTION);
+            t.set_reward(Box::new(ASCII_FRACTION));
             t.fit().unwrap();
             let rollouts: Vec<String> = (1..=3)
                 .map(|s| {
-                    std::fs::read_to_string(t.run.root.join(format!("rollouts/step_{s}.jsonl")))
+                    std::fs::read_to_string(t.run().root.join(format!("rollouts/step_{s}.jsonl")))
                         .unwrap()
                 })
                 .collect();
@@ -233,7 +237,7 @@ fn gradient_checkpointing_trains_like_the_plain_backward() {
                 ],
             );
             let mut t = Trainer::create(cfg, "c", &[]).unwrap();
-            t.reward = Box::new(ASCII_FRACTION);
+            t.set_reward(Box::new(ASCII_FRACTION));
             t.fit().unwrap();
             (metrics(&t).remove(0), weights(&t))
         };
