@@ -1,14 +1,15 @@
-//! The episode source of an environment run (`env.name`): the step's questions become episode
-//! groups (the `n` answers to a question, or its `n / 2` debates), all advanced together by the
-//! batched engine; the finished episodes become datums with per-token advantages and masks
-//! (GRPO over a question's answers for one-turn tasks, the debate training mode for debates);
-//! the step learns from them as a prompt run does (`learn.rs`: old and reference log-probs,
-//! rollout correction, the update); the step's files go to the run folder.
+//! The phases of a step of an environment run (`env.name`) for [`Trainer::train_step`]: the
+//! step's questions become episode groups (the `n` answers to a question, or its `n / 2`
+//! debates), all advanced together by the batched engine; the finished episodes become datums
+//! with per-token advantages and masks (GRPO over a question's answers for one-turn tasks, the
+//! debate training mode for debates); the batch of those datums; the step's files in the run
+//! folder. The learning is a prompt run's (`learn.rs`).
 use super::batch::{to_rows, Batch};
 use super::env_logs;
 use super::episodes::TrainerSampler;
 use super::learn::AdvantageSource;
 use super::stats::{put_mmm, StepMetrics};
+use super::train_step::LearnBatch;
 use super::Trainer;
 use anyhow::{bail, Result};
 use std::collections::BTreeMap;
@@ -20,17 +21,26 @@ use temper_env::{
 };
 use temper_rollout::SamplingParams;
 
+/// An environment step's episodes: their datums (advantages set), the batch built from them in
+/// phase 2, and what the logs need.
+pub(super) struct EnvEpisodes {
+    datums: Vec<Datum>,
+    batch: std::cell::OnceCell<Batch>,
+}
+
 impl Trainer {
-    /// The episodes of a step of an environment run, learnt from (advantages as the environment
-    /// set them), and their logs. Adds the step's metrics to `m`.
-    pub(crate) fn env_step(&mut self, step: usize, m: &mut StepMetrics) -> Result<Option<f64>> {
+    /// Phase 1 of an environment run: this rank's share of the step's questions played (one
+    /// group per question, all advanced together by the batched engine), every rank's outcomes
+    /// gathered, their datums with advantages (as the environment set them, or the configured
+    /// estimator over each question's answers), and the episodes' records written.
+    pub(super) fn env_episodes(&mut self, step: usize, m: &mut StepMetrics) -> Result<EnvEpisodes> {
         let batch_index = self.state.batches_drawn;
         self.state.batches_drawn += 1;
         let (_, questions) = self.order.batch(batch_index);
         let seed = mix(self.cfg.trainer.seed, batch_index as u64, 0x656e_7673);
 
-        // 1. Episodes: this rank's share of the questions (seeded by their position in the
-        // whole batch, so episodes do not depend on the world size), then every rank's.
+        // Episodes: this rank's share of the questions (seeded by their position in the whole
+        // batch, so episodes do not depend on the world size), then every rank's.
         let t_gen = Instant::now();
         let mine = self.dist.shard(&questions, "data.train_batch_size")?;
         let first_position = self.dist.rank * mine.len();
@@ -45,7 +55,7 @@ impl Trainer {
             .collect();
         m.insert("timing_s/gen".into(), t_gen.elapsed().as_secs_f64());
 
-        // 2. Datums. Groups whose environment leaves the advantages to the trainer: the
+        // Datums. Groups whose environment leaves the advantages to the trainer: the
         // configured estimator over each question's answers, computed on the whole batch (an
         // estimator may normalise over it).
         let t_adv = Instant::now();
@@ -77,20 +87,32 @@ impl Trainer {
         m.insert("env/datums".into(), datums.len() as f64);
         m.insert("timing_s/adv".into(), t_adv.elapsed().as_secs_f64());
 
-        // 3. Logs of the episodes (debate_<k>.json, summary_<k>.json / baseline_<k>.json).
+        // The episodes' records (debate_<k>.json, summary_<k>.json / baseline_<k>.json).
         if self.dist.is_root() {
             env_logs::write_records(&self.run.root, step, &records)?;
         }
+        Ok(EnvEpisodes {
+            datums,
+            batch: std::cell::OnceCell::new(),
+        })
+    }
 
-        // 4. The update.
-        let stats = advantage_stats(&datums);
-        let (loss, trained_tokens) = match &stats {
+    /// Phase 2 of an environment run: the datums as one mini-batch with their advantages, or
+    /// none when every advantage is zero (skipped with `env.skip_zero_advantage`, else an error).
+    pub(super) fn env_batch<'a>(
+        &mut self,
+        step: usize,
+        episodes: &'a EnvEpisodes,
+        m: &mut StepMetrics,
+    ) -> Result<Option<LearnBatch<'a>>> {
+        let datums = &episodes.datums;
+        match advantage_stats(datums) {
             None if self.cfg.env.skip_zero_advantage || datums.is_empty() => {
                 if self.dist.is_root() {
                     eprintln!("warning: step {step}: All token advantages are 0.0 (no learning signal); skipping the update");
                 }
                 m.insert("batch/skipped_update".into(), 1.0);
-                (0.0, 0.0)
+                Ok(None)
             }
             None => bail!(
                 "step {step}: All token advantages are 0.0 (no learning signal): every group's rewards were equal \
@@ -101,8 +123,35 @@ impl Trainer {
                 if self.dist.is_root() {
                     eprintln!("{line}");
                 }
-                self.train_on_datums(step, &datums, m)?
+                let (batch, advantages) = self.datum_batch(datums);
+                let batch = episodes.batch.get_or_init(|| batch);
+                // One mini-batch of every datum; data-parallel, each rank takes its share (the
+                // datum count varies with the verdicts, so shares may differ by one row).
+                Ok(Some(LearnBatch {
+                    batch,
+                    mini: batch.rows,
+                    advantages: AdvantageSource::Given(advantages),
+                    need_old: false,
+                }))
             }
+        }
+    }
+
+    /// Phase 4 of an environment run: `response_length/*` and the step's training record
+    /// (`training_step_<k>.json`: the loss, the trained tokens, the datums).
+    pub(super) fn env_logs(
+        &mut self,
+        step: usize,
+        episodes: &EnvEpisodes,
+        m: &mut StepMetrics,
+    ) -> Result<Option<f64>> {
+        let datums = &episodes.datums;
+        let (loss, trained_tokens) = match episodes.batch.get() {
+            Some(batch) => (
+                m.get("actor/pg_loss").copied().unwrap_or(0.0),
+                batch.response_mask.sum(Kind::Double).double_value(&[]),
+            ),
+            None => (0.0, 0.0),
         };
         let resp: Vec<f64> = datums
             .iter()
@@ -110,7 +159,7 @@ impl Trainer {
             .collect();
         put_mmm(m, "response_length", &resp);
         if self.dist.is_root() {
-            env_logs::write_training_step(&self.run.root, step, loss, trained_tokens, &datums)?;
+            env_logs::write_training_step(&self.run.root, step, loss, trained_tokens, datums)?;
         }
         Ok(None)
     }
@@ -215,14 +264,9 @@ impl Trainer {
         Ok(())
     }
 
-    /// The policy loss on `datums` (one mini-batch, `actor.ppo_epochs` passes): returns the
-    /// loss and the number of trained (sampled) tokens.
-    fn train_on_datums(
-        &mut self,
-        step: usize,
-        datums: &[Datum],
-        m: &mut StepMetrics,
-    ) -> Result<(f64, f64)> {
+    /// The datums as one batch (shared prompts and packed rows as configured), its loss mask
+    /// the sampled tokens (injected tokens are context, not actions), and their advantages.
+    fn datum_batch(&self, datums: &[Datum]) -> (Batch, Tensor) {
         let device = self.learner.model.device();
         let rows: Vec<(&[i64], &[i64], &[f32])> = datums
             .iter()
@@ -242,7 +286,6 @@ impl Trainer {
         if self.cfg.model.use_remove_padding {
             batch.remove_padding(&rows);
         }
-        // Injected tokens are context, not actions: out of the loss.
         batch.response_mask = batch.response_values(
             datums
                 .iter()
@@ -250,19 +293,6 @@ impl Trainer {
         );
         let advantages =
             batch.response_values(datums.iter().map(|d| d.completion_advantages.clone()));
-        let trained = batch.response_mask.sum(Kind::Double).double_value(&[]);
-        // One mini-batch of every datum; data-parallel, each rank takes its share (the datum
-        // count varies with the verdicts, so shares may differ by one row).
-        let rows = batch.rows;
-        self.learn(
-            step,
-            &batch,
-            rows,
-            AdvantageSource::Given(advantages),
-            false,
-            m,
-        )?;
-        let loss = m.get("actor/pg_loss").copied().unwrap_or(0.0);
-        Ok((loss, trained))
+        (batch, advantages)
     }
 }

@@ -1,9 +1,11 @@
-//! One training step: episodes from the run's source (a prompt + reward run's groups, drawn and
-//! scored here; an environment's episodes, `env_step.rs`), then the learning both share
-//! (`learn.rs`: the log-probs before the update and the advantages, `advantages.rs`; the update,
-//! `update.rs`), then the source's logs.
-use super::batch::to_rows;
-use super::learn::AdvantageSource;
+//! One training step, as phases read top to bottom in [`Trainer::train_step`]: draw the
+//! questions, roll them out and score them (a prompt + reward run's groups, drawn and scored in
+//! `draw_groups.rs`; an environment's episodes, `env_step.rs`); the batch; the advantages, the
+//! update and the weight sync, which both sources share (`learn.rs`, `advantages.rs`,
+//! `update.rs`); the step's logs.
+use super::batch::{to_rows, Batch};
+use super::env_step::EnvEpisodes;
+use super::learn::{AdvantageSource, Learned};
 use super::rollout::Group;
 use super::stats::StepMetrics;
 use super::step_batch::StepBatch;
@@ -20,16 +22,34 @@ impl Trainer {
             .sampling_params(self.cfg.data.max_response_length)
     }
 
-    /// One step (1-based `step`); returns its metrics. The episodes come from the run's source
-    /// (prompt groups drawn and scored, or an environment's episodes, `env_step.rs`); learning
-    /// from them is the same for both (`learn.rs`); each source writes its own logs.
+    /// One step (1-based `step`); returns its metrics. The phases, in order: draw the step's
+    /// questions, roll them out and score them (a prompt run's groups, `draw_groups.rs`; an
+    /// environment's episodes, `env_step.rs`); the batch; the advantages, the update and the
+    /// weight sync (`learn.rs`); the step's logs.
     pub(crate) fn train_step(&mut self, step: usize) -> Result<StepMetrics> {
         let t_step = Instant::now();
         let mut m = StepMetrics::new();
-        let tokens = if self.env.is_some() {
-            self.env_step(step, &mut m)?
-        } else {
-            self.prompt_step(step, &mut m)?
+        // 1. Draw, roll out, score.
+        let episodes = match self.env.is_some() {
+            true => Episodes::Env(self.env_episodes(step, &mut m)?),
+            false => Episodes::Prompts(self.prompt_groups(step, &mut m)?),
+        };
+        // 2. The batch (none: nothing to learn from this step).
+        let batch = match &episodes {
+            Episodes::Prompts(groups) => self.prompt_batch(step, groups, &mut m),
+            Episodes::Env(env) => self.env_batch(step, env, &mut m)?,
+        };
+        // 3. Advantages, the update, the new weights to the samplers.
+        let learned = match batch {
+            Some(b) => Some(self.learn(step, b.batch, b.mini, b.advantages, b.need_old, &mut m)?),
+            None => None,
+        };
+        // 4. Logs.
+        let tokens = match &episodes {
+            Episodes::Prompts(groups) => {
+                self.prompt_logs(step, groups, learned.as_ref(), &mut m)?
+            }
+            Episodes::Env(env) => self.env_logs(step, env, &mut m)?,
         };
         let secs = t_step.elapsed().as_secs_f64();
         m.insert("timing_s/step".into(), secs);
@@ -45,12 +65,10 @@ impl Trainer {
         Ok(m)
     }
 
-    /// A step of a prompt + reward run: draw and score the groups (`draw_groups.rs`), build the batch
-    /// (`step_batch.rs`), learn (advantages from the scores), write the rollouts. Returns the
-    /// batch's prompt and response tokens (`None` when no group was usable).
-    fn prompt_step(&mut self, step: usize, m: &mut StepMetrics) -> Result<Option<f64>> {
-        // 1. Rollout and rewards. Overlap: the next steps' batches then go to the servers,
-        // sampled while this one trains.
+    /// Phase 1 of a prompt + reward run: the step's groups drawn, sampled and scored
+    /// (`draw_groups.rs`); overlap sends the next steps' batches to the servers, sampled while
+    /// this one trains.
+    fn prompt_groups(&mut self, step: usize, m: &mut StepMetrics) -> Result<PromptGroups> {
         let params = self.rollout_params();
         let t_gen = Instant::now();
         let drawn = self.draw_groups(step, &params)?;
@@ -58,30 +76,58 @@ impl Trainer {
         m.insert("timing_s/gen".into(), gen_s);
         self.generate_ahead(self.state.batches_drawn, &params)?;
         m.extend(drawn.metrics(self.state.policy_version));
-        let groups = drawn.groups;
-        if groups.is_empty() {
+        Ok(PromptGroups {
+            groups: drawn.groups,
+            gen_s,
+            batch: std::cell::OnceCell::new(),
+        })
+    }
+
+    /// Phase 2 of a prompt run: the groups as one batch (`step_batch.rs`), advantages from their
+    /// scores, `actor.ppo_mini_batch_size` groups per optimizer step.
+    fn prompt_batch<'a>(
+        &mut self,
+        step: usize,
+        groups: &'a PromptGroups,
+        m: &mut StepMetrics,
+    ) -> Option<LearnBatch<'a>> {
+        if groups.groups.is_empty() {
             eprintln!("warning: step {step}: no usable prompt groups; skipping the update");
             m.insert("batch/skipped_update".into(), 1.0);
-            return Ok(None);
+            return None;
         }
-
-        // 2. The batch.
-        let device = self.learner.model.device();
-        let sb = StepBatch::new(
-            &groups,
-            self.pad_id,
-            device,
-            self.cfg.actor.shared_prefix,
-            self.cfg.model.use_remove_padding,
-        );
-        m.extend(sb.metrics(&groups));
+        let sb = groups.batch.get_or_init(|| {
+            StepBatch::new(
+                &groups.groups,
+                self.pad_id,
+                self.learner.model.device(),
+                self.cfg.actor.shared_prefix,
+                self.cfg.model.use_remove_padding,
+            )
+        });
+        m.extend(sb.metrics(&groups.groups));
         self.warn_if_no_eos(step, sb.clip_ratio);
+        Some(LearnBatch {
+            batch: &sb.batch,
+            mini: self.cfg.actor.ppo_mini_batch_size * self.cfg.rollout.n,
+            advantages: AdvantageSource::Scores(sb),
+            need_old: true,
+        })
+    }
 
-        // 3. Learn: `actor.ppo_mini_batch_size` groups per optimizer step.
-        let mini = self.cfg.actor.ppo_mini_batch_size * self.cfg.rollout.n;
-        let learned = self.learn(step, &sb.batch, mini, AdvantageSource::Scores(&sb), true, m)?;
-
-        // 4. The rollouts with their old log-probs.
+    /// Phase 4 of a prompt run: the rollouts with their old log-probs (every
+    /// `trainer.rollout_log_freq` steps). Returns the batch's prompt and response tokens (`None`
+    /// when no group was usable).
+    fn prompt_logs(
+        &mut self,
+        step: usize,
+        groups: &PromptGroups,
+        learned: Option<&Learned>,
+        m: &mut StepMetrics,
+    ) -> Result<Option<f64>> {
+        let (Some(sb), Some(learned)) = (groups.batch.get(), learned) else {
+            return Ok(None);
+        };
         if self.cfg.trainer.rollout_log_freq > 0
             && step.is_multiple_of(self.cfg.trainer.rollout_log_freq as usize)
         {
@@ -92,7 +138,7 @@ impl Trainer {
             let adv_rows = to_rows(&learned.adv.advantages);
             self.write_rollouts(
                 step,
-                &groups,
+                &groups.groups,
                 &adv_rows,
                 &to_rows(old),
                 &learned.adv.seq_rewards,
@@ -100,7 +146,7 @@ impl Trainer {
         }
         m.insert(
             "perf/gen_tokens_per_s".into(),
-            sb.response_len.iter().sum::<f64>() / gen_s.max(1e-9),
+            sb.response_len.iter().sum::<f64>() / groups.gen_s.max(1e-9),
         );
         Ok(Some(sb.tokens()))
     }
@@ -156,6 +202,31 @@ impl Trainer {
         }
         crate::rundir::write_atomic(&self.run.rollouts(step), out.as_bytes())
     }
+}
+
+/// A step's episodes, by the run's source.
+enum Episodes {
+    /// A prompt + reward run's groups.
+    Prompts(PromptGroups),
+    /// An environment's episodes, as datums.
+    Env(EnvEpisodes),
+}
+
+/// A prompt run's groups and their batch (built in phase 2).
+pub(super) struct PromptGroups {
+    groups: Vec<Group>,
+    /// Seconds the rollouts took (for `perf/gen_tokens_per_s`).
+    gen_s: f64,
+    batch: std::cell::OnceCell<StepBatch>,
+}
+
+/// What phase 3 learns from: the batch, the responses per optimizer step (all ranks), where
+/// the advantages come from, and whether the old log-probs are wanted after a skipped update.
+pub(super) struct LearnBatch<'a> {
+    pub batch: &'a Batch,
+    pub mini: usize,
+    pub advantages: AdvantageSource<'a>,
+    pub need_old: bool,
 }
 
 /// Salt of the training sampling seeds (evaluation uses another).
