@@ -15,7 +15,7 @@ use temper_rollout::SamplingParams;
 
 use crate::chat::Codec;
 use crate::driver::EnvGroup;
-use crate::tasks::{Question, Task};
+use crate::question_sets::{Question, Task};
 use crate::train_data::Datum;
 
 /// What an environment's builder gets.
@@ -141,7 +141,7 @@ pub fn environment_names() -> Vec<&'static str> {
     ENVIRONMENTS
         .iter()
         .map(|e| e.name)
-        .chain(crate::tasks::task_names())
+        .chain(crate::question_sets::task_names())
         .collect()
 }
 
@@ -156,7 +156,7 @@ pub fn build_environment(name: &str, settings: EnvSettings<'_>) -> Result<Box<dy
     if let Some(e) = ENVIRONMENTS.iter().find(|e| e.name == name) {
         return (e.build)(settings);
     }
-    if crate::tasks::task_names().contains(&name) {
+    if crate::question_sets::task_names().contains(&name) {
         return Ok(Box::new(crate::single_turn::OneTurnEnv {
             task: settings.task,
         }));

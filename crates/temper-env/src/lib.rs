@@ -10,8 +10,8 @@ pub mod chat;
 pub mod debate;
 pub mod driver;
 pub mod environment;
+pub mod question_sets;
 pub mod single_turn;
-pub mod tasks;
 pub mod train_data;
 pub mod transcript;
 
@@ -21,6 +21,6 @@ pub use environment::{
     build_environment, datum_shape, environment_names, takes_a_task, DatumShape, EnvEntry, EnvRun,
     EnvSettings, Environment, GroupContext, GroupOutcome, ENVIRONMENTS,
 };
-pub use tasks::{task_by_name, task_names, Question, Task, TASKS};
+pub use question_sets::{task_by_name, task_names, Question, Task, TASKS};
 pub use train_data::{advantage_stats, Datum, DebateTrain};
 pub use transcript::Transcript;

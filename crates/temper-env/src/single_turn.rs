@@ -5,7 +5,7 @@
 //! [`SingleTurn`] is the same group scored by an environment task (`env.task`).
 use crate::driver::{Answer, Ask, EnvGroup, Responder};
 use crate::environment::{EnvRun, Environment, GroupContext, GroupOutcome};
-use crate::tasks::{Question, RewardOutput, Task};
+use crate::question_sets::{Question, RewardOutput, Task};
 use crate::train_data::episode_datums;
 use crate::transcript::Transcript;
 use anyhow::{bail, Result};

@@ -11,7 +11,7 @@ use super::{DebateConfig, DebateGroup, DebateTemplates};
 use crate::chat::ChatTurns;
 use crate::driver::{Answer, Ask, EnvGroup};
 use crate::environment::{EnvRun, EnvSettings, Environment, GroupContext, GroupOutcome};
-use crate::tasks::{Question, Task};
+use crate::question_sets::{Question, Task};
 use crate::train_data::{debate_datums, DebateTrain};
 
 pub struct DebateEnv {

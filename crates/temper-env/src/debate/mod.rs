@@ -10,7 +10,7 @@ pub mod judge;
 
 use crate::chat::{first_prompt, ChatTurns, Codec};
 use crate::driver::{Answer, Ask, EnvGroup, Responder};
-use crate::tasks::{Question, RewardOutput, Task};
+use crate::question_sets::{Question, RewardOutput, Task};
 use crate::transcript::Transcript;
 use anyhow::{bail, Result};
 use judge::{confidence_verdict, judge_prompt, mock_verdict, parse_verdict, JudgeKind, Verdict};

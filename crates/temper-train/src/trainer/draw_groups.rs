@@ -1,11 +1,14 @@
-//! Phase 1 of a step: draw the step's prompt groups (sampled and scored), with DAPO's dynamic
-//! sampling (`algorithm.filter_groups`) drawing more batches until enough groups have a reward
-//! spread.
+//! Phase 1 of a prompt run's step: draw the step's prompt groups (sampled and scored), with
+//! DAPO's dynamic sampling (`algorithm.filter_groups`) drawing more batches until enough groups
+//! have a reward spread; each data batch's groups come from the batch the servers sampled ahead
+//! (`servers.rs`) or are sampled now (`rollout.rs`) and scored (`score.rs`).
 use super::rollout::Group;
 use super::stats::StepMetrics;
+use super::train_step::TRAIN_SEED_SALT;
 use super::Trainer;
 use anyhow::Result;
-use temper_rollout::SamplingParams;
+use temper_base::seed::mix;
+use temper_rollout::{Request, SamplingParams};
 
 /// The groups a step trains on, and what drawing them took.
 pub(crate) struct Drawn {
@@ -109,5 +112,36 @@ impl Trainer {
         let world = self.dist.world;
         d.groups.truncate(d.groups.len() - d.groups.len() % world);
         Ok(d)
+    }
+
+    /// This rank's requests for data batch `batch`: (kept example indices, requests), seeded as
+    /// in [`Trainer::rollout_groups`].
+    pub(crate) fn train_batch_requests(
+        &self,
+        batch: usize,
+        params: &SamplingParams,
+    ) -> Result<(Vec<usize>, Vec<Request>)> {
+        let (_, idx) = self.order.batch(batch);
+        let seed = mix(self.cfg.trainer.seed, batch as u64, TRAIN_SEED_SALT);
+        let mine = self.dist.shard(&idx, "data.train_batch_size")?;
+        self.rollout_requests(&self.train, mine, params, seed, self.dist.rank * mine.len())
+    }
+
+    /// This rank's groups of data batch `batch`: from the batch sent ahead if there is one, else
+    /// generated now.
+    pub(crate) fn train_batch_groups(
+        &mut self,
+        batch: usize,
+        params: &SamplingParams,
+    ) -> Result<Vec<Group>> {
+        if let Some(ahead) = self.remote.as_mut().and_then(|r| r.take_ahead(batch)) {
+            let a = ahead?;
+            return self.groups_from(&self.train, &a.kept, a.samples, None, a.version);
+        }
+        let (kept, requests) = self.train_batch_requests(batch, params)?;
+        let version = self.sampling_version();
+        let seed = mix(self.cfg.trainer.seed, batch as u64, TRAIN_SEED_SALT);
+        let (samples, texts) = self.one_turn_rollouts(requests, seed, true)?;
+        self.groups_from(&self.train, &kept, samples, Some(texts), version)
     }
 }

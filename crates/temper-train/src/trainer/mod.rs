@@ -14,6 +14,7 @@ mod learn;
 mod memory_plan;
 mod partition;
 mod rollout;
+mod score;
 mod servers;
 mod stats;
 mod step_batch;

@@ -1,4 +1,5 @@
-//! Rollouts on inference servers (`rollout.backend` = vllm | sglang | openai): weight sync every
+//! Rollouts on inference servers (`rollout.backend` = vllm | sglang | openai; a prompt run's
+//! batches are drawn in `draw_groups.rs`, on the servers or in process): weight sync every
 //! `rollout.sync_every` optimizer steps, the policy version each batch was sampled from, and
 //! overlap (`rollout.async_steps`): the next batches are generated on the servers while this step
 //! trains.
@@ -16,13 +17,10 @@ use std::thread::JoinHandle;
 
 use anyhow::{anyhow, Context, Result};
 use temper_rollout::remote::{RemoteConfig, RemoteSampler};
-use temper_rollout::{Request, Sample, SamplingParams};
+use temper_rollout::{Sample, SamplingParams};
 
-use super::rollout::Group;
-use super::train_step::TRAIN_SEED_SALT;
 use super::Trainer;
 use crate::config::{Config, RolloutBackend, WeightSync};
-use temper_base::seed::mix;
 
 /// The servers, the policy version they hold, and the batches being generated ahead.
 pub(crate) struct RolloutServers {
@@ -31,6 +29,14 @@ pub(crate) struct RolloutServers {
     /// started with, for `weight_sync = "none"`).
     pub served_version: u64,
     pending: VecDeque<Prefetch>,
+}
+
+/// A data batch that was sampled ahead: the example indices kept, the policy version that
+/// sampled it, its samples.
+pub(crate) struct SentAhead {
+    pub kept: Vec<usize>,
+    pub version: u64,
+    pub samples: Vec<Sample>,
 }
 
 /// One data batch (this rank's share) sent ahead.
@@ -89,6 +95,21 @@ impl RolloutServers {
         }
     }
 
+    /// Data batch `batch` if it was sent ahead, with its samples (waited for).
+    pub fn take_ahead(&mut self, batch: usize) -> Option<Result<SentAhead>> {
+        let at = self.pending.iter().position(|p| p.batch == batch)?;
+        let p = self.pending.remove(at)?;
+        let samples = p
+            .samples
+            .wait()
+            .with_context(|| format!("rollouts of data batch {batch} (generated ahead)"));
+        Some(samples.map(|samples| SentAhead {
+            kept: p.kept,
+            version: p.version,
+            samples,
+        }))
+    }
+
     /// Drops what is in flight (at the end of a fit), after waiting for it.
     pub fn finish(&mut self) {
         self.drain();
@@ -97,44 +118,6 @@ impl RolloutServers {
 }
 
 impl Trainer {
-    /// This rank's requests for data batch `batch`: (kept example indices, requests), seeded as
-    /// in [`Trainer::rollout_groups`].
-    pub(crate) fn train_batch_requests(
-        &self,
-        batch: usize,
-        params: &SamplingParams,
-    ) -> Result<(Vec<usize>, Vec<Request>)> {
-        let (_, idx) = self.order.batch(batch);
-        let seed = mix(self.cfg.trainer.seed, batch as u64, TRAIN_SEED_SALT);
-        let mine = self.dist.shard(&idx, "data.train_batch_size")?;
-        self.rollout_requests(&self.train, mine, params, seed, self.dist.rank * mine.len())
-    }
-
-    /// This rank's groups of data batch `batch`: from the batch sent ahead if there is one, else
-    /// generated now.
-    pub(crate) fn train_batch_groups(
-        &mut self,
-        batch: usize,
-        params: &SamplingParams,
-    ) -> Result<Vec<Group>> {
-        let ahead = self.remote.as_mut().and_then(|r| {
-            let at = r.pending.iter().position(|p| p.batch == batch)?;
-            r.pending.remove(at)
-        });
-        if let Some(p) = ahead {
-            let samples = p
-                .samples
-                .wait()
-                .with_context(|| format!("rollouts of data batch {batch} (generated ahead)"))?;
-            return self.groups_from(&self.train, &p.kept, samples, None, p.version);
-        }
-        let (kept, requests) = self.train_batch_requests(batch, params)?;
-        let version = self.sampling_version();
-        let seed = mix(self.cfg.trainer.seed, batch as u64, TRAIN_SEED_SALT);
-        let (samples, texts) = self.one_turn_rollouts(requests, seed, true)?;
-        self.groups_from(&self.train, &kept, samples, Some(texts), version)
-    }
-
     /// Sends the batches of the next `rollout.async_steps` steps to the servers (those not yet
     /// sent). `next_batch` is the next data batch to be drawn.
     pub(crate) fn generate_ahead(
