@@ -134,7 +134,12 @@ impl Trainer {
         batch: usize,
         params: &SamplingParams,
     ) -> Result<Vec<Group>> {
-        if let Some(ahead) = self.remote.as_mut().and_then(|r| r.take_ahead(batch)) {
+        if let Some(ahead) = self
+            .rollouts
+            .servers
+            .as_mut()
+            .and_then(|r| r.take_ahead(batch))
+        {
             let a = ahead?;
             return self.groups_from(&self.train, &a.kept, a.samples, None, a.version);
         }

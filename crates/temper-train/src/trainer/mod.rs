@@ -80,13 +80,11 @@ pub struct Trainer {
     stop_after: Option<usize>,
     /// Warnings already shown once (e.g. no response ever ended).
     warned: std::collections::BTreeSet<&'static str>,
-    /// The rollout servers when `rollout.backend` is remote.
-    remote: Option<servers::RolloutServers>,
+    /// Where rollouts are sampled.
+    rollouts: rollout::Rollouts,
     /// The environment of an `env.name` run (None: prompts + reward).
     env: Option<env_runtime::EnvRuntime>,
     /// `rollout.device`: the policy's copy the in-process engine samples with, refreshed after
-    /// every optimizer step (None: the engine uses `model`).
-    sampler_model: Option<CausalLm>,
     /// `trainer.logger`'s sinks (rank 0, from the start of [`Trainer::fit`]).
     loggers: Option<crate::loggers::Loggers>,
     /// A test seam: called with the parameters between a step's old-logprob pass and its update
@@ -158,7 +156,7 @@ impl Trainer {
         // What `model.dtype = "auto"` became on this machine; a resumed run keeps it.
         metadata["compute_dtype"] = t.learner.model.compute().to_string().into();
         metadata["kernels"] = t.learner.model.kernel_report().into();
-        if let Some(r) = &t.remote {
+        if let Some(r) = &t.rollouts.servers {
             metadata["rollout_backend"] = servers::metadata(&t.cfg, r);
         }
         write_json(&t.run.metadata(), &metadata)?;
@@ -415,9 +413,11 @@ impl Trainer {
             warned: Default::default(),
             loggers: None,
             before_update: None,
-            remote,
+            rollouts: rollout::Rollouts {
+                servers: remote,
+                sampler_model,
+            },
             env,
-            sampler_model,
         })
     }
 
@@ -480,7 +480,7 @@ impl Trainer {
             last = m;
         }
         bar.finish();
-        if let Some(r) = &mut self.remote {
+        if let Some(r) = &mut self.rollouts.servers {
             r.finish();
         }
         if let Some(mut l) = self.loggers.take() {
@@ -640,7 +640,7 @@ fn copy_weights(from: &CausalLm, to: &CausalLm) {
 impl Trainer {
     /// After an optimizer step: the sampling copy (`rollout.device`) gets the new weights.
     pub(crate) fn sync_sampler_model(&self) {
-        if let Some(copy) = &self.sampler_model {
+        if let Some(copy) = &self.rollouts.sampler_model {
             copy_weights(&self.learner.model, copy);
         }
     }

@@ -8,6 +8,27 @@ use anyhow::{bail, Context, Result};
 use std::collections::BTreeMap;
 use temper_rollout::{Engine, EngineConfig, Request, Sample, Sampler, SamplingParams};
 
+/// Where a run's rollouts are sampled: on the rollout servers (`rollout.backend` remote), else by
+/// the in-process engine with the policy, or with its copy on `rollout.device`.
+pub(crate) struct Rollouts {
+    /// The rollout servers when `rollout.backend` is remote.
+    pub(super) servers: Option<super::servers::RolloutServers>,
+    /// `rollout.device`: the policy's copy the in-process engine samples with, refreshed after
+    /// every optimizer step (None: the engine uses the policy).
+    pub(super) sampler_model: Option<temper_model::CausalLm>,
+}
+
+impl Rollouts {
+    /// The weights the in-process engine samples with: the copy on `rollout.device`, else the
+    /// policy itself.
+    pub(super) fn engine_model<'a>(
+        &'a self,
+        policy: &'a temper_model::CausalLm,
+    ) -> &'a temper_model::CausalLm {
+        self.sampler_model.as_ref().unwrap_or(policy)
+    }
+}
+
 /// The `n` responses to one prompt and their scores.
 #[derive(serde::Serialize, serde::Deserialize)]
 pub(crate) struct Group {
@@ -98,7 +119,7 @@ impl Trainer {
         let (kept, requests) = self.rollout_requests(dataset, idx, params, seed, first_position)?;
         // The servers only when they hold the trainer's weights (evaluation must score this
         // policy, not one a few versions back or a server's own with `weight_sync = "none"`).
-        let on_servers = self.remote.as_ref().is_some_and(|r| {
+        let on_servers = self.rollouts.servers.as_ref().is_some_and(|r| {
             self.cfg.rollout.weight_sync == WeightSync::Disk
                 && r.served_version == self.state.policy_version
         });
@@ -152,12 +173,11 @@ impl Trainer {
     /// (one policy version, several sampling rounds). With rollout servers there is nothing to
     /// freeze.
     pub(crate) fn with_policy_sampling_weights<T>(&self, f: impl FnOnce() -> T) -> T {
-        match &self.remote {
+        match &self.rollouts.servers {
             Some(_) => f(),
             None => self
-                .sampler_model
-                .as_ref()
-                .unwrap_or(&self.learner.model)
+                .rollouts
+                .engine_model(&self.learner.model)
                 .with_sampling_weights(f),
         }
     }
@@ -172,11 +192,11 @@ impl Trainer {
             return Ok(vec![]);
         }
         let engine;
-        let sampler: &dyn Sampler = match &self.remote {
+        let sampler: &dyn Sampler = match &self.rollouts.servers {
             Some(r) if on_servers => r.sampler.as_ref(),
             _ => {
                 engine = Engine::new(
-                    self.sampler_model.as_ref().unwrap_or(&self.learner.model),
+                    self.rollouts.engine_model(&self.learner.model),
                     self.eos_ids.clone(),
                 )
                 .with_decoder(&self.tokenizer)

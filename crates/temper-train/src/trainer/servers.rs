@@ -127,14 +127,14 @@ impl Trainer {
     ) -> Result<()> {
         let ahead = self.cfg.rollout.async_steps;
         for batch in next_batch..next_batch + ahead {
-            let Some(r) = &self.remote else {
+            let Some(r) = &self.rollouts.servers else {
                 return Ok(());
             };
             if r.pending.iter().any(|p| p.batch == batch) {
                 continue;
             }
             let (kept, requests) = self.train_batch_requests(batch, params)?;
-            let r = self.remote.as_mut().expect("checked above");
+            let r = self.rollouts.servers.as_mut().expect("checked above");
             let sampler = Arc::clone(&r.sampler);
             let handle = std::thread::Builder::new()
                 .name(format!("rollout-batch-{batch}"))
@@ -152,7 +152,7 @@ impl Trainer {
     /// The policy version that samples now: the servers' for a remote backend, else the
     /// trainer's own.
     pub(crate) fn sampling_version(&self) -> u64 {
-        match &self.remote {
+        match &self.rollouts.servers {
             Some(r) => r.served_version,
             None => self.state.policy_version,
         }
@@ -165,7 +165,7 @@ impl Trainer {
     pub(crate) fn maybe_sync_rollout_weights(&mut self) -> Result<bool> {
         self.sync_sampler_model();
         let every = self.cfg.rollout.sync_every as u64;
-        if self.remote.is_none()
+        if self.rollouts.servers.is_none()
             || self.cfg.rollout.weight_sync != WeightSync::Disk
             || !self.state.policy_version.is_multiple_of(every)
         {
@@ -182,7 +182,7 @@ impl Trainer {
             return Ok(());
         }
         let version = self.state.policy_version;
-        let Some(r) = self.remote.as_mut() else {
+        let Some(r) = self.rollouts.servers.as_mut() else {
             return Ok(());
         };
         // Data-parallel: every rank's batches in flight are done before rank 0 has the servers
@@ -192,13 +192,17 @@ impl Trainer {
         if self.dist.is_root() {
             let dir = self.run.root.join("rollout_weights");
             self.learner.model.save(&dir)?;
-            let r = self.remote.as_ref().expect("checked above");
+            let r = self.rollouts.servers.as_ref().expect("checked above");
             r.sampler
                 .reload(&dir, version)
                 .context("rollout.weight_sync = \"disk\"")?;
         }
         self.dist.barrier()?;
-        self.remote.as_mut().expect("checked above").served_version = version;
+        self.rollouts
+            .servers
+            .as_mut()
+            .expect("checked above")
+            .served_version = version;
         Ok(())
     }
 }
