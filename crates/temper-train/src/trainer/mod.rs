@@ -1,5 +1,6 @@
 //! The GRPO loop: rollout -> reward -> advantages -> old/ref logprobs -> PPO epochs over
 //! mini-batches with gradient accumulation -> AdamW; plus evaluation, checkpoints and resume.
+mod accessors;
 mod advantages;
 mod algo_setup;
 mod batch;
@@ -314,7 +315,7 @@ impl Trainer {
                     cfg.rollout.device
                 )
             })?;
-            copy_weights(&model, &copy);
+            rollout::copy_weights(&model, &copy);
             Some(copy)
         };
 
@@ -562,86 +563,11 @@ fn original_model_dir(cfg: &Config, ckpt: &Path) -> PathBuf {
     resolve_model_dir(cfg).unwrap_or_else(|_| ckpt.join("model"))
 }
 
-/// What callers outside the trainer read or set: the run folder, the rank, the data, the progress,
-/// the policy, and the seams the tests and benchmarks use.
-impl Trainer {
-    /// The run folder (rank 0's; a scratch folder on other ranks).
-    pub fn run(&self) -> &RunDir {
-        &self.run
-    }
-
-    /// This process's place in the data-parallel job.
-    pub fn dist(&self) -> &Dist {
-        &self.dist
-    }
-
-    /// The training data set.
-    pub fn train_data(&self) -> &Dataset {
-        &self.train
-    }
-
-    /// Steps done (and the other resumable counters).
-    pub fn state(&self) -> &TrainerState {
-        &self.state
-    }
-
-    /// The run's length in steps.
-    pub fn total_steps(&self) -> usize {
-        self.total_steps
-    }
-
-    /// The policy being trained.
-    pub fn model(&self) -> &CausalLm {
-        &self.learner.model
-    }
-
-    /// Replaces the configured reward (tests and benchmarks score with their own).
-    pub fn set_reward(&mut self, reward: Box<dyn Reward>) {
-        self.reward = reward;
-    }
-
-    /// `--stop-after`: end (with a checkpoint) after this many steps in this process.
-    pub fn set_stop_after(&mut self, steps: Option<usize>) {
-        self.stop_after = steps;
-    }
-
-    /// A test seam: `hook` sees the parameters between a step's old-logprob pass and its update.
-    #[doc(hidden)]
-    pub fn set_before_update(&mut self, hook: ParamsHook) {
-        self.before_update = Some(hook);
-    }
-}
-
 impl Drop for Trainer {
     /// A rank > 0 removes its scratch folder (see [`Trainer::create_with`]), also on an error.
     fn drop(&mut self) {
         if !self.dist.is_root() {
             let _ = std::fs::remove_dir_all(&self.run.root);
-        }
-    }
-}
-
-/// Copies every parameter of `from` into `to` (any devices; the same architecture).
-fn copy_weights(from: &CausalLm, to: &CausalLm) {
-    let (src, dst) = (from.named_parameters(), to.named_parameters());
-    assert_eq!(
-        src.len(),
-        dst.len(),
-        "the sampling copy has the policy's parameters"
-    );
-    tch::no_grad(|| {
-        for ((ns, s), (nd, mut d)) in src.into_iter().zip(dst) {
-            debug_assert_eq!(ns, nd);
-            d.copy_(&s);
-        }
-    });
-}
-
-impl Trainer {
-    /// After an optimizer step: the sampling copy (`rollout.device`) gets the new weights.
-    pub(crate) fn sync_sampler_model(&self) {
-        if let Some(copy) = &self.rollouts.sampler_model {
-            copy_weights(&self.learner.model, copy);
         }
     }
 }

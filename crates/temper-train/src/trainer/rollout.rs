@@ -211,3 +211,28 @@ impl Trainer {
         sampler.sample(requests)
     }
 }
+
+/// Copies every parameter of `from` into `to` (any devices; the same architecture).
+pub(super) fn copy_weights(from: &temper_model::CausalLm, to: &temper_model::CausalLm) {
+    let (src, dst) = (from.named_parameters(), to.named_parameters());
+    assert_eq!(
+        src.len(),
+        dst.len(),
+        "the sampling copy has the policy's parameters"
+    );
+    tch::no_grad(|| {
+        for ((ns, s), (nd, mut d)) in src.into_iter().zip(dst) {
+            debug_assert_eq!(ns, nd);
+            d.copy_(&s);
+        }
+    });
+}
+
+impl Trainer {
+    /// After an optimizer step: the sampling copy (`rollout.device`) gets the new weights.
+    pub(crate) fn sync_sampler_model(&self) {
+        if let Some(copy) = &self.rollouts.sampler_model {
+            copy_weights(&self.learner.model, copy);
+        }
+    }
+}

@@ -1,0 +1,58 @@
+//! What callers outside the trainer read or set (the fields themselves are private).
+use super::{ParamsHook, Trainer};
+use crate::checkpoint::TrainerState;
+use crate::data::Dataset;
+use crate::dist::Dist;
+use crate::rundir::RunDir;
+use temper_model::CausalLm;
+use temper_reward::Reward;
+
+/// What callers outside the trainer read or set: the run folder, the rank, the data, the progress,
+/// the policy, and the seams the tests and benchmarks use.
+impl Trainer {
+    /// The run folder (rank 0's; a scratch folder on other ranks).
+    pub fn run(&self) -> &RunDir {
+        &self.run
+    }
+
+    /// This process's place in the data-parallel job.
+    pub fn dist(&self) -> &Dist {
+        &self.dist
+    }
+
+    /// The training data set.
+    pub fn train_data(&self) -> &Dataset {
+        &self.train
+    }
+
+    /// Steps done (and the other resumable counters).
+    pub fn state(&self) -> &TrainerState {
+        &self.state
+    }
+
+    /// The run's length in steps.
+    pub fn total_steps(&self) -> usize {
+        self.total_steps
+    }
+
+    /// The policy being trained.
+    pub fn model(&self) -> &CausalLm {
+        &self.learner.model
+    }
+
+    /// Replaces the configured reward (tests and benchmarks score with their own).
+    pub fn set_reward(&mut self, reward: Box<dyn Reward>) {
+        self.reward = reward;
+    }
+
+    /// `--stop-after`: end (with a checkpoint) after this many steps in this process.
+    pub fn set_stop_after(&mut self, steps: Option<usize>) {
+        self.stop_after = steps;
+    }
+
+    /// A test seam: `hook` sees the parameters between a step's old-logprob pass and its update.
+    #[doc(hidden)]
+    pub fn set_before_update(&mut self, hook: ParamsHook) {
+        self.before_update = Some(hook);
+    }
+}
