@@ -83,7 +83,7 @@ impl Trainer {
                 is_weights: adv.is_weights.as_ref(),
                 lr,
             };
-            recorded = self.update(step, input, m)?;
+            recorded = self.learner.update(&self.dist, step, input, m)?;
         } else {
             eprintln!(
                 "warning: step {step}: every advantage is zero (all {} groups have equal rewards); skipping the update",

@@ -54,6 +54,25 @@ pub(crate) struct Learner {
     pub(crate) adv_cfg: AdvConfig,
     pub(crate) rollout_corr: temper_algo::RolloutCorrection,
     pub(crate) kl_ctrl: Option<KlController>,
+    /// The config sections the learner reads.
+    pub(crate) settings: LearnerSettings,
+}
+
+/// What the learner reads of the config: `actor` (epochs, clipping, checkpointing, chunks), the
+/// sampling temperature its log-probs are taken at, and `trainer.check_on_policy`.
+pub(crate) struct LearnerSettings {
+    pub(crate) actor: crate::config::ActorConfig,
+    pub(crate) temperature: f64,
+    pub(crate) check_on_policy: bool,
+}
+
+impl Learner {
+    /// Tokens per chunk of logits in every pass over the batch (`actor.unembed_chunk`).
+    pub(crate) fn unembed_chunk(&self) -> i64 {
+        self.settings
+            .actor
+            .unembed_chunk_or(self.model.default_unembed_chunk())
+    }
 }
 
 /// A test seam's callback on the trainable parameters ([`Trainer::set_before_update`]).
@@ -385,6 +404,11 @@ impl Trainer {
             o.eps,
             o.weight_decay,
         );
+        let settings = LearnerSettings {
+            actor: cfg.actor.clone(),
+            temperature: cfg.rollout.temperature,
+            check_on_policy: cfg.trainer.check_on_policy,
+        };
         Ok(Trainer {
             dist,
             cfg,
@@ -399,6 +423,7 @@ impl Trainer {
                 adv_cfg,
                 rollout_corr,
                 kl_ctrl,
+                settings,
             },
             tokenizer,
             eos_ids,
@@ -575,8 +600,6 @@ impl Drop for Trainer {
 impl Trainer {
     /// Tokens per chunk of logits in every pass over the batch (`actor.unembed_chunk`).
     pub(crate) fn unembed_chunk(&self) -> i64 {
-        self.cfg
-            .actor
-            .unembed_chunk_or(self.learner.model.default_unembed_chunk())
+        self.learner.unembed_chunk()
     }
 }

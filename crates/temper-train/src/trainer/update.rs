@@ -9,7 +9,8 @@ use tch::{Kind, Tensor};
 use super::batch::Batch;
 use super::partition::{MiniBatch, Partition};
 use super::stats::{MetricAcc, StepMetrics};
-use super::Trainer;
+use super::Learner;
+use crate::dist::Dist;
 
 /// Gradients are summed over data-parallel ranks in flat buckets of this size (DDP's default).
 const GRAD_BUCKET_BYTES: usize = 25 << 20;
@@ -31,11 +32,12 @@ pub(super) struct UpdateInputs<'a> {
     pub lr: f64,
 }
 
-impl Trainer {
-    /// Runs the update and adds its `actor/*` metrics to `m`; returns the recorded old
-    /// log-probs when `input.old` was `None`.
+impl Learner {
+    /// Runs the update (gradients summed over `dist`'s ranks) and adds its `actor/*` metrics to
+    /// `m`; returns the recorded old log-probs when `input.old` was `None`.
     pub(super) fn update(
         &mut self,
+        dist: &Dist,
         step: usize,
         input: UpdateInputs,
         m: &mut StepMetrics,
@@ -52,17 +54,17 @@ impl Trainer {
             lr,
         } = input;
         const ADDITIVE: [&str; 3] = ["actor/pg_loss", "actor/entropy", "actor/kl_loss"];
-        let temperature = self.cfg.rollout.temperature;
+        let temperature = self.settings.temperature;
         // Without precomputed old log-probs, the first update's own (detached) ones are recorded.
         let mut recorded = Tensor::zeros(
             [batch.rows as i64, batch.response_len],
-            (Kind::Float, self.learner.model.device()),
+            (Kind::Float, self.model.device()),
         );
         let mut acc = MetricAcc::default();
         let mut grad_norms = Vec::new();
         let mut skipped = 0;
         let mut first = Some(first);
-        for epoch in 0..self.cfg.actor.ppo_epochs {
+        for epoch in 0..self.settings.actor.ppo_epochs {
             let parts = match first.take() {
                 Some(p) => p,
                 None => partition.parts(epoch),
@@ -73,13 +75,12 @@ impl Trainer {
                 // from leaving holes between them (see the function). Without it the forward's
                 // activations are freed as the gradients come, and allocating these first would
                 // add the two (today's shape: +400 MiB).
-                if self.cfg.actor.gradient_checkpointing {
-                    temper_kernels::zero_grads_if_missing(&self.learner.params)?;
+                if self.settings.actor.gradient_checkpointing {
+                    temper_kernels::zero_grads_if_missing(&self.params)?;
                 }
                 let mut backward_ran = false;
                 // The loss normalises by the whole mini-batch (every rank's rows).
                 let ctx = self
-                    .learner
                     .loss_cfg
                     .context(&[&Batch::rows_of(response_mask, &mb.all)])?;
                 let masks: Vec<Tensor> = mb
@@ -90,14 +91,14 @@ impl Trainer {
                 let mut additive: BTreeMap<&str, f64> = BTreeMap::new();
                 for (idx, mask) in mb.mine.iter().zip(&masks) {
                     let scores = batch.response_scores(
-                        &self.learner.model,
+                        &self.model,
                         idx,
                         temperature,
                         self.unembed_chunk(),
-                        self.cfg.actor.gradient_checkpointing,
+                        self.settings.actor.gradient_checkpointing,
                     )?;
                     let logp = scores.logp.shallow_clone();
-                    let ent = if self.learner.loss_cfg.entropy_coeff != 0.0 {
+                    let ent = if self.loss_cfg.entropy_coeff != 0.0 {
                         scores.entropy.shallow_clone()
                     } else {
                         scores.entropy.detach()
@@ -118,7 +119,7 @@ impl Trainer {
                     let ref_mb = reference.map(|r| Batch::rows_of(r, idx));
                     let w_mb = is_weights.map(|w| Batch::rows_of(w, idx));
                     let out = temper_algo::actor_loss(
-                        &self.learner.loss_cfg,
+                        &self.loss_cfg,
                         &temper_algo::ActorLossInput {
                             log_prob: &logp,
                             old_log_prob: Some(&old_mb),
@@ -130,7 +131,7 @@ impl Trainer {
                         },
                         &ctx,
                     )?;
-                    if self.cfg.trainer.check_on_policy && epoch == 0 && mb_i == 0 {
+                    if self.settings.check_on_policy && epoch == 0 && mb_i == 0 {
                         let valid = Batch::rows_of(&batch.response_mask, idx);
                         check_reproduces(step, &logp, &old_mb, &valid)?;
                     }
@@ -156,28 +157,25 @@ impl Trainer {
                 // every parameter as PyTorch's does with no gradients (data-parallel ranks then
                 // send zeros, as before).
                 if !backward_ran {
-                    temper_kernels::clear_grads(&self.learner.params)?;
+                    temper_kernels::clear_grads(&self.params)?;
                 }
-                self.dist
-                    .all_reduce_grads(&self.learner.params, GRAD_BUCKET_BYTES)?;
-                let norm = temper_algo::optim::clip_grad_norm(
-                    &self.learner.params,
-                    self.cfg.actor.grad_clip,
-                );
+                dist.all_reduce_grads(&self.params, GRAD_BUCKET_BYTES)?;
+                let norm =
+                    temper_algo::optim::clip_grad_norm(&self.params, self.settings.actor.grad_clip);
                 grad_norms.push(norm);
                 if norm.is_finite() {
-                    self.learner.optimizer.lr = lr;
-                    self.learner.optimizer.step(&self.learner.params)?;
+                    self.optimizer.lr = lr;
+                    self.optimizer.step(&self.params)?;
                 } else {
                     eprintln!(
                         "warning: step {step}: grad norm is {norm}; skipping this optimizer step"
                     );
                     skipped += 1;
                 }
-                temper_kernels::clear_grads(&self.learner.params)?;
+                temper_kernels::clear_grads(&self.params)?;
             }
         }
-        acc.all_reduce(&self.dist, &ADDITIVE)?;
+        acc.all_reduce(dist, &ADDITIVE)?;
         acc.finish(m);
         let finite: Vec<f64> = grad_norms
             .iter()
@@ -201,7 +199,7 @@ impl Trainer {
             return Ok(None);
         }
         // Each rank recorded its own rows.
-        self.dist.sum_tensor(&recorded)?;
+        dist.sum_tensor(&recorded)?;
         Ok(Some(recorded))
     }
 }
