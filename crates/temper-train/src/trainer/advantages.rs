@@ -1,4 +1,4 @@
-//! Phases 3 and 4 of a step: the log-probs before the update (old policy, reference), then the
+//! The Learner's log-probs before the update (old policy, reference), then the
 //! rewards turned into per-token advantages (`algorithm.adv_estimator`, with the KL penalty in
 //! the reward when `algorithm.use_kl_in_reward`) and the rollout-vs-trainer correction
 //! (`algorithm.rollout_correction`: importance weights, rejection masks, mismatch metrics).
@@ -6,7 +6,8 @@ use super::batch::{to_rows, Batch};
 use super::partition::MiniBatch;
 use super::stats::{put_mmm, StepMetrics};
 use super::step_batch::StepBatch;
-use super::Trainer;
+use super::Learner;
+use crate::dist::Dist;
 use anyhow::Result;
 use std::time::Instant;
 use tch::{Kind, Tensor};
@@ -48,24 +49,25 @@ pub(crate) struct StepAdvantages {
     pub metrics: StepMetrics,
 }
 
-impl Trainer {
+impl Learner {
     /// Phase 3: old log-probs (unless the first update's own serve) and reference log-probs,
     /// computed on `first`, the first update's micro-batches, so that with `check_on_policy` the
     /// update can be asked to reproduce them bitwise.
     pub(super) fn logprobs_before_update(
         &self,
+        dist: &Dist,
         batch: &Batch,
         first: &[MiniBatch],
     ) -> Result<BeforeUpdate> {
-        let rc = self.learner.rollout_corr;
-        let reuse_first = !self.cfg.trainer.check_on_policy
+        let rc = self.rollout_corr;
+        let reuse_first = !self.settings.check_on_policy
             && !rc.bypass_mode
             && rc.rollout_is.is_none()
             && rc.rollout_rs.is_none()
-            && self.learner.kl_ctrl.is_none()
-            && self.cfg.actor.ppo_epochs == 1
+            && self.kl_ctrl.is_none()
+            && self.settings.actor.ppo_epochs == 1
             && first.len() == 1;
-        let temperature = self.cfg.rollout.temperature;
+        let temperature = self.settings.temperature;
         let mut metrics = StepMetrics::new();
         let t_old = Instant::now();
         let old = if rc.bypass_mode {
@@ -74,11 +76,11 @@ impl Trainer {
             None
         } else {
             Some(batch.logprobs_by_parts(
-                &self.learner.model,
+                &self.model,
                 first,
                 temperature,
                 self.unembed_chunk(),
-                &self.dist,
+                dist,
             )?)
         };
         metrics.insert(
@@ -86,14 +88,10 @@ impl Trainer {
             t_old.elapsed().as_secs_f64(),
         );
         let t_ref = Instant::now();
-        let reference = match &self.learner.reference {
-            Some(r) => Some(batch.logprobs_by_parts(
-                r,
-                first,
-                temperature,
-                self.unembed_chunk(),
-                &self.dist,
-            )?),
+        let reference = match &self.reference {
+            Some(r) => {
+                Some(batch.logprobs_by_parts(r, first, temperature, self.unembed_chunk(), dist)?)
+            }
             None => None,
         };
         metrics.insert("timing_s/ref".into(), t_ref.elapsed().as_secs_f64());
@@ -119,8 +117,8 @@ impl Trainer {
             .to(batch.response_mask.device());
         let mut token_rewards =
             temper_algo::advantage::outcome_to_token_rewards(&score_t, &batch.response_mask)?;
-        if let (Some(ctrl), Some(r)) = (&mut self.learner.kl_ctrl, &before.reference) {
-            let kl = self.cfg.algorithm.kl_penalty;
+        if let (Some(ctrl), Some(r)) = (&mut self.kl_ctrl, &before.reference) {
+            let kl = self.settings.kl_penalty;
             let (tr, km) = temper_algo::apply_kl_in_reward(
                 &token_rewards,
                 before
@@ -143,7 +141,7 @@ impl Trainer {
         )?;
         put_mmm(&mut m, "critic/rewards", &seq_rewards);
         let advantages = temper_algo::compute_advantages(
-            &self.learner.adv_cfg,
+            &self.adv_cfg,
             &token_rewards,
             &batch.response_mask,
             &sb.index,
@@ -194,14 +192,14 @@ impl Trainer {
         before: &BeforeUpdate,
         m: &mut StepMetrics,
     ) -> Result<(Tensor, Option<Tensor>)> {
-        let (false, Some(old)) = (self.learner.rollout_corr.bypass_mode, &before.old) else {
+        let (false, Some(old)) = (self.rollout_corr.bypass_mode, &before.old) else {
             return Ok((batch.response_mask.shallow_clone(), None));
         };
         let rc = temper_algo::rollout_correction(
             old,
             &batch.rollout_logprobs,
             &batch.response_mask,
-            &self.learner.rollout_corr,
+            &self.rollout_corr,
         )?;
         m.extend(rc.metrics.into_iter().map(|(k, v)| (k.to_string(), v)));
         Ok((rc.response_mask, rc.rollout_is_weights))

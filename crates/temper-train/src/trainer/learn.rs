@@ -50,13 +50,15 @@ impl Trainer {
         let first = partition.parts(0);
 
         // Log-probs before the update, on the first update's micro-batches.
-        let before = self.logprobs_before_update(batch, &first)?;
+        let before = self
+            .learner
+            .logprobs_before_update(&self.dist, batch, &first)?;
         m.extend(before.metrics.clone());
 
         let adv = match source {
-            AdvantageSource::Scores(sb) => self.advantages(sb, &before)?,
+            AdvantageSource::Scores(sb) => self.learner.advantages(sb, &before)?,
             AdvantageSource::Given(advantages) => {
-                self.given_advantages(batch, &before, advantages)?
+                self.learner.given_advantages(batch, &before, advantages)?
             }
         };
         m.extend(adv.metrics.clone());

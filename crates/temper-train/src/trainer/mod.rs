@@ -59,11 +59,14 @@ pub(crate) struct Learner {
 }
 
 /// What the learner reads of the config: `actor` (epochs, clipping, checkpointing, chunks), the
-/// sampling temperature its log-probs are taken at, and `trainer.check_on_policy`.
+/// sampling temperature its log-probs are taken at, `trainer.check_on_policy` and the KL
+/// penalty's estimator.
 pub(crate) struct LearnerSettings {
     pub(crate) actor: crate::config::ActorConfig,
     pub(crate) temperature: f64,
     pub(crate) check_on_policy: bool,
+    /// `algorithm.kl_penalty`: the KL estimator of a KL penalty in the reward.
+    pub(crate) kl_penalty: temper_algo::KlType,
 }
 
 impl Learner {
@@ -408,6 +411,7 @@ impl Trainer {
             actor: cfg.actor.clone(),
             temperature: cfg.rollout.temperature,
             check_on_policy: cfg.trainer.check_on_policy,
+            kl_penalty: cfg.algorithm.kl_penalty,
         };
         Ok(Trainer {
             dist,
