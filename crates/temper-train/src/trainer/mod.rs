@@ -4,6 +4,7 @@ mod accessors;
 mod advantages;
 mod algo_setup;
 mod batch;
+mod checkpointer;
 mod compute_dtype;
 mod draw_groups;
 mod env_logs;
@@ -105,6 +106,8 @@ pub struct Trainer {
     warned: std::collections::BTreeSet<&'static str>,
     /// Where rollouts are sampled.
     rollouts: rollout::Rollouts,
+    /// Which steps are saved, and how.
+    checkpointer: checkpointer::Checkpointer,
     /// The environment of an `env.name` run (None: prompts + reward).
     env: Option<env_runtime::EnvRuntime>,
     /// `rollout.device`: the policy's copy the in-process engine samples with, refreshed after
@@ -413,7 +416,9 @@ impl Trainer {
             check_on_policy: cfg.trainer.check_on_policy,
             kl_penalty: cfg.algorithm.kl_penalty,
         };
+        let checkpointer = checkpointer::Checkpointer::new(run.checkpoints(), &cfg.trainer);
         Ok(Trainer {
+            checkpointer,
             dist,
             cfg,
             run,
@@ -497,8 +502,7 @@ impl Trainer {
             self.state.kl_coef = self.learner.kl_ctrl.as_ref().map(|c| c.value());
             if self.dist.is_root() {
                 self.record_metrics(step, &m)?;
-                let sf = self.cfg.trainer.save_freq;
-                if (sf > 0 && step.is_multiple_of(sf as usize)) || step == end {
+                if self.checkpointer.due(step, end) {
                     self.save_checkpoint()?;
                 }
             }
@@ -528,22 +532,9 @@ impl Trainer {
         Ok(())
     }
 
+    /// Saves a checkpoint of the current step (see [`checkpointer::Checkpointer`]).
     pub fn save_checkpoint(&self) -> Result<PathBuf> {
-        let dir = self.run.checkpoints();
-        let model = &self.learner.model;
-        let opt = &self.learner.optimizer;
-        // With LoRA the model folder holds the merged weights (what vLLM or transformers load)
-        // and, in `adapter/`, the adapters in PEFT's format (what a resume continues from).
-        let save_model = |d: &Path| -> Result<()> {
-            model.save(d)?;
-            if model.lora_config().is_some() {
-                model.save_lora_adapter(&d.join("adapter"))?;
-            }
-            Ok(())
-        };
-        let p = checkpoint::save_checkpoint(&dir, &self.state, &save_model, &|f| opt.save(f))?;
-        checkpoint::prune(&dir, self.cfg.trainer.max_ckpt_to_keep)?;
-        Ok(p)
+        self.checkpointer.save(&self.learner, &self.state)
     }
 
     fn progress_bar(&self, pos: usize) -> indicatif::ProgressBar {

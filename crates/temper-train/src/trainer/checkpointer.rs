@@ -1,0 +1,51 @@
+//! The run's checkpointer: which steps are saved (every `trainer.save_freq` steps, and the last
+//! step of a run or of `--stop-after`), what a checkpoint holds of the learner (the weights, the
+//! adapters with LoRA, AdamW's state) and how many are kept (`trainer.max_ckpt_to_keep`). The
+//! folder layout and the atomic write are `crate::checkpoint`'s.
+use super::Learner;
+use crate::checkpoint::{self, TrainerState};
+use crate::config::TrainerConfig;
+use anyhow::Result;
+use std::path::{Path, PathBuf};
+
+pub(crate) struct Checkpointer {
+    /// `<run>/checkpoints`.
+    dir: PathBuf,
+    save_freq: i64,
+    max_to_keep: Option<usize>,
+}
+
+impl Checkpointer {
+    /// Checkpoints under `dir` as the `trainer` section says.
+    pub fn new(dir: PathBuf, trainer: &TrainerConfig) -> Self {
+        Checkpointer {
+            dir,
+            save_freq: trainer.save_freq,
+            max_to_keep: trainer.max_ckpt_to_keep,
+        }
+    }
+
+    /// Whether `step` is saved in a fit that ends at `end`.
+    pub fn due(&self, step: usize, end: usize) -> bool {
+        let sf = self.save_freq;
+        (sf > 0 && step.is_multiple_of(sf as usize)) || step == end
+    }
+
+    /// Saves the learner and `state` as `global_step_<state.step>`, then prunes the oldest.
+    pub fn save(&self, learner: &Learner, state: &TrainerState) -> Result<PathBuf> {
+        let model = &learner.model;
+        let opt = &learner.optimizer;
+        // With LoRA the model folder holds the merged weights (what vLLM or transformers load)
+        // and, in `adapter/`, the adapters in PEFT's format (what a resume continues from).
+        let save_model = |d: &Path| -> Result<()> {
+            model.save(d)?;
+            if model.lora_config().is_some() {
+                model.save_lora_adapter(&d.join("adapter"))?;
+            }
+            Ok(())
+        };
+        let p = checkpoint::save_checkpoint(&self.dir, state, &save_model, &|f| opt.save(f))?;
+        checkpoint::prune(&self.dir, self.max_to_keep)?;
+        Ok(p)
+    }
+}
