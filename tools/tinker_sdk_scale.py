@@ -94,4 +94,27 @@ ok(z.metrics["loss:sum"] == 0.0, "all-zero advantages: loss:sum == 0")
 zero.optim_step(adam).result()
 lp_zero = np.array(zero.forward([probe], "importance_sampling").result().loss_fn_outputs[0]["logprobs"].data)
 ok(np.array_equal(lp_zero, lp_base), "all-zero advantages leave the weights unchanged")
+# A long prompt's sampling request at the largest widths: target_prompt_logprobs with 64 ids at
+# every position (the own next token first, dense and sparse), prompt_alt_tokens_k=64 and
+# topk_prompt_logprobs=64, in one call each; the own-token column equals compute_logprobs'.
+import torch
+
+prompt = rng.integers(0, cli.vocab, cli.length).tolist()
+sampler = sc.create_sampling_client(base_model=cli.base_model)
+own = np.array(sampler.compute_logprobs(types.ModelInput.from_ints(prompt)).result()[1:], dtype=np.float64)
+ids = torch.tensor(rng.integers(0, cli.vocab, (cli.length - 1, 64)), dtype=torch.int64)
+ids[:, 0] = torch.tensor(prompt[1:])
+params = types.SamplingParams(max_tokens=1, seed=1)
+for name, td in (("dense", types.TensorData.from_torch(ids)),
+                 ("sparse", types.TensorData.from_torch_sparse(ids, pad_value=-1))):
+    r = sampler.sample(types.ModelInput.from_ints(prompt), 1, params, target_prompt_logprobs=td).result()
+    got = r.target_prompt_logprobs.to_torch().double().numpy()
+    ok(got.shape == (cli.length - 1, 64) and np.isfinite(got).all() and (got <= 0).all()
+       and np.abs(got[:, 0] - own).max() <= 1e-4,
+       f"target_prompt_logprobs ({name}, {got.size} cells, a {cli.length}-token prompt): own ids == compute_logprobs")
+r = sampler.sample(types.ModelInput.from_ints(prompt), 1, params, prompt_alt_tokens_k=64,
+                   topk_prompt_logprobs=64).result()
+alt = r.prompt_alt_tokens.tokens.to_torch()
+ok(tuple(alt.shape) == (cli.length - 1, 64) and len(r.topk_prompt_logprobs) == cli.length,
+   f"prompt_alt_tokens_k=64 and topk_prompt_logprobs=64 on a {cli.length}-token prompt")
 print("all checks passed")

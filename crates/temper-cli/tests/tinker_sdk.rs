@@ -67,7 +67,8 @@ fn the_tinker_sdk_trains_and_samples_on_temper() {
 }
 
 /// An RL-sized batch (300 datums x 1024 tokens) in one SDK call, cut by the SDK into several
-/// requests, updates exactly as the same datums in small calls; all-zero advantages add nothing.
+/// requests, updates exactly as the same datums in small calls; all-zero advantages add nothing;
+/// a 1024-token prompt's sample request at the largest prompt widths (64 target ids per position).
 #[test]
 fn the_tinker_sdk_sends_an_rl_sized_batch() {
     let root = common::temp_dir("tinker-scale-root");
