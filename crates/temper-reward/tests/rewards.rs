@@ -78,22 +78,15 @@ fn registry_and_answer_rewards() {
     assert_eq!(out.metrics["answer_reward"], 1.0);
 
     // math: no format requirement; boxed, "the answer is", last number.
-    assert_eq!(
-        score("math", Value::Null, "so \\boxed{12}", "12").reward,
-        1.0
-    );
-    assert_eq!(
-        score("math", Value::Null, "The answer is 12.", "12").reward,
-        1.0
-    );
-    assert_eq!(
-        score("math", Value::Null, "I get 3 then 12", "12").reward,
-        1.0
-    );
-    assert_eq!(
-        score("math", Value::Null, "I get 12 then 3", "12").reward,
-        0.0
-    );
+    for (completion, want) in [
+        ("so \\boxed{12}", 1.0),
+        ("The answer is 12.", 1.0),
+        ("I get 3 then 12", 1.0),
+        ("I get 12 then 3", 0.0),
+    ] {
+        let got = score("math", Value::Null, completion, "12").reward;
+        assert_eq!(got, want, "{completion:?}");
+    }
     // strict extraction refuses the last-number fallback.
     assert_eq!(
         score(

@@ -185,17 +185,18 @@ mod tests {
     use super::*;
     use serde_json::json;
 
+    fn cells(pairs: &[(usize, i64)]) -> Vec<TargetCell> {
+        pairs
+            .iter()
+            .map(|&(row, token)| TargetCell { row, token })
+            .collect()
+    }
+
     #[test]
     fn dense_and_sparse_cells_and_answers() {
         let dense = json!({"data": [5, -1, -1, 7], "dtype": "int64", "shape": [2, 2]});
         let t = parse(&dense, 3, 10).unwrap();
-        assert_eq!(
-            t.cells,
-            vec![
-                TargetCell { row: 0, token: 5 },
-                TargetCell { row: 1, token: 7 }
-            ]
-        );
+        assert_eq!(t.cells, cells(&[(0, 5), (1, 7)]));
         let a = t.answer(&[-1.5, -2.5]);
         let Some(proto::tensor::Encoding::Dense(b)) = a.encoding else {
             panic!("dense in, dense out")
@@ -206,13 +207,7 @@ mod tests {
         let sparse = json!({"data": [3, 4], "dtype": "int64", "shape": [2, 3],
             "sparse_crow_indices": [0, 0, 2], "sparse_col_indices": [0, 2]});
         let t = parse(&sparse, 3, 10).unwrap();
-        assert_eq!(
-            t.cells,
-            vec![
-                TargetCell { row: 1, token: 3 },
-                TargetCell { row: 1, token: 4 }
-            ]
-        );
+        assert_eq!(t.cells, cells(&[(1, 3), (1, 4)]));
         let Some(proto::tensor::Encoding::SparseCsr(c)) = t.answer(&[-0.5, -0.25]).encoding else {
             panic!("sparse in, sparse out")
         };
