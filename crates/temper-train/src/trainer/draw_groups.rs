@@ -144,7 +144,7 @@ impl Trainer {
             return self.groups_from(&self.train, &a.kept, a.samples, None, a.version);
         }
         let (kept, requests) = self.train_batch_requests(batch, params)?;
-        let version = self.sampling_version();
+        let version = self.rollouts.sampling_version(self.state.policy_version);
         let seed = mix(self.cfg.trainer.seed, batch as u64, TRAIN_SEED_SALT);
         let (samples, texts) = self.one_turn_rollouts(requests, seed, true)?;
         self.groups_from(&self.train, &kept, samples, Some(texts), version)

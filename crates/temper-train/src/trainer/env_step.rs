@@ -217,15 +217,16 @@ impl Trainer {
             };
             // The policy's frozen sampling weights are built once for every round of the step
             // (its engine calls reuse them), not once per round.
-            self.with_policy_sampling_weights(|| {
-                run_groups(&mut sampler, &mut groups, &mut |round, asks| {
-                    if let Some(line) = env.round_line(round, asks) {
-                        if self.dist.is_root() {
-                            eprintln!("{line}");
+            self.rollouts
+                .with_sampling_weights(&self.learner.model, || {
+                    run_groups(&mut sampler, &mut groups, &mut |round, asks| {
+                        if let Some(line) = env.round_line(round, asks) {
+                            if self.dist.is_root() {
+                                eprintln!("{line}");
+                            }
                         }
-                    }
-                })
-            })?;
+                    })
+                })?;
         }
         Ok(runs.iter().map(|r| r.outcome(step)).collect())
     }

@@ -417,6 +417,7 @@ impl Trainer {
             kl_penalty: cfg.algorithm.kl_penalty,
         };
         let checkpointer = checkpointer::Checkpointer::new(run.checkpoints(), &cfg.trainer);
+        let max_num_seqs = cfg.rollout.max_num_seqs;
         Ok(Trainer {
             checkpointer,
             dist,
@@ -451,6 +452,7 @@ impl Trainer {
             rollouts: rollout::Rollouts {
                 servers: remote,
                 sampler_model,
+                max_num_seqs,
             },
             env,
         })

@@ -6,6 +6,7 @@ use crate::config::{GroupMetric, Truncation, WeightSync};
 use crate::data::Example;
 use anyhow::{bail, Context, Result};
 use std::collections::BTreeMap;
+use temper_model::{CausalLm, Tokenizer};
 use temper_rollout::{Engine, EngineConfig, Request, Sample, Sampler, SamplingParams};
 
 /// Where a run's rollouts are sampled: on the rollout servers (`rollout.backend` remote), else by
@@ -15,17 +16,68 @@ pub(crate) struct Rollouts {
     pub(super) servers: Option<super::servers::RolloutServers>,
     /// `rollout.device`: the policy's copy the in-process engine samples with, refreshed after
     /// every optimizer step (None: the engine uses the policy).
-    pub(super) sampler_model: Option<temper_model::CausalLm>,
+    pub(super) sampler_model: Option<CausalLm>,
+    /// `rollout.max_num_seqs`: rows per in-process engine batch.
+    pub(super) max_num_seqs: usize,
 }
 
 impl Rollouts {
     /// The weights the in-process engine samples with: the copy on `rollout.device`, else the
     /// policy itself.
-    pub(super) fn engine_model<'a>(
-        &'a self,
-        policy: &'a temper_model::CausalLm,
-    ) -> &'a temper_model::CausalLm {
+    pub(super) fn engine_model<'a>(&'a self, policy: &'a CausalLm) -> &'a CausalLm {
         self.sampler_model.as_ref().unwrap_or(policy)
+    }
+
+    /// Runs `f` with the in-process sampler's frozen weights built once
+    /// ([`temper_model::CausalLm::with_sampling_weights`]): every engine call inside reuses them
+    /// (one policy version, several sampling rounds). With rollout servers there is nothing to
+    /// freeze.
+    pub(super) fn with_sampling_weights<T>(&self, policy: &CausalLm, f: impl FnOnce() -> T) -> T {
+        match &self.servers {
+            Some(_) => f(),
+            None => self.engine_model(policy).with_sampling_weights(f),
+        }
+    }
+
+    /// Samples `requests` on the servers (`on_servers`, with a remote backend), else in process
+    /// with `policy` (or its `rollout.device` copy), `rollout.max_num_seqs` rows at a time. Every
+    /// request carries its own seed, so a server's engine draws what this one would.
+    pub(super) fn sample(
+        &self,
+        policy: &CausalLm,
+        eos_ids: &[i64],
+        tokenizer: &Tokenizer,
+        requests: &[Request],
+        seed: u64,
+        on_servers: bool,
+    ) -> Result<Vec<Sample>> {
+        if requests.is_empty() {
+            return Ok(vec![]);
+        }
+        let engine;
+        let sampler: &dyn Sampler = match &self.servers {
+            Some(r) if on_servers => r.sampler.as_ref(),
+            _ => {
+                engine = Engine::new(self.engine_model(policy), eos_ids.to_vec())
+                    .with_decoder(tokenizer)
+                    .with_config(EngineConfig {
+                        max_batch_rows: self.max_num_seqs,
+                        seed,
+                        ..EngineConfig::default()
+                    });
+                &engine
+            }
+        };
+        sampler.sample(requests)
+    }
+
+    /// The policy version that samples now: the servers' for a remote backend, else the
+    /// trainer's own (`trainer_version`).
+    pub(super) fn sampling_version(&self, trainer_version: u64) -> u64 {
+        match &self.servers {
+            Some(r) => r.served_version,
+            None => trainer_version,
+        }
     }
 }
 
@@ -166,54 +218,29 @@ impl Trainer {
         Ok((kept, requests))
     }
 
-    /// Samples `requests` on the servers (`on_servers`, with a remote backend), else in process.
-    /// Every request carries its own seed, so a server's engine draws what this one would.
-    /// Runs `f` with the in-process sampler's frozen weights built once
-    /// ([`temper_model::CausalLm::with_sampling_weights`]): every engine call inside reuses them
-    /// (one policy version, several sampling rounds). With rollout servers there is nothing to
-    /// freeze.
-    pub(crate) fn with_policy_sampling_weights<T>(&self, f: impl FnOnce() -> T) -> T {
-        match &self.rollouts.servers {
-            Some(_) => f(),
-            None => self
-                .rollouts
-                .engine_model(&self.learner.model)
-                .with_sampling_weights(f),
-        }
-    }
-
+    /// Samples `requests` with the run's [`Rollouts`]: on the servers (`on_servers`, with a
+    /// remote backend), else in process with the policy.
     pub(crate) fn sample(
         &self,
         requests: &[Request],
         seed: u64,
         on_servers: bool,
     ) -> Result<Vec<Sample>> {
-        if requests.is_empty() {
-            return Ok(vec![]);
-        }
-        let engine;
-        let sampler: &dyn Sampler = match &self.rollouts.servers {
-            Some(r) if on_servers => r.sampler.as_ref(),
-            _ => {
-                engine = Engine::new(
-                    self.rollouts.engine_model(&self.learner.model),
-                    self.eos_ids.clone(),
-                )
-                .with_decoder(&self.tokenizer)
-                .with_config(EngineConfig {
-                    max_batch_rows: self.cfg.rollout.max_num_seqs,
-                    seed,
-                    ..EngineConfig::default()
-                });
-                &engine
-            }
-        };
-        sampler.sample(requests)
+        let policy = &self.learner.model;
+        let rollouts = &self.rollouts;
+        rollouts.sample(
+            policy,
+            &self.eos_ids,
+            &self.tokenizer,
+            requests,
+            seed,
+            on_servers,
+        )
     }
 }
 
 /// Copies every parameter of `from` into `to` (any devices; the same architecture).
-pub(super) fn copy_weights(from: &temper_model::CausalLm, to: &temper_model::CausalLm) {
+pub(super) fn copy_weights(from: &CausalLm, to: &CausalLm) {
     let (src, dst) = (from.named_parameters(), to.named_parameters());
     assert_eq!(
         src.len(),

@@ -149,15 +149,6 @@ impl Trainer {
         Ok(())
     }
 
-    /// The policy version that samples now: the servers' for a remote backend, else the
-    /// trainer's own.
-    pub(crate) fn sampling_version(&self) -> u64 {
-        match &self.rollouts.servers {
-            Some(r) => r.served_version,
-            None => self.state.policy_version,
-        }
-    }
-
     /// After an optimizer step (`policy_version` already counted): with `weight_sync = "disk"`
     /// and every `sync_every` versions, waits for the batches in flight, writes the weights
     /// (atomically, LoRA merged) to `<run>/rollout_weights` and has every server reload them.
