@@ -7,9 +7,7 @@
 use super::batch::{to_rows, Batch};
 use super::env_logs;
 use super::episodes::TrainerSampler;
-use super::learn::AdvantageSource;
 use super::stats::{put_mmm, StepMetrics};
-use super::train_step::LearnBatch;
 use super::Trainer;
 use anyhow::{bail, Result};
 use std::collections::BTreeMap;
@@ -21,11 +19,9 @@ use temper_env::{
 };
 use temper_rollout::SamplingParams;
 
-/// An environment step's episodes: their datums (advantages set), the batch built from them in
-/// phase 2, and what the logs need.
+/// An environment step's episodes: their datums (advantages set).
 pub(super) struct EnvEpisodes {
     datums: Vec<Datum>,
-    batch: std::cell::OnceCell<Batch>,
 }
 
 impl Trainer {
@@ -91,20 +87,17 @@ impl Trainer {
         if self.dist.is_root() {
             env_logs::write_records(&self.run.root, step, &records)?;
         }
-        Ok(EnvEpisodes {
-            datums,
-            batch: std::cell::OnceCell::new(),
-        })
+        Ok(EnvEpisodes { datums })
     }
 
-    /// Phase 2 of an environment run: the datums as one mini-batch with their advantages, or
-    /// none when every advantage is zero (skipped with `env.skip_zero_advantage`, else an error).
-    pub(super) fn env_batch<'a>(
+    /// Phase 2 of an environment run: the datums as one batch with their advantages, or none
+    /// when every advantage is zero (skipped with `env.skip_zero_advantage`, else an error).
+    pub(super) fn env_batch(
         &mut self,
         step: usize,
-        episodes: &'a EnvEpisodes,
+        episodes: &EnvEpisodes,
         m: &mut StepMetrics,
-    ) -> Result<Option<LearnBatch<'a>>> {
+    ) -> Result<Option<(Batch, Tensor)>> {
         let datums = &episodes.datums;
         match advantage_stats(datums) {
             None if self.cfg.env.skip_zero_advantage || datums.is_empty() => {
@@ -123,16 +116,7 @@ impl Trainer {
                 if self.dist.is_root() {
                     eprintln!("{line}");
                 }
-                let (batch, advantages) = self.datum_batch(datums);
-                let batch = episodes.batch.get_or_init(|| batch);
-                // One mini-batch of every datum; data-parallel, each rank takes its share (the
-                // datum count varies with the verdicts, so shares may differ by one row).
-                Ok(Some(LearnBatch {
-                    batch,
-                    mini: batch.rows,
-                    advantages: AdvantageSource::Given(advantages),
-                    need_old: false,
-                }))
+                Ok(Some(self.datum_batch(datums)))
             }
         }
     }
@@ -143,10 +127,11 @@ impl Trainer {
         &mut self,
         step: usize,
         episodes: &EnvEpisodes,
+        batch: Option<&Batch>,
         m: &mut StepMetrics,
-    ) -> Result<Option<f64>> {
+    ) -> Result<()> {
         let datums = &episodes.datums;
-        let (loss, trained_tokens) = match episodes.batch.get() {
+        let (loss, trained_tokens) = match batch {
             Some(batch) => (
                 m.get("actor/pg_loss").copied().unwrap_or(0.0),
                 batch.response_mask.sum(Kind::Double).double_value(&[]),
@@ -161,7 +146,7 @@ impl Trainer {
         if self.dist.is_root() {
             env_logs::write_training_step(&self.run.root, step, loss, trained_tokens, datums)?;
         }
-        Ok(None)
+        Ok(())
     }
 
     /// Runs the episodes of `questions` (at `first_position` of the step's batch): one group per

@@ -13,6 +13,7 @@ use super::Trainer;
 use anyhow::Result;
 use serde_json::json;
 use std::time::Instant;
+use tch::Tensor;
 use temper_rollout::SamplingParams;
 
 impl Trainer {
@@ -36,20 +37,41 @@ impl Trainer {
         };
         // 2. The batch (none: nothing to learn from this step).
         let batch = match &episodes {
-            Episodes::Prompts(groups) => self.prompt_batch(step, groups, &mut m),
-            Episodes::Env(env) => self.env_batch(step, env, &mut m)?,
+            Episodes::Prompts(groups) => self.prompt_batch(step, groups, &mut m).map(Built::Prompt),
+            Episodes::Env(env) => self
+                .env_batch(step, env, &mut m)?
+                .map(|(b, a)| Built::Env(b, a)),
         };
         // 3. Advantages, the update, the new weights to the samplers.
-        let learned = match batch {
-            Some(b) => Some(self.learn(step, b.batch, b.mini, b.advantages, b.need_old, &mut m)?),
+        let learned = match &batch {
+            Some(Built::Prompt(sb)) => {
+                let mini = self.cfg.actor.ppo_mini_batch_size * self.cfg.rollout.n;
+                let advantages = AdvantageSource::Scores(sb);
+                Some(self.learn(step, &sb.batch, mini, advantages, true, &mut m)?)
+            }
+            // One mini-batch of every datum; data-parallel, each rank takes its share (the datum
+            // count varies with the verdicts, so shares may differ by one row).
+            Some(Built::Env(b, advantages)) => {
+                let advantages = AdvantageSource::Given(advantages.shallow_clone());
+                Some(self.learn(step, b, b.rows, advantages, false, &mut m)?)
+            }
             None => None,
         };
         // 4. Logs.
-        let tokens = match &episodes {
-            Episodes::Prompts(groups) => {
-                self.prompt_logs(step, groups, learned.as_ref(), &mut m)?
+        let tokens = match (&episodes, &batch) {
+            (Episodes::Prompts(groups), Some(Built::Prompt(sb))) => {
+                let learned = learned.as_ref().expect("learn ran on the batch");
+                Some(self.prompt_logs(step, groups, sb, learned, &mut m)?)
             }
-            Episodes::Env(env) => self.env_logs(step, env, &mut m)?,
+            (Episodes::Prompts(_), _) => None,
+            (Episodes::Env(env), built) => {
+                let batch = match built {
+                    Some(Built::Env(b, _)) => Some(b),
+                    _ => None,
+                };
+                self.env_logs(step, env, batch, &mut m)?;
+                None
+            }
         };
         let secs = t_step.elapsed().as_secs_f64();
         m.insert("timing_s/step".into(), secs);
@@ -79,55 +101,44 @@ impl Trainer {
         Ok(PromptGroups {
             groups: drawn.groups,
             gen_s,
-            batch: std::cell::OnceCell::new(),
         })
     }
 
-    /// Phase 2 of a prompt run: the groups as one batch (`step_batch.rs`), advantages from their
-    /// scores, `actor.ppo_mini_batch_size` groups per optimizer step.
-    fn prompt_batch<'a>(
+    /// Phase 2 of a prompt run: the groups as one batch (`step_batch.rs`), whose advantages come
+    /// from their scores; none when no group was usable.
+    fn prompt_batch(
         &mut self,
         step: usize,
-        groups: &'a PromptGroups,
+        groups: &PromptGroups,
         m: &mut StepMetrics,
-    ) -> Option<LearnBatch<'a>> {
+    ) -> Option<StepBatch> {
         if groups.groups.is_empty() {
             eprintln!("warning: step {step}: no usable prompt groups; skipping the update");
             m.insert("batch/skipped_update".into(), 1.0);
             return None;
         }
-        let sb = groups.batch.get_or_init(|| {
-            StepBatch::new(
-                &groups.groups,
-                self.pad_id,
-                self.learner.model.device(),
-                self.cfg.actor.shared_prefix,
-                self.cfg.model.use_remove_padding,
-            )
-        });
+        let sb = StepBatch::new(
+            &groups.groups,
+            self.pad_id,
+            self.learner.model.device(),
+            self.cfg.actor.shared_prefix,
+            self.cfg.model.use_remove_padding,
+        );
         m.extend(sb.metrics(&groups.groups));
         self.warn_if_no_eos(step, sb.clip_ratio);
-        Some(LearnBatch {
-            batch: &sb.batch,
-            mini: self.cfg.actor.ppo_mini_batch_size * self.cfg.rollout.n,
-            advantages: AdvantageSource::Scores(sb),
-            need_old: true,
-        })
+        Some(sb)
     }
 
     /// Phase 4 of a prompt run: the rollouts with their old log-probs (every
-    /// `trainer.rollout_log_freq` steps). Returns the batch's prompt and response tokens (`None`
-    /// when no group was usable).
+    /// `trainer.rollout_log_freq` steps). Returns the batch's prompt and response tokens.
     fn prompt_logs(
         &mut self,
         step: usize,
         groups: &PromptGroups,
-        learned: Option<&Learned>,
+        sb: &StepBatch,
+        learned: &Learned,
         m: &mut StepMetrics,
-    ) -> Result<Option<f64>> {
-        let (Some(sb), Some(learned)) = (groups.batch.get(), learned) else {
-            return Ok(None);
-        };
+    ) -> Result<f64> {
         if self.cfg.trainer.rollout_log_freq > 0
             && step.is_multiple_of(self.cfg.trainer.rollout_log_freq as usize)
         {
@@ -148,7 +159,7 @@ impl Trainer {
             "perf/gen_tokens_per_s".into(),
             sb.response_len.iter().sum::<f64>() / groups.gen_s.max(1e-9),
         );
-        Ok(Some(sb.tokens()))
+        Ok(sb.tokens())
     }
 
     /// Once per run: a warning when no response of a step ended before the length limit.
@@ -212,21 +223,18 @@ enum Episodes {
     Env(EnvEpisodes),
 }
 
-/// A prompt run's groups and their batch (built in phase 2).
+/// A prompt run's groups.
 pub(super) struct PromptGroups {
     groups: Vec<Group>,
     /// Seconds the rollouts took (for `perf/gen_tokens_per_s`).
     gen_s: f64,
-    batch: std::cell::OnceCell<StepBatch>,
 }
 
-/// What phase 3 learns from: the batch, the responses per optimizer step (all ranks), where
-/// the advantages come from, and whether the old log-probs are wanted after a skipped update.
-pub(super) struct LearnBatch<'a> {
-    pub batch: &'a Batch,
-    pub mini: usize,
-    pub advantages: AdvantageSource<'a>,
-    pub need_old: bool,
+/// A step's batch, by source: a prompt run's (advantages from its scores), or an environment's
+/// datums with the advantages the environment set, (N, R) f32 over the batch's rows.
+enum Built {
+    Prompt(StepBatch),
+    Env(Batch, Tensor),
 }
 
 /// Salt of the training sampling seeds (evaluation uses another).
