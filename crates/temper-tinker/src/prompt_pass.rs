@@ -68,58 +68,80 @@ pub struct TargetCell {
 /// The logprob (T = 1) of each cell's token at its position, in the order of `cells`. Rows must be
 /// below `tokens.len() - 1` and tokens inside the vocabulary (checked: an error names the cell).
 pub fn target_logprobs(model: &CausalLm, tokens: &[i64], cells: &[TargetCell]) -> Result<Vec<f32>> {
-    let vocab = model.config().vocab_size;
-    let rows = tokens.len().saturating_sub(1);
-    for (i, c) in cells.iter().enumerate() {
-        if c.row >= rows {
-            bail!(
-                "target_prompt_logprobs: cell {i} is in row {} of {rows} (len(prompt) - 1)",
-                c.row
-            );
-        }
-        if c.token < 0 || c.token >= vocab {
-            bail!(
-                "target_prompt_logprobs: cell {i} (row {}) asks for token {} outside the vocabulary (0..{vocab})",
-                c.row,
-                c.token
-            );
-        }
+    let mut sink = TargetSink::new(model, tokens, cells)?;
+    if !cells.is_empty() {
+        next_token_logprobs(model, tokens, |start, lp| sink.take(start, lp))?;
     }
-    let mut out = vec![0f32; cells.len()];
-    if cells.is_empty() {
-        return Ok(out);
+    Ok(sink.out)
+}
+
+/// Collects [`target_logprobs`]' answer from a prompt pass's chunks.
+struct TargetSink<'a> {
+    cells: &'a [TargetCell],
+    /// Cell indices by row, so that each chunk gathers its own at once.
+    order: Vec<usize>,
+    /// The first cell of `order` not yet gathered.
+    next: usize,
+    device: Device,
+    out: Vec<f32>,
+}
+
+impl<'a> TargetSink<'a> {
+    fn new(model: &CausalLm, tokens: &[i64], cells: &'a [TargetCell]) -> Result<Self> {
+        let vocab = model.config().vocab_size;
+        let rows = tokens.len().saturating_sub(1);
+        for (i, c) in cells.iter().enumerate() {
+            if c.row >= rows {
+                bail!(
+                    "target_prompt_logprobs: cell {i} is in row {} of {rows} (len(prompt) - 1)",
+                    c.row
+                );
+            }
+            if c.token < 0 || c.token >= vocab {
+                bail!(
+                    "target_prompt_logprobs: cell {i} (row {}) asks for token {} outside the vocabulary (0..{vocab})",
+                    c.row,
+                    c.token
+                );
+            }
+        }
+        let mut order: Vec<usize> = (0..cells.len()).collect();
+        order.sort_by_key(|&i| cells[i].row);
+        Ok(TargetSink {
+            cells,
+            order,
+            next: 0,
+            device: model.device(),
+            out: vec![0f32; cells.len()],
+        })
     }
-    // Cells by row, so that each chunk gathers its own at once.
-    let mut order: Vec<usize> = (0..cells.len()).collect();
-    order.sort_by_key(|&i| cells[i].row);
-    let device = model.device();
-    let mut next = 0;
-    next_token_logprobs(model, tokens, |start, lp| {
+
+    fn take(&mut self, start: i64, lp: &Tensor) -> Result<()> {
+        let (cells, order) = (self.cells, &self.order);
         let end = start as usize + lp.size()[0] as usize;
-        let first = next;
-        while next < order.len() && cells[order[next]].row < end {
-            next += 1;
+        let first = self.next;
+        while self.next < order.len() && cells[order[self.next]].row < end {
+            self.next += 1;
         }
-        if first == next {
+        if first == self.next {
             return Ok(());
         }
-        let mine = &order[first..next];
+        let mine = &order[first..self.next];
         let r: Vec<i64> = mine
             .iter()
             .map(|&i| (cells[i].row - start as usize) as i64)
             .collect();
         let t: Vec<i64> = mine.iter().map(|&i| cells[i].token).collect();
         let picked = lp.index(&[
-            Some(Tensor::from_slice(&r).to(device)),
-            Some(Tensor::from_slice(&t).to(device)),
+            Some(Tensor::from_slice(&r).to(self.device)),
+            Some(Tensor::from_slice(&t).to(self.device)),
         ]);
         let values = Vec::<f32>::try_from(picked.to(Device::Cpu))?;
         for (&i, v) in mine.iter().zip(values) {
-            out[i] = v;
+            self.out[i] = v;
         }
         Ok(())
-    })?;
-    Ok(out)
+    }
 }
 
 /// `prompt_alt_tokens_k`'s draws: `k` token ids per prompt position after the first, row-major
@@ -144,23 +166,48 @@ pub fn alt_draws(
     temperature: f64,
     seed: u64,
 ) -> Result<AltDraws> {
-    let rows = tokens.len().saturating_sub(1);
-    let mut out = AltDraws {
-        tokens: Vec::with_capacity(rows * k),
-        logprobs: Vec::with_capacity(rows * k),
-        k,
-    };
-    if k == 0 {
-        return Ok(out);
+    let mut sink = AltSink::new(model, tokens, k, temperature, seed);
+    if k > 0 {
+        next_token_logprobs(model, tokens, |start, lp| sink.take(start, lp))?;
     }
-    let device = model.device();
-    let vocab = model.config().vocab_size;
-    next_token_logprobs(model, tokens, |start, lp| {
+    Ok(sink.out)
+}
+
+/// Collects [`alt_draws`]' answer from a prompt pass's chunks.
+struct AltSink {
+    temperature: f64,
+    seed: u64,
+    vocab: i64,
+    device: Device,
+    out: AltDraws,
+}
+
+impl AltSink {
+    fn new(model: &CausalLm, tokens: &[i64], k: usize, temperature: f64, seed: u64) -> Self {
+        let rows = tokens.len().saturating_sub(1);
+        AltSink {
+            temperature,
+            seed,
+            vocab: model.config().vocab_size,
+            device: model.device(),
+            out: AltDraws {
+                tokens: Vec::with_capacity(rows * k),
+                logprobs: Vec::with_capacity(rows * k),
+                k,
+            },
+        }
+    }
+
+    fn take(&mut self, start: i64, lp: &Tensor) -> Result<()> {
+        let (k, vocab, seed) = (self.out.k, self.vocab, self.seed);
+        if k == 0 {
+            return Ok(());
+        }
         let len = lp.size()[0];
-        let ids = if temperature <= 0.0 {
+        let ids = if self.temperature <= 0.0 {
             lp.argmax(-1, true).repeat([1, k as i64])
         } else {
-            let cdf = (lp / temperature)
+            let cdf = (lp / self.temperature)
                 .softmax(-1, Kind::Float)
                 .cumsum(-1, Kind::Float);
             let total = cdf.narrow(1, vocab - 1, 1);
@@ -171,20 +218,21 @@ pub fn alt_draws(
                     bits as f32 / (1u64 << 24) as f32
                 })
                 .collect();
-            let u = Tensor::from_slice(&u).view([len, k as i64]).to(device) * total;
+            let u = Tensor::from_slice(&u).view([len, k as i64]).to(self.device) * total;
             // The first token whose cumulative probability exceeds u (rounding can leave the
             // last cumulative value a hair under u: clamp into the vocabulary).
             u.searchsorted(&cdf, false, true, "right", None::<Tensor>)
                 .clamp_max(vocab - 1)
         };
         let picked = lp.gather(1, &ids, false);
-        out.tokens
+        self.out
+            .tokens
             .extend(Vec::<i64>::try_from(ids.to(Device::Cpu).reshape([-1]))?);
-        out.logprobs
+        self.out
+            .logprobs
             .extend(Vec::<f32>::try_from(picked.to(Device::Cpu).reshape([-1]))?);
         Ok(())
-    })?;
-    Ok(out)
+    }
 }
 
 /// What a request asks of its prompt's pass (any combination).
@@ -210,24 +258,42 @@ pub struct PromptScores {
     pub alt: Option<AltDraws>,
 }
 
-/// Answers `ask` about `tokens` under `model`.
+/// Answers `ask` about `tokens` under `model`: the tokens' own logprobs by compute_logprobs'
+/// path, and the top-k, target cells and draws from one shared pass over the prompt.
 pub fn score_prompt(model: &CausalLm, tokens: &[i64], ask: &PromptAsk) -> Result<PromptScores> {
+    let logprobs = match ask.logprobs {
+        true => Some(crate::prompt_logprobs(model, tokens)?),
+        false => None,
+    };
+    let mut topk = match ask.topk {
+        0 => None,
+        k => Some(crate::prompt_topk::TopkSink::new(model, tokens, k)?),
+    };
+    let mut targets = match &ask.targets {
+        Some(cells) => Some(TargetSink::new(model, tokens, cells)?),
+        None => None,
+    };
+    let mut alt = ask
+        .alt
+        .map(|(k, temperature, seed)| AltSink::new(model, tokens, k, temperature, seed));
+    if topk.is_some() || targets.is_some() || alt.is_some() {
+        next_token_logprobs(model, tokens, |start, lp| {
+            if let Some(s) = &mut topk {
+                s.take(start, lp)?;
+            }
+            if let Some(s) = &mut targets {
+                s.take(start, lp)?;
+            }
+            if let Some(s) = &mut alt {
+                s.take(start, lp)?;
+            }
+            Ok(())
+        })?;
+    }
     Ok(PromptScores {
-        logprobs: match ask.logprobs {
-            true => Some(crate::prompt_logprobs(model, tokens)?),
-            false => None,
-        },
-        topk: match ask.topk {
-            0 => None,
-            k => Some(crate::prompt_topk_ranked(model, tokens, k)?),
-        },
-        targets: match &ask.targets {
-            Some(cells) => Some(target_logprobs(model, tokens, cells)?),
-            None => None,
-        },
-        alt: match ask.alt {
-            Some((k, temperature, seed)) => Some(alt_draws(model, tokens, k, temperature, seed)?),
-            None => None,
-        },
+        logprobs,
+        topk: topk.map(|s| s.out),
+        targets: targets.map(|s| s.out),
+        alt: alt.map(|s| s.out),
     })
 }

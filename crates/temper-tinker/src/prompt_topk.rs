@@ -37,19 +37,45 @@ pub fn prompt_topk_ranked(
     tokens: &[i64],
     k: usize,
 ) -> Result<Vec<Option<PositionTop>>> {
-    let vocab = model.config().vocab_size;
-    if k == 0 || k > MAX_TOPK {
-        bail!("top-k logprobs: k = {k} must be 1 to {MAX_TOPK}");
+    let mut sink = TopkSink::new(model, tokens, k)?;
+    crate::prompt_pass::next_token_logprobs(model, tokens, |start, lp| sink.take(start, lp))?;
+    Ok(sink.out)
+}
+
+/// Collects [`prompt_topk_ranked`]'s answer from a prompt pass's chunks
+/// ([`crate::prompt_pass::next_token_logprobs`]).
+pub(crate) struct TopkSink<'a> {
+    tokens: &'a [i64],
+    k: i64,
+    device: Device,
+    pub out: Vec<Option<PositionTop>>,
+}
+
+impl<'a> TopkSink<'a> {
+    pub fn new(model: &CausalLm, tokens: &'a [i64], k: usize) -> Result<Self> {
+        if k == 0 || k > MAX_TOPK {
+            bail!("top-k logprobs: k = {k} must be 1 to {MAX_TOPK}");
+        }
+        let mut out: Vec<Option<PositionTop>> = vec![None];
+        out.truncate(tokens.len());
+        Ok(TopkSink {
+            tokens,
+            k: (k as i64).min(model.config().vocab_size),
+            device: model.device(),
+            out,
+        })
     }
-    let mut out: Vec<Option<PositionTop>> = vec![None];
-    out.truncate(tokens.len());
-    let k = (k as i64).min(vocab);
-    let device = model.device();
-    crate::prompt_pass::next_token_logprobs(model, tokens, |start, lp| {
-        let len = lp.size()[0];
+
+    /// The chunk of positions from `start` (`lp`: their next-token log-probs).
+    pub fn take(&mut self, start: i64, lp: &Tensor) -> Result<()> {
+        let (k, len) = (self.k, lp.size()[0]);
         let (values, ids) = lp.topk(k, -1, true, true);
-        let next = &tokens[(start + 1) as usize..(start + 1 + len) as usize];
-        let own = lp.gather(1, &Tensor::from_slice(next).to(device).unsqueeze(1), false);
+        let next = &self.tokens[(start + 1) as usize..(start + 1 + len) as usize];
+        let own = lp.gather(
+            1,
+            &Tensor::from_slice(next).to(self.device).unsqueeze(1),
+            false,
+        );
         let ranks = lp.gt_tensor(&own).sum_dim_intlist(1, false, Kind::Int64) + 1;
         let cpu = |t: Tensor| t.to(Device::Cpu).reshape([-1]);
         let values = Vec::<f32>::try_from(cpu(values))?;
@@ -59,13 +85,12 @@ pub fn prompt_topk_ranked(
         for row in 0..len as usize {
             let r = row * k as usize..(row + 1) * k as usize;
             let top = ids[r.clone()].iter().copied();
-            out.push(Some(PositionTop {
+            self.out.push(Some(PositionTop {
                 top: top.zip(values[r].iter().copied()).collect(),
                 logprob: own[row],
                 rank: ranks[row],
             }));
         }
         Ok(())
-    })?;
-    Ok(out)
+    }
 }
