@@ -4,6 +4,8 @@
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
+# No incremental caches: a clean clone builds once, and they doubled target/ (a CI run ran out of disk).
+export CARGO_INCREMENTAL=0
 scripts/setup-env.sh
 cargo fmt --all --check
 cargo clippy --workspace --all-targets --quiet -- -D warnings
