@@ -177,9 +177,9 @@ pub fn episode_datums(
 
 /// Nonzero-advantage statistics: `Advantage stats (nonzero): n=.. min=.. max=.. mean=..`, or
 /// `None` when every token advantage is 0 (no learning signal).
-pub fn advantage_stats(datums: &[Datum]) -> Option<String> {
+pub fn advantage_stats<'a>(datums: impl IntoIterator<Item = &'a Datum>) -> Option<String> {
     let nz: Vec<f64> = datums
-        .iter()
+        .into_iter()
         .flat_map(|d| d.completion_advantages.iter())
         .filter(|&&a| a != 0.0)
         .map(|&a| a as f64)

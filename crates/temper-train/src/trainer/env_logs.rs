@@ -41,7 +41,7 @@ pub(crate) fn write_training_step(
     step: usize,
     loss: f64,
     trained_tokens: f64,
-    datums: &[Datum],
+    datums: &[&Datum],
 ) -> Result<()> {
     write_json(
         &root.join(format!("training_step_{step}.json")),

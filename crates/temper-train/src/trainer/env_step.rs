@@ -8,28 +8,27 @@ use super::batch::{to_rows, Batch};
 use super::env_logs;
 use super::episodes::TrainerSampler;
 use super::stats::{put_mmm, StepMetrics};
+use super::step_batch::AdvantageKind;
+use super::train_step::{Played, StepEpisodes};
 use super::Trainer;
 use anyhow::{bail, Result};
 use std::collections::BTreeMap;
 use std::time::Instant;
 use tch::{Kind, Tensor};
 use temper_base::seed::mix;
-use temper_env::{
-    advantage_stats, run_groups, Datum, EnvGroup, EnvRun, GroupContext, GroupOutcome,
-};
+use temper_env::{run_groups, Datum, EnvGroup, EnvRun, GroupContext, GroupOutcome};
 use temper_rollout::SamplingParams;
-
-/// An environment step's episodes: their datums (advantages set).
-pub(super) struct EnvEpisodes {
-    datums: Vec<Datum>,
-}
 
 impl Trainer {
     /// Phase 1 of an environment run: this rank's share of the step's questions played (one
     /// group per question, all advanced together by the batched engine), every rank's outcomes
     /// gathered, their datums with advantages (as the environment set them, or the configured
     /// estimator over each question's answers), and the episodes' records written.
-    pub(super) fn env_episodes(&mut self, step: usize, m: &mut StepMetrics) -> Result<EnvEpisodes> {
+    pub(super) fn env_episodes(
+        &mut self,
+        step: usize,
+        m: &mut StepMetrics,
+    ) -> Result<StepEpisodes> {
         let batch_index = self.state.batches_drawn;
         self.state.batches_drawn += 1;
         let (_, questions) = self.order.batch(batch_index);
@@ -76,61 +75,42 @@ impl Trainer {
         if !env.sets_advantages() {
             self.one_turn_advantages(&mut groups)?;
         }
-        let datums: Vec<Datum> = groups.into_iter().flatten().collect();
         put_mmm(m, "critic/score", &rewards);
         m.insert("env/parse_failures".into(), parse_failures as f64);
         m.extend(counts);
-        m.insert("env/datums".into(), datums.len() as f64);
+        m.insert(
+            "env/datums".into(),
+            groups.iter().map(Vec::len).sum::<usize>() as f64,
+        );
         m.insert("timing_s/adv".into(), t_adv.elapsed().as_secs_f64());
 
         // The episodes' records (debate_<k>.json, summary_<k>.json / baseline_<k>.json).
         if self.dist.is_root() {
             env_logs::write_records(&self.run.root, step, &records)?;
         }
-        Ok(EnvEpisodes { datums })
+        // One mini-batch of every datum; data-parallel, each rank takes its share (the datum
+        // count varies with the verdicts, so shares may differ by one row).
+        Ok(StepEpisodes {
+            mini: groups.iter().map(Vec::len).sum(),
+            groups,
+            advantages: AdvantageKind::Given {
+                skip_zero: self.cfg.env.skip_zero_advantage,
+            },
+            need_old: false,
+            source: Played::Env,
+        })
     }
 
-    /// Phase 2 of an environment run: the datums as one batch with their advantages, or none
-    /// when every advantage is zero (skipped with `env.skip_zero_advantage`, else an error).
-    pub(super) fn env_batch(
-        &mut self,
-        step: usize,
-        episodes: &EnvEpisodes,
-        m: &mut StepMetrics,
-    ) -> Result<Option<(Batch, Tensor)>> {
-        let datums = &episodes.datums;
-        match advantage_stats(datums) {
-            None if self.cfg.env.skip_zero_advantage || datums.is_empty() => {
-                if self.dist.is_root() {
-                    eprintln!("warning: step {step}: All token advantages are 0.0 (no learning signal); skipping the update");
-                }
-                m.insert("batch/skipped_update".into(), 1.0);
-                Ok(None)
-            }
-            None => bail!(
-                "step {step}: All token advantages are 0.0 (no learning signal): every group's rewards were equal \
-                 (more rollouts per question, another reward or temperature help; env.skip_zero_advantage = true \
-                 skips such steps)"
-            ),
-            Some(line) => {
-                if self.dist.is_root() {
-                    eprintln!("{line}");
-                }
-                Ok(Some(self.datum_batch(datums)))
-            }
-        }
-    }
-
-    /// Phase 4 of an environment run: `response_length/*` and the step's training record
-    /// (`training_step_<k>.json`: the loss, the trained tokens, the datums).
+    /// Phase 4 of an environment run: the step's training record (`training_step_<k>.json`:
+    /// the loss, the trained tokens, the datums).
     pub(super) fn env_logs(
         &mut self,
         step: usize,
-        episodes: &EnvEpisodes,
+        episodes: &StepEpisodes,
         batch: Option<&Batch>,
         m: &mut StepMetrics,
     ) -> Result<()> {
-        let datums = &episodes.datums;
+        let datums: Vec<&Datum> = episodes.datums().collect();
         let (loss, trained_tokens) = match batch {
             Some(batch) => (
                 m.get("actor/pg_loss").copied().unwrap_or(0.0),
@@ -138,13 +118,8 @@ impl Trainer {
             ),
             None => (0.0, 0.0),
         };
-        let resp: Vec<f64> = datums
-            .iter()
-            .map(|d| d.completion_tokens.len() as f64)
-            .collect();
-        put_mmm(m, "response_length", &resp);
         if self.dist.is_root() {
-            env_logs::write_training_step(&self.run.root, step, loss, trained_tokens, datums)?;
+            env_logs::write_training_step(&self.run.root, step, loss, trained_tokens, &datums)?;
         }
         Ok(())
     }
@@ -248,37 +223,5 @@ impl Trainer {
             }
         }
         Ok(())
-    }
-
-    /// The datums as one batch (shared prompts and packed rows as configured), its loss mask
-    /// the sampled tokens (injected tokens are context, not actions), and their advantages.
-    fn datum_batch(&self, datums: &[Datum]) -> (Batch, Tensor) {
-        let device = self.learner.model.device();
-        let rows: Vec<(&[i64], &[i64], &[f32])> = datums
-            .iter()
-            .map(|d| {
-                (
-                    d.prompt_tokens.as_slice(),
-                    d.completion_tokens.as_slice(),
-                    d.completion_logprobs.as_slice(),
-                )
-            })
-            .collect();
-        let mut batch = Batch::new(&rows, self.pad_id, device);
-        if self.cfg.actor.shared_prefix {
-            // Datums with equal prompts (a question's answers, a summarizer's n tries) run it once.
-            batch.share_prompts(&rows.iter().map(|r| r.0).collect::<Vec<_>>());
-        }
-        if self.cfg.model.use_remove_padding {
-            batch.remove_padding(&rows);
-        }
-        batch.response_mask = batch.response_values(
-            datums
-                .iter()
-                .map(|d| d.completion_mask.iter().map(|&x| x as f32).collect()),
-        );
-        let advantages =
-            batch.response_values(datums.iter().map(|d| d.completion_advantages.clone()));
-        (batch, advantages)
     }
 }

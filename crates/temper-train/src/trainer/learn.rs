@@ -1,9 +1,7 @@
-//! The part of a step that both episode sources share (prompt groups drawn and scored,
-//! `train_step.rs`; environment episodes, `env_step.rs`): the mini/micro-batch split, the log-probs
+//! Phase 3 of a step, whichever source played its episodes: the mini/micro-batch split, the log-probs
 //! before the update (old policy, reference), the advantages, the update (skipped when every
 //! advantage is zero), and the new weights to the rollout servers.
 use super::advantages::StepAdvantages;
-use super::batch::Batch;
 use super::partition::Partition;
 use super::stats::StepMetrics;
 use super::step_batch::StepBatch;
@@ -13,16 +11,6 @@ use anyhow::Result;
 use std::time::Instant;
 use tch::Tensor;
 use temper_base::seed::mix;
-
-/// Where a step's advantages come from.
-pub(super) enum AdvantageSource<'a> {
-    /// Prompt groups: the rewards' scores, turned into advantages once the old and reference
-    /// log-probs are known (the KL penalty in the reward needs them).
-    Scores(&'a StepBatch),
-    /// Environment datums: per-token advantages the environment (or the one-turn estimator) set,
-    /// (N, R) f32 over the batch's rows; the batch's response mask is their loss mask.
-    Given(Tensor),
-}
 
 /// What a step's learning phase leaves for its logs.
 pub(super) struct Learned {
@@ -34,18 +22,19 @@ pub(super) struct Learned {
 }
 
 impl Trainer {
-    /// Trains on `batch` (`mini` responses per optimizer step, all ranks together) with the
-    /// advantages of `source`; adds the phases' metrics to `m`. With `need_old`, the old
-    /// log-probs are computed after a skipped update if nothing computed them before.
+    /// Trains on the step's batch (`mini` responses per optimizer step, all ranks together)
+    /// with the advantages its environment set, or else from its rewards; adds the phases'
+    /// metrics to `m`. With `need_old`, the old log-probs are computed after a skipped update if
+    /// nothing computed them before.
     pub(super) fn learn(
         &mut self,
         step: usize,
-        batch: &Batch,
+        sb: &StepBatch,
         mini: usize,
-        source: AdvantageSource<'_>,
         need_old: bool,
         m: &mut StepMetrics,
     ) -> Result<Learned> {
+        let batch = &sb.batch;
         let partition = self.partition(step, batch.rows, mini);
         let first = partition.parts(0);
 
@@ -55,10 +44,11 @@ impl Trainer {
             .logprobs_before_update(&self.dist, batch, &first)?;
         m.extend(before.metrics.clone());
 
-        let adv = match source {
-            AdvantageSource::Scores(sb) => self.learner.advantages(sb, &before)?,
-            AdvantageSource::Given(advantages) => {
-                self.learner.given_advantages(batch, &before, advantages)?
+        let adv = match &sb.given_advantages {
+            None => self.learner.advantages(sb, &before)?,
+            Some(advantages) => {
+                self.learner
+                    .given_advantages(batch, &before, advantages.shallow_clone())?
             }
         };
         m.extend(adv.metrics.clone());

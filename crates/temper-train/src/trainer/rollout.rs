@@ -122,7 +122,26 @@ fn all_equal(v: &[f64]) -> bool {
     v.len() > 1 && v.iter().all(|s| *s == v[0])
 }
 
-impl Group {}
+impl Group {
+    /// The group's answers as one-turn episodes' datums: every completion token sampled (mask
+    /// 1), rewarded with its score; the advantages come from the scores once the step knows its
+    /// old and reference log-probs.
+    pub(crate) fn datums(&self) -> Vec<temper_env::Datum> {
+        self.samples
+            .iter()
+            .zip(&self.scores)
+            .map(|(s, &reward)| temper_env::Datum {
+                prompt_tokens: s.prompt_ids.clone(),
+                completion_tokens: s.completion_ids.clone(),
+                completion_logprobs: s.completion_logprobs.clone(),
+                completion_advantages: vec![0.0; s.completion_ids.len()],
+                completion_mask: vec![1; s.completion_ids.len()],
+                group: self.example.to_string(),
+                reward,
+            })
+            .collect()
+    }
+}
 
 impl Trainer {
     /// The prompt token ids of an example, after the template and the length policy; `None` when

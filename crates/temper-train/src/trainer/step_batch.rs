@@ -1,43 +1,57 @@
-//! Phase 2 of a step: the drawn groups flattened into one padded batch (row i = group i / n,
-//! sample i % n), with the per-row scores and group ids the advantages need.
+//! Phases 1 -> 2 of a step, for either source: the step's episodes (per question, its datums: a
+//! prompt's `n` answers, each a one-turn episode, or an environment group's datums) as one padded
+//! batch (row i = the i-th datum in question order), with the per-row rewards and question ids
+//! the advantages need, or the advantages the environment set.
 use super::batch::Batch;
-use super::rollout::Group;
-use super::stats::{put_mmm, MetricAcc, StepMetrics};
-use tch::Device;
-use temper_rollout::Finish;
+use super::stats::{put_mmm, StepMetrics};
+use tch::{Device, Tensor};
+use temper_env::Datum;
+
+/// Where a step's advantages come from.
+#[derive(Clone, Copy)]
+pub(super) enum AdvantageKind {
+    /// `algorithm.adv_estimator` over each question's rewards, once the old and reference
+    /// log-probs are known (the KL penalty in the reward needs them).
+    FromRewards,
+    /// Per token, as the environment set them in the datums; a step where all are zero is
+    /// skipped with `skip_zero` (`env.skip_zero_advantage`), else an error.
+    Given { skip_zero: bool },
+}
 
 pub(crate) struct StepBatch {
     pub batch: Batch,
-    /// Per row: the reward's score.
+    /// Per row: its datum's reward.
     pub scores: Vec<f64>,
-    /// Per row: its group's index (the GRPO baseline is per group).
+    /// Per row: its question's index in the step (the GRPO baseline is per question).
     pub index: Vec<i64>,
     /// Per row: completion and prompt lengths in tokens.
     pub response_len: Vec<f64>,
     pub prompt_len: Vec<f64>,
-    /// The fraction of rows that stopped at `data.max_response_length`.
-    pub clip_ratio: f64,
+    /// (N, R) f32: the advantages the environment set (`None`: from `scores`).
+    pub given_advantages: Option<Tensor>,
 }
 
 impl StepBatch {
-    /// With `shared_prefix` (`actor.shared_prefix`), rows with equal prompts run their prompt
-    /// once in every log-prob pass; with `remove_padding` (`model.use_remove_padding`), the passes
-    /// run packed rows.
+    /// The datums of `groups` as one batch, its loss mask their sampled tokens (injected tokens
+    /// are context, not actions). With `shared_prefix` (`actor.shared_prefix`), rows with equal
+    /// prompts run their prompt once in every log-prob pass; with `remove_padding`
+    /// (`model.use_remove_padding`), the passes run packed rows.
     pub fn new(
-        groups: &[Group],
+        groups: &[Vec<Datum>],
+        advantages: AdvantageKind,
         pad_id: i64,
         device: Device,
         shared_prefix: bool,
         remove_padding: bool,
     ) -> Self {
-        let samples: Vec<_> = groups.iter().flat_map(|g| g.samples.iter()).collect();
-        let rows: Vec<(&[i64], &[i64], &[f32])> = samples
+        let datums: Vec<&Datum> = groups.iter().flatten().collect();
+        let rows: Vec<(&[i64], &[i64], &[f32])> = datums
             .iter()
-            .map(|s| {
+            .map(|d| {
                 (
-                    s.prompt_ids.as_slice(),
-                    s.completion_ids.as_slice(),
-                    s.completion_logprobs.as_slice(),
+                    d.prompt_tokens.as_slice(),
+                    d.completion_tokens.as_slice(),
+                    d.completion_logprobs.as_slice(),
                 )
             })
             .collect();
@@ -48,27 +62,34 @@ impl StepBatch {
         if remove_padding {
             batch.remove_padding(&rows);
         }
-        let clipped = samples
-            .iter()
-            .filter(|s| s.finish == Finish::Length)
-            .count();
-        StepBatch {
-            clip_ratio: clipped as f64 / batch.rows as f64,
-            batch,
-            scores: groups
+        batch.response_mask = batch.response_values(
+            datums
                 .iter()
-                .flat_map(|g| g.scores.iter().copied())
-                .collect(),
+                .map(|d| d.completion_mask.iter().map(|&x| x as f32).collect()),
+        );
+        let given_advantages = match advantages {
+            AdvantageKind::FromRewards => None,
+            AdvantageKind::Given { .. } => {
+                Some(batch.response_values(datums.iter().map(|d| d.completion_advantages.clone())))
+            }
+        };
+        StepBatch {
+            batch,
+            scores: datums.iter().map(|d| d.reward).collect(),
             index: groups
                 .iter()
                 .enumerate()
-                .flat_map(|(gi, g)| std::iter::repeat_n(gi as i64, g.samples.len()))
+                .flat_map(|(gi, g)| std::iter::repeat_n(gi as i64, g.len()))
                 .collect(),
-            response_len: samples
+            response_len: datums
                 .iter()
-                .map(|s| s.completion_ids.len() as f64)
+                .map(|d| d.completion_tokens.len() as f64)
                 .collect(),
-            prompt_len: samples.iter().map(|s| s.prompt_ids.len() as f64).collect(),
+            prompt_len: datums
+                .iter()
+                .map(|d| d.prompt_tokens.len() as f64)
+                .collect(),
+            given_advantages,
         }
     }
 
@@ -77,21 +98,8 @@ impl StepBatch {
         self.response_len.iter().sum::<f64>() + self.prompt_len.iter().sum::<f64>()
     }
 
-    /// `response_length/*`, `prompt_length/*`, `critic/score/*` and the reward's own
-    /// `reward/*` metrics (means over the samples of `groups`, the groups it was built from).
-    pub fn metrics(&self, groups: &[Group]) -> StepMetrics {
-        let mut m = StepMetrics::new();
-        put_mmm(&mut m, "response_length", &self.response_len);
-        put_mmm(&mut m, "prompt_length", &self.prompt_len);
-        m.insert("response_length/clip_ratio".into(), self.clip_ratio);
-        put_mmm(&mut m, "critic/score", &self.scores);
-        let mut reward_acc = MetricAcc::default();
-        for rm in groups.iter().flat_map(|g| &g.reward_metrics) {
-            for (k, v) in rm {
-                reward_acc.add(&format!("reward/{k}"), *v, 1.0);
-            }
-        }
-        reward_acc.finish(&mut m);
-        m
+    /// `prompt_length/*`.
+    pub fn metrics(&self, m: &mut StepMetrics) {
+        put_mmm(m, "prompt_length", &self.prompt_len);
     }
 }

@@ -3,18 +3,17 @@
 //! `draw_groups.rs`; an environment's episodes, `env_step.rs`); the batch; the advantages, the
 //! update and the weight sync, which both sources share (`learn.rs`, `advantages.rs`,
 //! `update.rs`); the step's logs.
-use super::batch::{to_rows, Batch};
-use super::env_step::EnvEpisodes;
-use super::learn::{AdvantageSource, Learned};
+use super::batch::to_rows;
+use super::learn::Learned;
 use super::rollout::Group;
-use super::stats::StepMetrics;
-use super::step_batch::StepBatch;
+use super::stats::{put_mmm, MetricAcc, StepMetrics};
+use super::step_batch::{AdvantageKind, StepBatch};
 use super::Trainer;
-use anyhow::Result;
+use anyhow::{bail, Result};
 use serde_json::json;
 use std::time::Instant;
-use tch::Tensor;
-use temper_rollout::SamplingParams;
+use temper_env::{advantage_stats, Datum};
+use temper_rollout::{Finish, SamplingParams};
 
 impl Trainer {
     pub(crate) fn rollout_params(&self) -> SamplingParams {
@@ -24,59 +23,40 @@ impl Trainer {
     }
 
     /// One step (1-based `step`); returns its metrics. The phases, in order: draw the step's
-    /// questions, roll them out and score them (a prompt run's groups, `draw_groups.rs`; an
-    /// environment's episodes, `env_step.rs`); the batch; the advantages, the update and the
-    /// weight sync (`learn.rs`); the step's logs.
+    /// questions, roll them out and score them, as per-question datums (a prompt run's groups of
+    /// one-turn episodes, `draw_groups.rs`; an environment's episodes, `env_step.rs`); their
+    /// batch (`step_batch.rs`); the advantages, the update and the weight sync (`learn.rs`); the
+    /// step's logs.
     pub(crate) fn train_step(&mut self, step: usize) -> Result<StepMetrics> {
         let t_step = Instant::now();
         let mut m = StepMetrics::new();
         // 1. Draw, roll out, score.
         let episodes = match self.env.is_some() {
-            true => Episodes::Env(self.env_episodes(step, &mut m)?),
-            false => Episodes::Prompts(self.prompt_groups(step, &mut m)?),
+            true => self.env_episodes(step, &mut m)?,
+            false => self.prompt_episodes(step, &mut m)?,
         };
         // 2. The batch (none: nothing to learn from this step).
-        let batch = match &episodes {
-            Episodes::Prompts(groups) => self.prompt_batch(step, groups, &mut m).map(Built::Prompt),
-            Episodes::Env(env) => self
-                .env_batch(step, env, &mut m)?
-                .map(|(b, a)| Built::Env(b, a)),
-        };
+        let batch = self.step_batch(step, &episodes, &mut m)?;
         // 3. Advantages, the update, the new weights to the samplers.
         let learned = match &batch {
-            Some(Built::Prompt(sb)) => {
-                let mini = self.cfg.actor.ppo_mini_batch_size * self.cfg.rollout.n;
-                let advantages = AdvantageSource::Scores(sb);
-                Some(self.learn(step, &sb.batch, mini, advantages, true, &mut m)?)
-            }
-            // One mini-batch of every datum; data-parallel, each rank takes its share (the datum
-            // count varies with the verdicts, so shares may differ by one row).
-            Some(Built::Env(b, advantages)) => {
-                let advantages = AdvantageSource::Given(advantages.shallow_clone());
-                Some(self.learn(step, b, b.rows, advantages, false, &mut m)?)
-            }
+            Some(sb) => Some(self.learn(step, sb, episodes.mini, episodes.need_old, &mut m)?),
             None => None,
         };
         // 4. Logs.
-        let tokens = match (&episodes, &batch) {
-            (Episodes::Prompts(groups), Some(Built::Prompt(sb))) => {
-                let learned = learned.as_ref().expect("learn ran on the batch");
-                Some(self.prompt_logs(step, groups, sb, learned, &mut m)?)
+        match &episodes.source {
+            Played::Prompts(groups) => {
+                if let (Some(sb), Some(learned)) = (&batch, &learned) {
+                    self.prompt_logs(step, groups, sb, learned, &mut m)?;
+                }
             }
-            (Episodes::Prompts(_), _) => None,
-            (Episodes::Env(env), built) => {
-                let batch = match built {
-                    Some(Built::Env(b, _)) => Some(b),
-                    _ => None,
-                };
-                self.env_logs(step, env, batch, &mut m)?;
-                None
+            Played::Env => {
+                self.env_logs(step, &episodes, batch.as_ref().map(|sb| &sb.batch), &mut m)?
             }
-        };
+        }
         let secs = t_step.elapsed().as_secs_f64();
         m.insert("timing_s/step".into(), secs);
-        if let Some(tokens) = tokens {
-            m.insert("perf/tokens_per_s".into(), tokens / secs);
+        if let Some(sb) = &batch {
+            m.insert("perf/tokens_per_s".into(), sb.tokens() / secs);
         }
         m.insert(
             "training/epoch".into(),
@@ -88,9 +68,9 @@ impl Trainer {
     }
 
     /// Phase 1 of a prompt + reward run: the step's groups drawn, sampled and scored
-    /// (`draw_groups.rs`); overlap sends the next steps' batches to the servers, sampled while
-    /// this one trains.
-    fn prompt_groups(&mut self, step: usize, m: &mut StepMetrics) -> Result<PromptGroups> {
+    /// (`draw_groups.rs`), each prompt's `n` answers one-turn episodes, as datums; overlap sends
+    /// the next steps' batches to the servers, sampled while this one trains.
+    fn prompt_episodes(&mut self, step: usize, m: &mut StepMetrics) -> Result<StepEpisodes> {
         let params = self.rollout_params();
         let t_gen = Instant::now();
         let drawn = self.draw_groups(step, &params)?;
@@ -98,35 +78,70 @@ impl Trainer {
         m.insert("timing_s/gen".into(), gen_s);
         self.generate_ahead(self.state.batches_drawn, &params)?;
         m.extend(drawn.metrics(self.state.policy_version));
-        Ok(PromptGroups {
-            groups: drawn.groups,
-            gen_s,
+        let groups = drawn.groups;
+        if !groups.is_empty() {
+            let clip_ratio = prompt_metrics(&groups, m);
+            self.warn_if_no_eos(step, clip_ratio);
+        }
+        Ok(StepEpisodes {
+            groups: groups.iter().map(Group::datums).collect(),
+            advantages: AdvantageKind::FromRewards,
+            mini: self.cfg.actor.ppo_mini_batch_size * self.cfg.rollout.n,
+            need_old: true,
+            source: Played::Prompts(PromptGroups { groups, gen_s }),
         })
     }
 
-    /// Phase 2 of a prompt run: the groups as one batch (`step_batch.rs`), whose advantages come
-    /// from their scores; none when no group was usable.
-    fn prompt_batch(
+    /// Phase 2: the step's datums as one batch (`step_batch.rs`), with `response_length/*` and
+    /// `prompt_length/*`; none when there is nothing to learn from (no usable group, or every
+    /// advantage an environment set is zero).
+    fn step_batch(
         &mut self,
         step: usize,
-        groups: &PromptGroups,
+        episodes: &StepEpisodes,
         m: &mut StepMetrics,
-    ) -> Option<StepBatch> {
-        if groups.groups.is_empty() {
-            eprintln!("warning: step {step}: no usable prompt groups; skipping the update");
+    ) -> Result<Option<StepBatch>> {
+        let resp: Vec<f64> = episodes
+            .datums()
+            .map(|d| d.completion_tokens.len() as f64)
+            .collect();
+        put_mmm(m, "response_length", &resp);
+        if resp.is_empty() {
+            eprintln!("warning: step {step}: no usable groups; skipping the update");
             m.insert("batch/skipped_update".into(), 1.0);
-            return None;
+            return Ok(None);
+        }
+        if let AdvantageKind::Given { skip_zero } = episodes.advantages {
+            match advantage_stats(episodes.datums()) {
+                None if skip_zero => {
+                    if self.dist.is_root() {
+                        eprintln!("warning: step {step}: All token advantages are 0.0 (no learning signal); skipping the update");
+                    }
+                    m.insert("batch/skipped_update".into(), 1.0);
+                    return Ok(None);
+                }
+                None => bail!(
+                    "step {step}: All token advantages are 0.0 (no learning signal): every group's rewards were equal \
+                     (more rollouts per question, another reward or temperature help; env.skip_zero_advantage = true \
+                     skips such steps)"
+                ),
+                Some(line) => {
+                    if self.dist.is_root() {
+                        eprintln!("{line}");
+                    }
+                }
+            }
         }
         let sb = StepBatch::new(
-            &groups.groups,
+            &episodes.groups,
+            episodes.advantages,
             self.pad_id,
             self.learner.model.device(),
             self.cfg.actor.shared_prefix,
             self.cfg.model.use_remove_padding,
         );
-        m.extend(sb.metrics(&groups.groups));
-        self.warn_if_no_eos(step, sb.clip_ratio);
-        Some(sb)
+        sb.metrics(m);
+        Ok(Some(sb))
     }
 
     /// Phase 4 of a prompt run: the rollouts with their old log-probs (every
@@ -138,7 +153,7 @@ impl Trainer {
         sb: &StepBatch,
         learned: &Learned,
         m: &mut StepMetrics,
-    ) -> Result<f64> {
+    ) -> Result<()> {
         if self.cfg.trainer.rollout_log_freq > 0
             && step.is_multiple_of(self.cfg.trainer.rollout_log_freq as usize)
         {
@@ -159,7 +174,7 @@ impl Trainer {
             "perf/gen_tokens_per_s".into(),
             sb.response_len.iter().sum::<f64>() / groups.gen_s.max(1e-9),
         );
-        Ok(sb.tokens())
+        Ok(())
     }
 
     /// Once per run: a warning when no response of a step ended before the length limit.
@@ -215,12 +230,32 @@ impl Trainer {
     }
 }
 
-/// A step's episodes, by the run's source.
-enum Episodes {
+/// A step's episodes, whichever source played them: what the batch, the advantages and the
+/// update need, and the source's own part for its logs.
+pub(super) struct StepEpisodes {
+    /// Per question, its datums (their advantages set when `advantages` is `Given`).
+    pub groups: Vec<Vec<Datum>>,
+    pub advantages: AdvantageKind,
+    /// Responses per optimizer step, all ranks together.
+    pub mini: usize,
+    /// Whether the old log-probs are wanted even when the update is skipped (a prompt run's
+    /// rollouts files record them).
+    pub need_old: bool,
+    pub source: Played,
+}
+
+impl StepEpisodes {
+    pub fn datums(&self) -> impl Iterator<Item = &Datum> {
+        self.groups.iter().flatten()
+    }
+}
+
+/// Which source played a step, and what it keeps for the step's logs.
+pub(super) enum Played {
     /// A prompt + reward run's groups.
     Prompts(PromptGroups),
-    /// An environment's episodes, as datums.
-    Env(EnvEpisodes),
+    /// An environment's episodes (its logs read the datums).
+    Env,
 }
 
 /// A prompt run's groups.
@@ -230,11 +265,29 @@ pub(super) struct PromptGroups {
     gen_s: f64,
 }
 
-/// A step's batch, by source: a prompt run's (advantages from its scores), or an environment's
-/// datums with the advantages the environment set, (N, R) f32 over the batch's rows.
-enum Built {
-    Prompt(StepBatch),
-    Env(Batch, Tensor),
+/// A prompt run's `response_length/clip_ratio`, `critic/score/*` and the reward's own `reward/*`
+/// metrics (means over the samples of `groups`) into `m`; returns the clip ratio.
+fn prompt_metrics(groups: &[Group], m: &mut StepMetrics) -> f64 {
+    let samples: Vec<_> = groups.iter().flat_map(|g| g.samples.iter()).collect();
+    let clipped = samples
+        .iter()
+        .filter(|s| s.finish == Finish::Length)
+        .count();
+    let clip_ratio = clipped as f64 / samples.len() as f64;
+    m.insert("response_length/clip_ratio".into(), clip_ratio);
+    let scores: Vec<f64> = groups
+        .iter()
+        .flat_map(|g| g.scores.iter().copied())
+        .collect();
+    put_mmm(m, "critic/score", &scores);
+    let mut reward_acc = MetricAcc::default();
+    for rm in groups.iter().flat_map(|g| &g.reward_metrics) {
+        for (k, v) in rm {
+            reward_acc.add(&format!("reward/{k}"), *v, 1.0);
+        }
+    }
+    reward_acc.finish(m);
+    clip_ratio
 }
 
 /// Salt of the training sampling seeds (evaluation uses another).
