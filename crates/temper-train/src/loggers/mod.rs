@@ -15,7 +15,8 @@ use anyhow::{Context, Result};
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use crate::config::{Config, Logger};
+use crate::config::{Logger, TrainerConfig};
+use crate::rundir::RunDir;
 
 /// The sinks a run writes to besides metrics.jsonl.
 #[derive(Default)]
@@ -25,9 +26,10 @@ pub struct Loggers {
 }
 
 impl Loggers {
-    /// Starts the loggers `cfg.trainer.logger` names for the run in `run_dir`.
-    pub fn start(cfg: &Config, run_dir: &Path) -> Result<Self> {
-        let wants = |logger: Logger| cfg.trainer.logger.contains(&logger);
+    /// Starts the loggers `trainer.logger` names for `run` (W&B gets the run's saved config).
+    pub fn start(trainer: &TrainerConfig, run: &RunDir) -> Result<Self> {
+        let run_dir = &run.root;
+        let wants = |logger: Logger| trainer.logger.contains(&logger);
         let mut loggers = Loggers::default();
         if wants(Logger::Tensorboard) {
             let w = tensorboard::EventWriter::create(&run_dir.join("tensorboard"))
@@ -35,7 +37,7 @@ impl Loggers {
             loggers.tensorboard = Some(w);
         }
         if wants(Logger::Wandb) {
-            loggers.wandb = Some(wandb::WandbLogger::start(cfg, run_dir)?);
+            loggers.wandb = Some(wandb::WandbLogger::start(&trainer.project_name, run)?);
         }
         Ok(loggers)
     }

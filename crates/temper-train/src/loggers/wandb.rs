@@ -8,8 +8,8 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::Duration;
 
-use crate::config::Config;
 use crate::pyworker::PyWorker;
+use crate::rundir::RunDir;
 
 /// Starting wandb (its service process included) and closing the run may take this long.
 const REPLY_TIMEOUT: Duration = Duration::from_secs(120);
@@ -19,9 +19,15 @@ pub struct WandbLogger {
 }
 
 impl WandbLogger {
-    pub fn start(cfg: &Config, run_dir: &Path) -> Result<Self> {
+    /// A W&B run in `project` for `run`, its config the run's saved one (`config.toml`).
+    pub fn start(project: &str, run: &RunDir) -> Result<Self> {
+        let run_dir = &run.root;
+        let saved = std::fs::read_to_string(run.config())
+            .with_context(|| format!("reading {}", run.config().display()))?;
+        let config: toml::Value = toml::from_str(&saved)
+            .with_context(|| format!("reading {}", run.config().display()))?;
         let config_json = run_dir.join(".wandb_config.json");
-        crate::rundir::write_json(&config_json, &serde_json::to_value(cfg)?)?;
+        crate::rundir::write_json(&config_json, &serde_json::to_value(config)?)?;
         let name = run_dir
             .file_name()
             .map(|n| n.to_string_lossy().into_owned())
@@ -30,7 +36,7 @@ impl WandbLogger {
             "--dir".to_string(),
             run_dir.display().to_string(),
             "--project".into(),
-            cfg.trainer.project_name.clone(),
+            project.to_string(),
             "--name".into(),
             name,
             "--config".into(),

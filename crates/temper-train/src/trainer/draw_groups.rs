@@ -62,9 +62,9 @@ impl Trainer {
     /// `algorithm.filter_groups` as many as it takes (up to `max_num_gen_batches`, default 100)
     /// to collect that many groups with a reward spread.
     pub(super) fn draw_groups(&mut self, step: usize, params: &SamplingParams) -> Result<Drawn> {
-        let want = self.cfg.data.train_batch_size;
-        let filter = self.cfg.algorithm.filter_groups.enable;
-        let max_rounds = match self.cfg.algorithm.filter_groups.max_num_gen_batches {
+        let want = self.questions.data.train_batch_size;
+        let filter = self.questions.filter_groups.enable;
+        let max_rounds = match self.questions.filter_groups.max_num_gen_batches {
             0 => 100,
             k => k,
         };
@@ -88,7 +88,7 @@ impl Trainer {
                 if g.zero_variance() {
                     d.zero_groups += 1;
                 }
-                if filter && g.no_spread_in(self.cfg.algorithm.filter_groups.metric) {
+                if filter && g.no_spread_in(self.questions.filter_groups.metric) {
                     continue;
                 }
                 d.groups.push(g);
@@ -121,10 +121,16 @@ impl Trainer {
         batch: usize,
         params: &SamplingParams,
     ) -> Result<(Vec<usize>, Vec<Request>)> {
-        let (_, idx) = self.order.batch(batch);
-        let seed = mix(self.cfg.trainer.seed, batch as u64, TRAIN_SEED_SALT);
+        let (_, idx) = self.questions.order.batch(batch);
+        let seed = mix(self.trainer_cfg.seed, batch as u64, TRAIN_SEED_SALT);
         let mine = self.dist.shard(&idx, "data.train_batch_size")?;
-        self.rollout_requests(&self.train, mine, params, seed, self.dist.rank * mine.len())
+        self.rollout_requests(
+            &self.questions.train,
+            mine,
+            params,
+            seed,
+            self.dist.rank * mine.len(),
+        )
     }
 
     /// This rank's groups of data batch `batch`: from the batch sent ahead if there is one, else
@@ -141,12 +147,12 @@ impl Trainer {
             .and_then(|r| r.take_ahead(batch))
         {
             let a = ahead?;
-            return self.groups_from(&self.train, &a.kept, a.samples, None, a.version);
+            return self.groups_from(&self.questions.train, &a.kept, a.samples, None, a.version);
         }
         let (kept, requests) = self.train_batch_requests(batch, params)?;
         let version = self.rollouts.sampling_version(self.state.policy_version);
-        let seed = mix(self.cfg.trainer.seed, batch as u64, TRAIN_SEED_SALT);
+        let seed = mix(self.trainer_cfg.seed, batch as u64, TRAIN_SEED_SALT);
         let (samples, texts) = self.one_turn_rollouts(requests, seed, true)?;
-        self.groups_from(&self.train, &kept, samples, Some(texts), version)
+        self.groups_from(&self.questions.train, &kept, samples, Some(texts), version)
     }
 }

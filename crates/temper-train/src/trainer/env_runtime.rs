@@ -13,6 +13,8 @@ use temper_rollout::SamplingParams;
 pub(crate) struct EnvRuntime {
     /// Built by name from temper-env's registry; the trainer runs it through its interface.
     pub env: Box<dyn Environment>,
+    /// `env.skip_zero_advantage`: a step whose advantages are all zero is skipped, not an error.
+    pub skip_zero_advantage: bool,
 }
 
 /// The `env.*` options a task reads, as JSON.
@@ -106,6 +108,12 @@ impl EnvRuntime {
                 compute,
             },
         )?;
-        Ok((EnvRuntime { env }, dataset))
+        Ok((
+            EnvRuntime {
+                env,
+                skip_zero_advantage: e.skip_zero_advantage,
+            },
+            dataset,
+        ))
     }
 }

@@ -31,8 +31,8 @@ impl Trainer {
     ) -> Result<StepEpisodes> {
         let batch_index = self.state.batches_drawn;
         self.state.batches_drawn += 1;
-        let (_, questions) = self.order.batch(batch_index);
-        let seed = mix(self.cfg.trainer.seed, batch_index as u64, 0x656e_7673);
+        let (_, questions) = self.questions.order.batch(batch_index);
+        let seed = mix(self.trainer_cfg.seed, batch_index as u64, 0x656e_7673);
 
         // Episodes: this rank's share of the questions (seeded by their position in the whole
         // batch, so episodes do not depend on the world size), then every rank's.
@@ -94,7 +94,11 @@ impl Trainer {
             mini: groups.iter().map(Vec::len).sum(),
             groups,
             advantages: AdvantageKind::Given {
-                skip_zero: self.cfg.env.skip_zero_advantage,
+                skip_zero: self
+                    .env
+                    .as_ref()
+                    .expect("env_step runs with an environment")
+                    .skip_zero_advantage,
             },
             need_old: false,
             source: Played::Env,
@@ -139,14 +143,19 @@ impl Trainer {
             .as_ref()
             .expect("env_step runs with an environment")
             .env;
-        let n = self.cfg.rollout.n;
+        let n = self.rollouts.cfg.n;
         let mut runs: Vec<Box<dyn EnvRun + '_>> = vec![];
         for (k, &qi) in questions.iter().enumerate() {
             let pos = first_position + k;
             let qseed = mix(seed, qi as u64, pos as u64);
             let where_ = format!("env question {qi}");
             let prompt = if env.needs_prompt() {
-                let Some(prompt) = self.prompt_ids(&self.train.examples[qi], &where_)? else {
+                let Some(prompt) = self.questions.prompt_ids(
+                    &self.tokenizer,
+                    &self.questions.train.examples[qi],
+                    &where_,
+                )?
+                else {
                     bail!("{where_}: the prompt is longer than data.max_prompt_length");
                 };
                 Some(prompt)

@@ -29,7 +29,7 @@ impl Responders for TrainerSampler<'_> {
                 Engine::new(judge, self.t.eos_ids.clone())
                     .with_decoder(&self.t.tokenizer)
                     .with_config(EngineConfig {
-                        max_batch_rows: self.t.cfg.rollout.max_num_seqs,
+                        max_batch_rows: self.t.rollouts.cfg.max_num_seqs,
                         seed: self.seed,
                         ..EngineConfig::default()
                     })

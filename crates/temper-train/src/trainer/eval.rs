@@ -21,21 +21,24 @@ impl Trainer {
     /// and rank 0 writes the file.
     pub fn evaluate(&self, step: usize) -> Result<StepMetrics> {
         let mut m = StepMetrics::new();
-        let Some(val) = &self.val else {
+        let Some(val) = &self.questions.val else {
             return Ok(m);
         };
         let t0 = Instant::now();
-        let e = &self.cfg.eval;
+        let e = &self.eval_cfg;
         let count = e.max_prompts.map_or(val.len(), |k| k.min(val.len()));
         let (rank, world) = (self.dist.rank, self.dist.world);
         let (lo, hi) = (rank * count / world, (rank + 1) * count / world);
         let idx: Vec<usize> = (lo..hi).collect();
-        let params = e.sampling_params(self.cfg.data.max_response_length, &self.cfg.rollout.stop);
+        let params = e.sampling_params(
+            self.questions.data.max_response_length,
+            &self.rollouts.cfg.stop,
+        );
         let mine = self.rollout_groups(
             val,
             &idx,
             &params,
-            mix(self.cfg.trainer.seed, EVAL_SEED_SALT, 0),
+            mix(self.trainer_cfg.seed, EVAL_SEED_SALT, 0),
             lo,
         )?;
         let groups: Vec<_> = self

@@ -79,7 +79,7 @@ impl Trainer {
         } else {
             eprintln!(
                 "warning: step {step}: every advantage is zero (all {} groups have equal rewards); skipping the update",
-                batch.rows / self.cfg.rollout.n.max(1)
+                batch.rows / self.rollouts.cfg.n.max(1)
             );
         }
         m.insert(
@@ -104,7 +104,7 @@ impl Trainer {
             old = Some(batch.logprobs_by_parts(
                 &self.learner.model,
                 &first,
-                self.cfg.rollout.temperature,
+                self.learner.settings.temperature,
                 self.unembed_chunk(),
                 &self.dist,
             )?);
@@ -130,7 +130,8 @@ impl Trainer {
         let world = self.dist.world;
         let share = mini.div_ceil(world).max(1);
         let micro = self
-            .cfg
+            .learner
+            .settings
             .actor
             .ppo_micro_batch_size_per_gpu
             .unwrap_or(share)
@@ -139,8 +140,8 @@ impl Trainer {
             rows,
             mini,
             micro,
-            shuffle: self.cfg.actor.shuffle,
-            seed: mix(self.cfg.trainer.seed, step as u64, 0x7368_7566),
+            shuffle: self.learner.settings.actor.shuffle,
+            seed: mix(self.trainer_cfg.seed, step as u64, 0x7368_7566),
             rank: self.dist.rank,
             world,
         }

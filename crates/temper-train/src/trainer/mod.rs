@@ -15,6 +15,7 @@ mod eval;
 mod learn;
 mod memory_plan;
 mod partition;
+mod questions;
 mod rollout;
 mod score;
 mod servers;
@@ -28,7 +29,7 @@ pub use stats::StepMetrics;
 
 use crate::checkpoint::{self, TrainerState};
 use crate::config::{Config, TrainerDevice};
-use crate::data::{load_dataset, DataOrder, Dataset, PromptTemplate};
+use crate::data::{load_dataset, DataOrder, PromptTemplate};
 use crate::dist::Dist;
 use crate::optim::LrSchedule;
 use crate::rundir::{run_metadata, write_atomic, write_json, RunDir};
@@ -39,7 +40,6 @@ use tch::Device;
 use temper_algo::optim::AdamW;
 use temper_algo::{ActorLossConfig, AdvConfig, KlController};
 use temper_model::{CausalLm, ComputeKind, Policy, Tokenizer};
-use temper_reward::Reward;
 
 /// The policy being trained and how it learns: its weights and the frozen reference, the
 /// trainable parameters, AdamW and its schedule, the loss and advantage settings, the KL
@@ -68,6 +68,8 @@ pub(crate) struct LearnerSettings {
     pub(crate) check_on_policy: bool,
     /// `algorithm.kl_penalty`: the KL estimator of a KL penalty in the reward.
     pub(crate) kl_penalty: temper_algo::KlType,
+    /// `model.use_remove_padding`: the passes over the batch run packed rows.
+    pub(crate) remove_padding: bool,
 }
 
 impl Learner {
@@ -84,7 +86,10 @@ pub type ParamsHook = Box<dyn FnMut(&[(String, tch::Tensor)])>;
 
 /// Everything a run holds between steps.
 pub struct Trainer {
-    cfg: Config,
+    /// The `trainer` section: seeds, logging and evaluation frequencies, progress.
+    trainer_cfg: crate::config::TrainerConfig,
+    /// The `eval` section: how the validation set is sampled.
+    eval_cfg: crate::config::EvalConfig,
     /// This process's rank in a data-parallel job (world size 1 alone).
     dist: Dist,
     run: RunDir,
@@ -93,11 +98,8 @@ pub struct Trainer {
     tokenizer: Tokenizer,
     eos_ids: Vec<i64>,
     pad_id: i64,
-    reward: Box<dyn Reward>,
-    train: Dataset,
-    val: Option<Dataset>,
-    order: DataOrder,
-    template: PromptTemplate,
+    /// The data sets, their order and template, and the reward.
+    questions: questions::Questions,
     state: TrainerState,
     total_steps: usize,
     /// Set by `--stop-after`: end (with a checkpoint) after this many steps in this process.
@@ -175,15 +177,16 @@ impl Trainer {
         let run = RunDir::new(root.clone());
         let model_dir = resolve_model_dir(&cfg)?;
         // A run that cannot start leaves no empty folder behind (a folder holding anything stays).
+        let saved = toml::to_string_pretty(&cfg)?;
         let t = Self::build(cfg, run, &model_dir, None, dist, None, None)
             .inspect_err(|_| drop(std::fs::remove_dir(&root)))?;
-        write_atomic(&t.run.config(), toml::to_string_pretty(&t.cfg)?.as_bytes())?;
-        let mut metadata = run_metadata(t.cfg.trainer.seed, command_line);
+        write_atomic(&t.run.config(), saved.as_bytes())?;
+        let mut metadata = run_metadata(t.trainer_cfg.seed, command_line);
         // What `model.dtype = "auto"` became on this machine; a resumed run keeps it.
         metadata["compute_dtype"] = t.learner.model.compute().to_string().into();
         metadata["kernels"] = t.learner.model.kernel_report().into();
         if let Some(r) = &t.rollouts.servers {
-            metadata["rollout_backend"] = servers::metadata(&t.cfg, r);
+            metadata["rollout_backend"] = servers::metadata(&t.rollouts.cfg, r);
         }
         write_json(&t.run.metadata(), &metadata)?;
         Ok(t)
@@ -395,7 +398,7 @@ impl Trainer {
         let total_steps = cfg.total_steps(train.len());
         let remote = match cfg.rollout.is_remote() {
             true => Some(servers::RolloutServers::connect(
-                &cfg,
+                &cfg.rollout,
                 model.config().vocab_size,
             )?),
             false => None,
@@ -415,13 +418,24 @@ impl Trainer {
             temperature: cfg.rollout.temperature,
             check_on_policy: cfg.trainer.check_on_policy,
             kl_penalty: cfg.algorithm.kl_penalty,
+            remove_padding: cfg.model.use_remove_padding,
         };
         let checkpointer = checkpointer::Checkpointer::new(run.checkpoints(), &cfg.trainer);
-        let max_num_seqs = cfg.rollout.max_num_seqs;
+        let questions = questions::Questions {
+            train,
+            val,
+            order,
+            template,
+            reward,
+            data: cfg.data,
+            reward_cfg: cfg.reward,
+            filter_groups: cfg.algorithm.filter_groups,
+        };
         Ok(Trainer {
             checkpointer,
             dist,
-            cfg,
+            trainer_cfg: cfg.trainer,
+            eval_cfg: cfg.eval,
             run,
             learner: Learner {
                 model,
@@ -438,11 +452,7 @@ impl Trainer {
             tokenizer,
             eos_ids,
             pad_id,
-            reward,
-            train,
-            val,
-            order,
-            template,
+            questions,
             state: TrainerState::default(),
             total_steps,
             stop_after: None,
@@ -452,7 +462,7 @@ impl Trainer {
             rollouts: rollout::Rollouts {
                 servers: remote,
                 sampler_model,
-                max_num_seqs,
+                cfg: cfg.rollout,
             },
             env,
         })
@@ -465,9 +475,12 @@ impl Trainer {
         // Evaluation is sharded over the ranks; rank 0 writes it.
         let root = self.dist.is_root();
         if root && self.loggers.is_none() {
-            self.loggers = Some(crate::loggers::Loggers::start(&self.cfg, &self.run.root)?);
+            self.loggers = Some(crate::loggers::Loggers::start(
+                &self.trainer_cfg,
+                &self.run,
+            )?);
         }
-        if start_step == 0 && self.cfg.trainer.val_before_train && self.cfg.trainer.test_freq > 0 {
+        if start_step == 0 && self.trainer_cfg.val_before_train && self.trainer_cfg.test_freq > 0 {
             let m = self.evaluate(0)?;
             if root {
                 self.record_metrics(0, &m)?;
@@ -496,7 +509,7 @@ impl Trainer {
                     peak as f64 / (1u64 << 30) as f64,
                 );
             }
-            let tf = self.cfg.trainer.test_freq;
+            let tf = self.trainer_cfg.test_freq;
             if tf > 0 && (step.is_multiple_of(tf as usize) || step == self.total_steps) {
                 m.extend(self.evaluate(step)?);
             }
@@ -510,7 +523,7 @@ impl Trainer {
             }
             bar.set_position(step as u64);
             bar.set_message(summary(&m));
-            if root && bar.is_hidden() && self.cfg.trainer.progress {
+            if root && bar.is_hidden() && self.trainer_cfg.progress {
                 eprintln!("step {step}/{}: {}", self.total_steps, summary(&m));
             }
             last = m;
@@ -541,7 +554,7 @@ impl Trainer {
 
     fn progress_bar(&self, pos: usize) -> indicatif::ProgressBar {
         use std::io::IsTerminal;
-        if !self.cfg.trainer.progress || !self.dist.is_root() || !std::io::stderr().is_terminal() {
+        if !self.trainer_cfg.progress || !self.dist.is_root() || !std::io::stderr().is_terminal() {
             return indicatif::ProgressBar::hidden();
         }
         let bar = indicatif::ProgressBar::new(self.total_steps as u64);

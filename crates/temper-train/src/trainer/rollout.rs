@@ -2,9 +2,8 @@
 //! process or on the servers as one-turn episode groups (`episodes.rs`); the groups they make
 //! are scored in `score.rs`.
 use super::Trainer;
-use crate::config::{GroupMetric, Truncation, WeightSync};
-use crate::data::Example;
-use anyhow::{bail, Context, Result};
+use crate::config::{GroupMetric, WeightSync};
+use anyhow::Result;
 use std::collections::BTreeMap;
 use temper_model::{CausalLm, Tokenizer};
 use temper_rollout::{Engine, EngineConfig, Request, Sample, Sampler, SamplingParams};
@@ -17,8 +16,8 @@ pub(crate) struct Rollouts {
     /// `rollout.device`: the policy's copy the in-process engine samples with, refreshed after
     /// every optimizer step (None: the engine uses the policy).
     pub(super) sampler_model: Option<CausalLm>,
-    /// `rollout.max_num_seqs`: rows per in-process engine batch.
-    pub(super) max_num_seqs: usize,
+    /// The `rollout` section (engine batch size, weight sync, prefetch, sampling).
+    pub(super) cfg: crate::config::RolloutConfig,
 }
 
 impl Rollouts {
@@ -61,7 +60,7 @@ impl Rollouts {
                 engine = Engine::new(self.engine_model(policy), eos_ids.to_vec())
                     .with_decoder(tokenizer)
                     .with_config(EngineConfig {
-                        max_batch_rows: self.max_num_seqs,
+                        max_batch_rows: self.cfg.max_num_seqs,
                         seed,
                         ..EngineConfig::default()
                     });
@@ -144,38 +143,6 @@ impl Group {
 }
 
 impl Trainer {
-    /// The prompt token ids of an example, after the template and the length policy; `None` when
-    /// `data.filter_overlong_prompts` drops it.
-    pub(crate) fn prompt_ids(&self, ex: &Example, where_: &str) -> Result<Option<Vec<i64>>> {
-        let text = self
-            .template
-            .render(&ex.prompt, &self.tokenizer)
-            .with_context(|| where_.to_string())?;
-        let mut ids = self
-            .tokenizer
-            .encode(&text, false)
-            .with_context(|| where_.to_string())?;
-        let max = self.cfg.data.max_prompt_length;
-        if ids.len() > max {
-            if self.cfg.data.filter_overlong_prompts {
-                return Ok(None);
-            }
-            match self.cfg.data.truncation {
-                Truncation::Left => ids.drain(..ids.len() - max).for_each(drop),
-                Truncation::Right => ids.truncate(max),
-                Truncation::Error => bail!(
-                    "{where_}: prompt has {} tokens > data.max_prompt_length = {max} (set data.truncation = left|right \
-                     or data.filter_overlong_prompts = true)",
-                    ids.len()
-                ),
-            }
-        }
-        if ids.is_empty() {
-            bail!("{where_}: the prompt is empty after tokenization");
-        }
-        Ok(Some(ids))
-    }
-
     /// Samples `params.n` responses for each example and scores them. `idx` starts at position
     /// `first_position` of the step's whole batch: a request's seed depends on its example and
     /// its position in the whole batch, so rollouts do not depend on how the batch is sharded.
@@ -191,7 +158,7 @@ impl Trainer {
         // The servers only when they hold the trainer's weights (evaluation must score this
         // policy, not one a few versions back or a server's own with `weight_sync = "none"`).
         let on_servers = self.rollouts.servers.as_ref().is_some_and(|r| {
-            self.cfg.rollout.weight_sync == WeightSync::Disk
+            self.rollouts.cfg.weight_sync == WeightSync::Disk
                 && r.served_version == self.state.policy_version
         });
         let (samples, texts) = self.one_turn_rollouts(requests, seed, on_servers)?;
@@ -218,7 +185,10 @@ impl Trainer {
         let mut requests = Vec::new();
         for (pos, &i) in idx.iter().enumerate() {
             let where_ = format!("{} example {i}", dataset.name);
-            if let Some(ids) = self.prompt_ids(&dataset.examples[i], &where_)? {
+            if let Some(ids) =
+                self.questions
+                    .prompt_ids(&self.tokenizer, &dataset.examples[i], &where_)?
+            {
                 let params = SamplingParams {
                     seed: Some(temper_base::seed::mix(
                         seed,

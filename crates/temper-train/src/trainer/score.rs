@@ -68,7 +68,7 @@ impl Trainer {
                 }
             })
             .collect();
-        let outputs = temper_reward::score_all(&*self.reward, &inputs);
+        let outputs = temper_reward::score_all(&*self.questions.reward, &inputs);
         drop(inputs);
         let results = jobs
             .into_iter()
@@ -94,11 +94,11 @@ impl Trainer {
                 }
                 Err(e) => {
                     let ex = groups[g].example;
-                    if self.cfg.reward.on_error == OnError::Fail {
+                    if self.questions.reward_cfg.on_error == OnError::Fail {
                         bail!(
                             "reward `{}` failed on {} example {ex} sample {k}: {e} (set reward.on_error = \"zero\" to \
                              score such responses 0 and continue)",
-                            self.reward.name(),
+                            self.questions.reward.name(),
                             dataset.name
                         );
                     }
@@ -113,8 +113,8 @@ impl Trainer {
     /// `reward.overlong_buffer`: DAPO's length penalty on top of each reward (`raw_scores` keep
     /// the rewards without it).
     fn add_overlong_penalty(&self, groups: &mut [Group]) {
-        let ob = &self.cfg.reward.overlong_buffer;
-        let max_len = self.cfg.data.max_response_length;
+        let ob = &self.questions.reward_cfg.overlong_buffer;
+        let max_len = self.questions.data.max_response_length;
         for g in groups.iter_mut() {
             g.raw_scores = g.scores.clone();
             if !ob.enable {

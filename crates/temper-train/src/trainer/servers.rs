@@ -20,7 +20,7 @@ use temper_rollout::remote::{RemoteConfig, RemoteSampler};
 use temper_rollout::{Sample, SamplingParams};
 
 use super::Trainer;
-use crate::config::{Config, RolloutBackend, WeightSync};
+use crate::config::{RolloutBackend, RolloutConfig, WeightSync};
 
 /// The servers, the policy version they hold, and the batches being generated ahead.
 pub(crate) struct RolloutServers {
@@ -65,8 +65,7 @@ impl Generation {
 
 impl RolloutServers {
     /// Connects to `rollout.base_urls` with the configured protocol.
-    pub fn connect(cfg: &Config, vocab_size: i64) -> Result<Self> {
-        let r = &cfg.rollout;
+    pub fn connect(r: &RolloutConfig, vocab_size: i64) -> Result<Self> {
         let sampler = RemoteSampler::connect(RemoteConfig {
             protocol: r
                 .backend
@@ -125,7 +124,7 @@ impl Trainer {
         next_batch: usize,
         params: &SamplingParams,
     ) -> Result<()> {
-        let ahead = self.cfg.rollout.async_steps;
+        let ahead = self.rollouts.cfg.async_steps;
         for batch in next_batch..next_batch + ahead {
             let Some(r) = &self.rollouts.servers else {
                 return Ok(());
@@ -155,9 +154,9 @@ impl Trainer {
     /// Returns whether it synced.
     pub(crate) fn maybe_sync_rollout_weights(&mut self) -> Result<bool> {
         self.sync_sampler_model();
-        let every = self.cfg.rollout.sync_every as u64;
+        let every = self.rollouts.cfg.sync_every as u64;
         if self.rollouts.servers.is_none()
-            || self.cfg.rollout.weight_sync != WeightSync::Disk
+            || self.rollouts.cfg.weight_sync != WeightSync::Disk
             || !self.state.policy_version.is_multiple_of(every)
         {
             return Ok(false);
@@ -169,7 +168,7 @@ impl Trainer {
     /// With a remote backend and `rollout.weight_sync = "disk"`: the servers load the trainer's
     /// current weights (after the batches in flight are done).
     pub fn sync_rollout_weights(&mut self) -> Result<()> {
-        if self.cfg.rollout.weight_sync != WeightSync::Disk {
+        if self.rollouts.cfg.weight_sync != WeightSync::Disk {
             return Ok(());
         }
         let version = self.state.policy_version;
@@ -200,8 +199,8 @@ impl Trainer {
 
 /// `run_metadata.json`'s `rollout_backend`: where rollouts come from and which distribution
 /// their logprobs are from.
-pub(crate) fn metadata(cfg: &Config, r: &RolloutServers) -> serde_json::Value {
-    let logprobs = match cfg.rollout.backend {
+pub(crate) fn metadata(rollout: &RolloutConfig, r: &RolloutServers) -> serde_json::Value {
+    let logprobs = match rollout.backend {
         RolloutBackend::Vllm => {
             "vLLM: after temperature only when the server runs with --logprobs-mode processed_logprobs \
              (its default raw_logprobs is before temperature)"
@@ -210,9 +209,9 @@ pub(crate) fn metadata(cfg: &Config, r: &RolloutServers) -> serde_json::Value {
         _ => "as the server returns them (temper serve: after temperature, as the in-process engine)",
     };
     serde_json::json!({
-        "backend": cfg.rollout.backend, "base_urls": cfg.rollout.base_urls,
-        "served_model": r.sampler.model_name(), "weight_sync": cfg.rollout.weight_sync,
-        "sync_every": cfg.rollout.sync_every, "async_steps": cfg.rollout.async_steps,
+        "backend": rollout.backend, "base_urls": rollout.base_urls,
+        "served_model": r.sampler.model_name(), "weight_sync": rollout.weight_sync,
+        "sync_every": rollout.sync_every, "async_steps": rollout.async_steps,
         "logprobs": logprobs,
     })
 }

@@ -17,9 +17,9 @@ use temper_rollout::{Finish, SamplingParams};
 
 impl Trainer {
     pub(crate) fn rollout_params(&self) -> SamplingParams {
-        self.cfg
-            .rollout
-            .sampling_params(self.cfg.data.max_response_length)
+        self.rollouts
+            .cfg
+            .sampling_params(self.questions.data.max_response_length)
     }
 
     /// One step (1-based `step`); returns its metrics. The phases, in order: draw the step's
@@ -60,7 +60,8 @@ impl Trainer {
         }
         m.insert(
             "training/epoch".into(),
-            self.order
+            self.questions
+                .order
                 .batch(self.state.batches_drawn.saturating_sub(1))
                 .0 as f64,
         );
@@ -86,7 +87,7 @@ impl Trainer {
         Ok(StepEpisodes {
             groups: groups.iter().map(Group::datums).collect(),
             advantages: AdvantageKind::FromRewards,
-            mini: self.cfg.actor.ppo_mini_batch_size * self.cfg.rollout.n,
+            mini: self.learner.settings.actor.ppo_mini_batch_size * self.rollouts.cfg.n,
             need_old: true,
             source: Played::Prompts(PromptGroups { groups, gen_s }),
         })
@@ -137,8 +138,8 @@ impl Trainer {
             episodes.advantages,
             self.pad_id,
             self.learner.model.device(),
-            self.cfg.actor.shared_prefix,
-            self.cfg.model.use_remove_padding,
+            self.learner.settings.actor.shared_prefix,
+            self.learner.settings.remove_padding,
         );
         sb.metrics(m);
         Ok(Some(sb))
@@ -154,8 +155,8 @@ impl Trainer {
         learned: &Learned,
         m: &mut StepMetrics,
     ) -> Result<()> {
-        if self.cfg.trainer.rollout_log_freq > 0
-            && step.is_multiple_of(self.cfg.trainer.rollout_log_freq as usize)
+        if self.trainer_cfg.rollout_log_freq > 0
+            && step.is_multiple_of(self.trainer_cfg.rollout_log_freq as usize)
         {
             let old = learned
                 .old
@@ -183,7 +184,7 @@ impl Trainer {
             eprintln!(
                 "warning: step {step}: no response ended within data.max_response_length = {} tokens (does the model \
                  emit EOS? are rollout.stop strings reachable?)",
-                self.cfg.data.max_response_length
+                self.questions.data.max_response_length
             );
         }
     }
@@ -199,7 +200,7 @@ impl Trainer {
         let mut out = String::new();
         let mut row = 0;
         for (gi, g) in groups.iter().enumerate() {
-            let ex = &self.train.examples[g.example];
+            let ex = &self.questions.train.examples[g.example];
             for (k, s) in g.samples.iter().enumerate() {
                 let len = s.completion_ids.len();
                 let line = json!({
