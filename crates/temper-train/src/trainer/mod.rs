@@ -13,6 +13,7 @@ mod env_step;
 mod episodes;
 mod eval;
 mod learn;
+mod learner;
 mod memory_plan;
 mod partition;
 mod questions;
@@ -25,6 +26,7 @@ mod train_step;
 mod update;
 
 pub use batch::Batch;
+pub(crate) use learner::{Learner, LearnerSettings};
 pub use stats::StepMetrics;
 
 use crate::checkpoint::{self, TrainerState};
@@ -38,48 +40,8 @@ use anyhow::{bail, Context, Result};
 use std::path::{Path, PathBuf};
 use tch::Device;
 use temper_algo::optim::AdamW;
-use temper_algo::{ActorLossConfig, AdvConfig, KlController};
+use temper_algo::KlController;
 use temper_model::{CausalLm, ComputeKind, Policy, Tokenizer};
-
-/// The policy being trained and how it learns: its weights and the frozen reference, the
-/// trainable parameters, AdamW and its schedule, the loss and advantage settings, the KL
-/// controller of a KL penalty in the reward.
-pub(crate) struct Learner {
-    pub(crate) model: CausalLm,
-    /// Frozen reference policy, loaded only when a KL term needs it.
-    pub(crate) reference: Option<CausalLm>,
-    pub(crate) params: Vec<(String, tch::Tensor)>,
-    pub(crate) optimizer: AdamW,
-    pub(crate) schedule: LrSchedule,
-    pub(crate) loss_cfg: ActorLossConfig,
-    pub(crate) adv_cfg: AdvConfig,
-    pub(crate) rollout_corr: temper_algo::RolloutCorrection,
-    pub(crate) kl_ctrl: Option<KlController>,
-    /// The config sections the learner reads.
-    pub(crate) settings: LearnerSettings,
-}
-
-/// What the learner reads of the config: `actor` (epochs, clipping, checkpointing, chunks), the
-/// sampling temperature its log-probs are taken at, `trainer.check_on_policy` and the KL
-/// penalty's estimator.
-pub(crate) struct LearnerSettings {
-    pub(crate) actor: crate::config::ActorConfig,
-    pub(crate) temperature: f64,
-    pub(crate) check_on_policy: bool,
-    /// `algorithm.kl_penalty`: the KL estimator of a KL penalty in the reward.
-    pub(crate) kl_penalty: temper_algo::KlType,
-    /// `model.use_remove_padding`: the passes over the batch run packed rows.
-    pub(crate) remove_padding: bool,
-}
-
-impl Learner {
-    /// Tokens per chunk of logits in every pass over the batch (`actor.unembed_chunk`).
-    pub(crate) fn unembed_chunk(&self) -> i64 {
-        self.settings
-            .actor
-            .unembed_chunk_or(self.model.default_unembed_chunk())
-    }
-}
 
 /// A test seam's callback on the trainable parameters ([`Trainer::set_before_update`]).
 pub type ParamsHook = Box<dyn FnMut(&[(String, tch::Tensor)])>;
