@@ -50,7 +50,7 @@ pub(crate) struct StepAdvantages {
 }
 
 impl Learner {
-    /// Phase 3: old log-probs (unless the first update's own serve) and reference log-probs,
+    /// Phase 3, first: old log-probs (unless the first update's own serve) and reference log-probs,
     /// computed on `first`, the first update's micro-batches, so that with `check_on_policy` the
     /// update can be asked to reproduce them bitwise.
     pub(super) fn logprobs_before_update(
@@ -102,7 +102,7 @@ impl Learner {
         })
     }
 
-    /// Phase 4: scores -> token rewards (KL penalty in the reward, if configured) -> advantages
+    /// Phase 3, then: scores -> token rewards (KL penalty in the reward, if configured) -> advantages
     /// (grouped by `sb.index`), and the rollout correction against the old log-probs.
     pub(super) fn advantages(
         &mut self,

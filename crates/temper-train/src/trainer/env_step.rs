@@ -8,7 +8,7 @@ use super::batch::{to_rows, Batch};
 use super::env_logs;
 use super::episodes::TrainerSampler;
 use super::stats::{put_mmm, StepMetrics};
-use super::step_batch::AdvantageKind;
+use super::step_batch::{AdvantageKind, Learning};
 use super::train_step::{Played, StepEpisodes};
 use super::Trainer;
 use anyhow::{bail, Result};
@@ -91,21 +91,23 @@ impl Trainer {
         // One mini-batch of every datum; data-parallel, each rank takes its share (the datum
         // count varies with the verdicts, so shares may differ by one row).
         Ok(StepEpisodes {
-            mini: groups.iter().map(Vec::len).sum(),
-            groups,
-            advantages: AdvantageKind::Given {
-                skip_zero: self
-                    .env
-                    .as_ref()
-                    .expect("env_step runs with an environment")
-                    .skip_zero_advantage,
+            learning: Learning {
+                mini: groups.iter().map(Vec::len).sum(),
+                advantages: AdvantageKind::Given {
+                    skip_zero: self
+                        .env
+                        .as_ref()
+                        .expect("env_step runs with an environment")
+                        .skip_zero_advantage,
+                },
+                need_old: false,
             },
-            need_old: false,
+            groups,
             source: Played::Env,
         })
     }
 
-    /// Phase 4 of an environment run: the step's training record (`training_step_<k>.json`:
+    /// Phase 5 of an environment run: the step's training record (`training_step_<k>.json`:
     /// the loss, the trained tokens, the datums).
     pub(super) fn env_logs(
         &mut self,

@@ -1,12 +1,13 @@
-//! Phase 3 of a step, whichever source played its episodes: the mini/micro-batch split, the log-probs
-//! before the update (old policy, reference), the advantages, the update (skipped when every
-//! advantage is zero), and the new weights to the rollout servers.
+//! Phase 3 of a step, whichever source played its episodes, on the [`Learner`]: the mini/micro-batch
+//! split, the log-probs before the update (old policy, reference), the advantages, and the update
+//! (skipped when every advantage is zero).
 use super::advantages::StepAdvantages;
 use super::partition::Partition;
 use super::stats::StepMetrics;
 use super::step_batch::StepBatch;
 use super::update::UpdateInputs;
-use super::Trainer;
+use super::{Learner, ParamsHook};
+use crate::dist::Dist;
 use anyhow::Result;
 use std::time::Instant;
 use tch::Tensor;
@@ -19,50 +20,49 @@ pub(super) struct Learned {
     /// set).
     pub old: Option<Tensor>,
     pub adv: StepAdvantages,
+    /// Whether the optimizer stepped (a new policy version for the samplers).
+    pub updated: bool,
 }
 
-impl Trainer {
-    /// Trains on the step's batch (`mini` responses per optimizer step, all ranks together)
+impl Learner {
+    /// Trains on the step's batch (`sb.learning.mini` responses per optimizer step, all ranks together)
     /// with the advantages its environment set, or else from its rewards; adds the phases'
-    /// metrics to `m`. With `need_old`, the old log-probs are computed after a skipped update if
-    /// nothing computed them before.
+    /// metrics to `m`. With `sb.learning.need_old`, the old log-probs are computed after a skipped update
+    /// if nothing computed them before. `before_update` (a test seam) sees the parameters between
+    /// the log-probs before the update and the update.
     pub(super) fn learn(
         &mut self,
+        dist: &Dist,
         step: usize,
         sb: &StepBatch,
-        mini: usize,
-        need_old: bool,
+        before_update: Option<&mut ParamsHook>,
         m: &mut StepMetrics,
     ) -> Result<Learned> {
         let batch = &sb.batch;
-        let partition = self.partition(step, batch.rows, mini);
+        let partition = self.partition(dist, step, batch.rows, sb.learning.mini);
         let first = partition.parts(0);
 
         // Log-probs before the update, on the first update's micro-batches.
-        let before = self
-            .learner
-            .logprobs_before_update(&self.dist, batch, &first)?;
+        let before = self.logprobs_before_update(dist, batch, &first)?;
         m.extend(before.metrics.clone());
 
         let adv = match &sb.given_advantages {
-            None => self.learner.advantages(sb, &before)?,
+            None => self.advantages(sb, &before)?,
             Some(advantages) => {
-                self.learner
-                    .given_advantages(batch, &before, advantages.shallow_clone())?
+                self.given_advantages(batch, &before, advantages.shallow_clone())?
             }
         };
         m.extend(adv.metrics.clone());
 
-        // The update (skipped when every advantage is zero), then the weights to the servers.
+        // The update, skipped when every advantage is zero.
         let t_upd = Instant::now();
-        let lr = self.learner.schedule.lr(step - 1);
+        let lr = self.schedule.lr(step - 1);
         m.insert("actor/lr".into(), lr);
         let updated = !adv.valid.iter().all(|a| *a == 0.0);
         let mut recorded = None;
         if updated {
-            if let Some(mut hook) = self.before_update.take() {
-                hook(&self.learner.params);
-                self.before_update = Some(hook);
+            if let Some(hook) = before_update {
+                hook(&self.params);
             }
             let input = UpdateInputs {
                 batch,
@@ -75,11 +75,11 @@ impl Trainer {
                 is_weights: adv.is_weights.as_ref(),
                 lr,
             };
-            recorded = self.learner.update(&self.dist, step, input, m)?;
+            recorded = self.update(dist, step, input, m)?;
         } else {
+            let groups = sb.index.last().map_or(0, |&g| g + 1);
             eprintln!(
-                "warning: step {step}: every advantage is zero (all {} groups have equal rewards); skipping the update",
-                batch.rows / self.rollouts.cfg.n.max(1)
+                "warning: step {step}: every advantage is zero (all {groups} groups have equal rewards); skipping the update"
             );
         }
         m.insert(
@@ -87,26 +87,16 @@ impl Trainer {
             if updated { 0.0 } else { 1.0 },
         );
         m.insert("timing_s/update".into(), t_upd.elapsed().as_secs_f64());
-        if updated {
-            self.state.policy_version += 1;
-            let t_sync = Instant::now();
-            if self.maybe_sync_rollout_weights()? {
-                m.insert(
-                    "timing_s/weight_sync".into(),
-                    t_sync.elapsed().as_secs_f64(),
-                );
-            }
-        }
         let reused_first = before.reuses_first_update();
         let mut old = before.old.or(recorded);
-        if old.is_none() && need_old {
+        if old.is_none() && sb.learning.need_old {
             // The update was skipped: the weights did not change, so these are the old ones.
             old = Some(batch.logprobs_by_parts(
-                &self.learner.model,
+                &self.model,
                 &first,
-                self.learner.settings.temperature,
+                self.settings.temperature,
                 self.unembed_chunk(),
-                &self.dist,
+                dist,
             )?);
         }
         if let (true, Some(old)) = (reused_first, &old) {
@@ -120,19 +110,17 @@ impl Trainer {
             )?;
             m.extend(rc.metrics.into_iter().map(|(k, v)| (k.to_string(), v)));
         }
-        Ok(Learned { old, adv })
+        Ok(Learned { old, adv, updated })
     }
 
     /// The mini/micro-batch split of a step's `rows`: `mini` responses per optimizer step (all
     /// ranks), `actor.ppo_micro_batch_size_per_gpu` rows per forward on each rank (at most a
     /// rank's share of a mini-batch).
-    fn partition(&self, step: usize, rows: usize, mini: usize) -> Partition {
-        let world = self.dist.world;
+    fn partition(&self, dist: &Dist, step: usize, rows: usize, mini: usize) -> Partition {
+        let world = dist.world;
         let share = mini.div_ceil(world).max(1);
-        let micro = self
-            .learner
-            .settings
-            .actor
+        let actor = &self.settings.actor;
+        let micro = actor
             .ppo_micro_batch_size_per_gpu
             .unwrap_or(share)
             .min(share);
@@ -140,9 +128,9 @@ impl Trainer {
             rows,
             mini,
             micro,
-            shuffle: self.learner.settings.actor.shuffle,
-            seed: mix(self.trainer_cfg.seed, step as u64, 0x7368_7566),
-            rank: self.dist.rank,
+            shuffle: actor.shuffle,
+            seed: mix(self.settings.seed, step as u64, 0x7368_7566),
+            rank: dist.rank,
             world,
         }
     }

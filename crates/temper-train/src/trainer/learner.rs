@@ -35,6 +35,8 @@ pub(crate) struct LearnerSettings {
     pub(crate) kl_penalty: temper_algo::KlType,
     /// `model.use_remove_padding`: the passes over the batch run packed rows.
     pub(crate) remove_padding: bool,
+    /// `trainer.seed`: the mini-batch shuffle's seed.
+    pub(crate) seed: u64,
 }
 
 impl Learner {

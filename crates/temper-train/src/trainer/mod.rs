@@ -381,6 +381,7 @@ impl Trainer {
             check_on_policy: cfg.trainer.check_on_policy,
             kl_penalty: cfg.algorithm.kl_penalty,
             remove_padding: cfg.model.use_remove_padding,
+            seed: cfg.trainer.seed,
         };
         let checkpointer = checkpointer::Checkpointer::new(run.checkpoints(), &cfg.trainer);
         let questions = questions::Questions {
@@ -566,12 +567,5 @@ impl Drop for Trainer {
         if !self.dist.is_root() {
             let _ = std::fs::remove_dir_all(&self.run.root);
         }
-    }
-}
-
-impl Trainer {
-    /// Tokens per chunk of logits in every pass over the batch (`actor.unembed_chunk`).
-    pub(crate) fn unembed_chunk(&self) -> i64 {
-        self.learner.unembed_chunk()
     }
 }

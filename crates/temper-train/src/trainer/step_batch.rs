@@ -7,6 +7,17 @@ use super::stats::{put_mmm, StepMetrics};
 use tch::{Device, Tensor};
 use temper_env::Datum;
 
+/// How a step's batch is learned from, as its source says.
+#[derive(Clone, Copy)]
+pub(super) struct Learning {
+    pub advantages: AdvantageKind,
+    /// Responses per optimizer step, all ranks together.
+    pub mini: usize,
+    /// Whether the old log-probs are wanted even when the update is skipped (a prompt run's
+    /// rollouts files record them).
+    pub need_old: bool,
+}
+
 /// Where a step's advantages come from.
 #[derive(Clone, Copy)]
 pub(super) enum AdvantageKind {
@@ -29,6 +40,7 @@ pub(crate) struct StepBatch {
     pub prompt_len: Vec<f64>,
     /// (N, R) f32: the advantages the environment set (`None`: from `scores`).
     pub given_advantages: Option<Tensor>,
+    pub learning: Learning,
 }
 
 impl StepBatch {
@@ -38,7 +50,7 @@ impl StepBatch {
     /// (`model.use_remove_padding`), the passes run packed rows.
     pub fn new(
         groups: &[Vec<Datum>],
-        advantages: AdvantageKind,
+        learning: Learning,
         pad_id: i64,
         device: Device,
         shared_prefix: bool,
@@ -67,7 +79,7 @@ impl StepBatch {
                 .iter()
                 .map(|d| d.completion_mask.iter().map(|&x| x as f32).collect()),
         );
-        let given_advantages = match advantages {
+        let given_advantages = match learning.advantages {
             AdvantageKind::FromRewards => None,
             AdvantageKind::Given { .. } => {
                 Some(batch.response_values(datums.iter().map(|d| d.completion_advantages.clone())))
@@ -90,6 +102,7 @@ impl StepBatch {
                 .map(|d| d.prompt_tokens.len() as f64)
                 .collect(),
             given_advantages,
+            learning,
         }
     }
 

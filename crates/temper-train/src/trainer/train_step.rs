@@ -1,13 +1,14 @@
 //! One training step, as phases read top to bottom in [`Trainer::train_step`]: draw the
-//! questions, roll them out and score them (a prompt + reward run's groups, drawn and scored in
-//! `draw_groups.rs`; an environment's episodes, `env_step.rs`); the batch; the advantages, the
-//! update and the weight sync, which both sources share (`learn.rs`, `advantages.rs`,
-//! `update.rs`); the step's logs.
+//! questions, roll them out and score them, as per-question datums (a prompt + reward run's
+//! groups, each answer a one-turn episode, drawn and scored in `draw_groups.rs`; an environment's
+//! episodes, `env_step.rs`); from there one path for both: the batch (`step_batch.rs`), the
+//! advantages and the update on the learner (`learn.rs`, `advantages.rs`, `update.rs`), the weight
+//! sync (`servers.rs`); then the source's logs.
 use super::batch::to_rows;
 use super::learn::Learned;
 use super::rollout::Group;
 use super::stats::{put_mmm, MetricAcc, StepMetrics};
-use super::step_batch::{AdvantageKind, StepBatch};
+use super::step_batch::{AdvantageKind, Learning, StepBatch};
 use super::Trainer;
 use anyhow::{bail, Result};
 use serde_json::json;
@@ -25,8 +26,8 @@ impl Trainer {
     /// One step (1-based `step`); returns its metrics. The phases, in order: draw the step's
     /// questions, roll them out and score them, as per-question datums (a prompt run's groups of
     /// one-turn episodes, `draw_groups.rs`; an environment's episodes, `env_step.rs`); their
-    /// batch (`step_batch.rs`); the advantages, the update and the weight sync (`learn.rs`); the
-    /// step's logs.
+    /// batch (`step_batch.rs`); the advantages and the update, on the learner (`learn.rs`); the
+    /// weight sync (`servers.rs`); the step's logs.
     pub(crate) fn train_step(&mut self, step: usize) -> Result<StepMetrics> {
         let t_step = Instant::now();
         let mut m = StepMetrics::new();
@@ -37,12 +38,29 @@ impl Trainer {
         };
         // 2. The batch (none: nothing to learn from this step).
         let batch = self.step_batch(step, &episodes, &mut m)?;
-        // 3. Advantages, the update, the new weights to the samplers.
+        // 3. Advantages and the update.
         let learned = match &batch {
-            Some(sb) => Some(self.learn(step, sb, episodes.mini, episodes.need_old, &mut m)?),
+            Some(sb) => Some(self.learner.learn(
+                &self.dist,
+                step,
+                sb,
+                self.before_update.as_mut(),
+                &mut m,
+            )?),
             None => None,
         };
-        // 4. Logs.
+        // 4. After an update, the new weights to the samplers.
+        if learned.as_ref().is_some_and(|l| l.updated) {
+            self.state.policy_version += 1;
+            let t_sync = Instant::now();
+            if self.maybe_sync_rollout_weights()? {
+                m.insert(
+                    "timing_s/weight_sync".into(),
+                    t_sync.elapsed().as_secs_f64(),
+                );
+            }
+        }
+        // 5. Logs.
         match &episodes.source {
             Played::Prompts(groups) => {
                 if let (Some(sb), Some(learned)) = (&batch, &learned) {
@@ -86,9 +104,11 @@ impl Trainer {
         }
         Ok(StepEpisodes {
             groups: groups.iter().map(Group::datums).collect(),
-            advantages: AdvantageKind::FromRewards,
-            mini: self.learner.settings.actor.ppo_mini_batch_size * self.rollouts.cfg.n,
-            need_old: true,
+            learning: Learning {
+                advantages: AdvantageKind::FromRewards,
+                mini: self.learner.settings.actor.ppo_mini_batch_size * self.rollouts.cfg.n,
+                need_old: true,
+            },
             source: Played::Prompts(PromptGroups { groups, gen_s }),
         })
     }
@@ -112,7 +132,7 @@ impl Trainer {
             m.insert("batch/skipped_update".into(), 1.0);
             return Ok(None);
         }
-        if let AdvantageKind::Given { skip_zero } = episodes.advantages {
+        if let AdvantageKind::Given { skip_zero } = episodes.learning.advantages {
             match advantage_stats(episodes.datums()) {
                 None if skip_zero => {
                     if self.dist.is_root() {
@@ -135,7 +155,7 @@ impl Trainer {
         }
         let sb = StepBatch::new(
             &episodes.groups,
-            episodes.advantages,
+            episodes.learning,
             self.pad_id,
             self.learner.model.device(),
             self.learner.settings.actor.shared_prefix,
@@ -145,7 +165,7 @@ impl Trainer {
         Ok(Some(sb))
     }
 
-    /// Phase 4 of a prompt run: the rollouts with their old log-probs (every
+    /// Phase 5 of a prompt run: the rollouts with their old log-probs (every
     /// `trainer.rollout_log_freq` steps). Returns the batch's prompt and response tokens.
     fn prompt_logs(
         &mut self,
@@ -234,14 +254,9 @@ impl Trainer {
 /// A step's episodes, whichever source played them: what the batch, the advantages and the
 /// update need, and the source's own part for its logs.
 pub(super) struct StepEpisodes {
-    /// Per question, its datums (their advantages set when `advantages` is `Given`).
+    /// Per question, its datums (their advantages set when they are `Given`).
     pub groups: Vec<Vec<Datum>>,
-    pub advantages: AdvantageKind,
-    /// Responses per optimizer step, all ranks together.
-    pub mini: usize,
-    /// Whether the old log-probs are wanted even when the update is skipped (a prompt run's
-    /// rollouts files record them).
-    pub need_old: bool,
+    pub learning: Learning,
     pub source: Played,
 }
 
