@@ -2,8 +2,8 @@
 //! step's questions become episode groups (the `n` answers to a question, or its `n / 2`
 //! debates), all advanced together by the batched engine; the finished episodes become datums
 //! with per-token advantages and masks (GRPO over a question's answers for one-turn tasks, the
-//! debate training mode for debates); the batch of those datums; the step's files in the run
-//! folder. The learning is a prompt run's (`learn.rs`).
+//! debate training mode for debates); the step's files in the run folder. The batch and the
+//! learning are the same as a prompt run's (`step_batch.rs`, `learn.rs`).
 use super::batch::{to_rows, Batch};
 use super::env_logs;
 use super::episodes::TrainerSampler;
@@ -54,11 +54,10 @@ impl Trainer {
         // configured estimator over each question's answers, computed on the whole batch (an
         // estimator may normalise over it).
         let t_adv = Instant::now();
-        let env = &self
+        let runtime = self
             .env
             .as_ref()
-            .expect("env_step runs with an environment")
-            .env;
+            .expect("env_step runs with an environment");
         let mut groups: Vec<Vec<Datum>> = vec![];
         let (mut rewards, mut parse_failures) = (vec![], 0);
         let mut counts: BTreeMap<String, f64> = BTreeMap::new();
@@ -72,16 +71,14 @@ impl Trainer {
             }
             records.extend(g.records);
         }
-        if !env.sets_advantages() {
+        if !runtime.env.sets_advantages() {
             self.one_turn_advantages(&mut groups)?;
         }
+        let datum_count: usize = groups.iter().map(Vec::len).sum();
         put_mmm(m, "critic/score", &rewards);
         m.insert("env/parse_failures".into(), parse_failures as f64);
         m.extend(counts);
-        m.insert(
-            "env/datums".into(),
-            groups.iter().map(Vec::len).sum::<usize>() as f64,
-        );
+        m.insert("env/datums".into(), datum_count as f64);
         m.insert("timing_s/adv".into(), t_adv.elapsed().as_secs_f64());
 
         // The episodes' records (debate_<k>.json, summary_<k>.json / baseline_<k>.json).
@@ -92,13 +89,9 @@ impl Trainer {
         // count varies with the verdicts, so shares may differ by one row).
         Ok(StepEpisodes {
             learning: Learning {
-                mini: groups.iter().map(Vec::len).sum(),
+                mini: datum_count,
                 advantages: AdvantageKind::Given {
-                    skip_zero: self
-                        .env
-                        .as_ref()
-                        .expect("env_step runs with an environment")
-                        .skip_zero_advantage,
+                    skip_zero: runtime.skip_zero_advantage,
                 },
                 need_old: false,
             },

@@ -5,7 +5,7 @@ use super::Trainer;
 use anyhow::Result;
 use temper_env::single_turn::OneTurn;
 use temper_env::{run_groups, EnvGroup, Responder, Responders};
-use temper_rollout::{Engine, EngineConfig, Request, Sample, Sampler};
+use temper_rollout::{Request, Sample, Sampler};
 
 /// The sampler episodes see. `on_servers`: the policy's requests go to the rollout servers when
 /// the run has them.
@@ -26,13 +26,9 @@ impl Responders for TrainerSampler<'_> {
                     .as_ref()
                     .and_then(|e| e.env.judge_model())
                     .ok_or_else(|| anyhow::anyhow!("a judge request without env.judge_model"))?;
-                Engine::new(judge, self.t.eos_ids.clone())
-                    .with_decoder(&self.t.tokenizer)
-                    .with_config(EngineConfig {
-                        max_batch_rows: self.t.rollouts.cfg.max_num_seqs,
-                        seed: self.seed,
-                        ..EngineConfig::default()
-                    })
+                self.t
+                    .rollouts
+                    .engine(judge, &self.t.eos_ids, &self.t.tokenizer, self.seed)
                     .sample(requests)
             }
         }

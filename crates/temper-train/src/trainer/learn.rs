@@ -1,6 +1,6 @@
-//! Phase 3 of a step, whichever source played its episodes, on the [`Learner`]: the mini/micro-batch
-//! split, the log-probs before the update (old policy, reference), the advantages, and the update
-//! (skipped when every advantage is zero).
+//! Phase 3 of a step, whichever source played its episodes, on the [`Learner`]: the
+//! mini/micro-batch split, the log-probs before the update (old policy, reference), the
+//! advantages, and the update (skipped when every advantage is zero).
 use super::advantages::StepAdvantages;
 use super::partition::Partition;
 use super::stats::StepMetrics;
@@ -25,11 +25,11 @@ pub(super) struct Learned {
 }
 
 impl Learner {
-    /// Trains on the step's batch (`sb.learning.mini` responses per optimizer step, all ranks together)
-    /// with the advantages its environment set, or else from its rewards; adds the phases'
-    /// metrics to `m`. With `sb.learning.need_old`, the old log-probs are computed after a skipped update
-    /// if nothing computed them before. `before_update` (a test seam) sees the parameters between
-    /// the log-probs before the update and the update.
+    /// Trains on the step's batch (`sb.learning.mini` responses per optimizer step, all ranks
+    /// together) with the advantages its environment set, or else from its rewards; adds the
+    /// phases' metrics to `m`. With `sb.learning.need_old`, the old log-probs are computed after
+    /// a skipped update if nothing computed them before. `before_update` (a test seam) sees the
+    /// parameters between the log-probs before the update and the update.
     pub(super) fn learn(
         &mut self,
         dist: &Dist,

@@ -57,17 +57,29 @@ impl Rollouts {
         let sampler: &dyn Sampler = match &self.servers {
             Some(r) if on_servers => r.sampler.as_ref(),
             _ => {
-                engine = Engine::new(self.engine_model(policy), eos_ids.to_vec())
-                    .with_decoder(tokenizer)
-                    .with_config(EngineConfig {
-                        max_batch_rows: self.cfg.max_num_seqs,
-                        seed,
-                        ..EngineConfig::default()
-                    });
+                engine = self.engine(self.engine_model(policy), eos_ids, tokenizer, seed);
                 &engine
             }
         };
         sampler.sample(requests)
+    }
+
+    /// The in-process engine over `model` (the policy, its copy, or a debate's judge),
+    /// `rollout.max_num_seqs` rows per batch, drawing with `seed`.
+    pub(super) fn engine<'a>(
+        &self,
+        model: &'a CausalLm,
+        eos_ids: &[i64],
+        tokenizer: &'a Tokenizer,
+        seed: u64,
+    ) -> Engine<'a> {
+        Engine::new(model, eos_ids.to_vec())
+            .with_decoder(tokenizer)
+            .with_config(EngineConfig {
+                max_batch_rows: self.cfg.max_num_seqs,
+                seed,
+                ..EngineConfig::default()
+            })
     }
 
     /// The policy version that samples now: the servers' for a remote backend, else the
@@ -215,10 +227,8 @@ impl Trainer {
         seed: u64,
         on_servers: bool,
     ) -> Result<Vec<Sample>> {
-        let policy = &self.learner.model;
-        let rollouts = &self.rollouts;
-        rollouts.sample(
-            policy,
+        self.rollouts.sample(
+            &self.learner.model,
             &self.eos_ids,
             &self.tokenizer,
             requests,

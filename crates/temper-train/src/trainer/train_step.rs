@@ -166,7 +166,7 @@ impl Trainer {
     }
 
     /// Phase 5 of a prompt run: the rollouts with their old log-probs (every
-    /// `trainer.rollout_log_freq` steps). Returns the batch's prompt and response tokens.
+    /// `trainer.rollout_log_freq` steps) and `perf/gen_tokens_per_s`.
     fn prompt_logs(
         &mut self,
         step: usize,
