@@ -2,9 +2,10 @@
 """Independent LoRA numbers for temper-model's tests: transformers + peft load what temper saved.
 
 Given a base HF folder, a PEFT adapter folder (adapter_config.json + adapter_model.safetensors)
-and a merged HF folder, prints JSON {"peft": [[...]], "merged": [[...]]}: per row of --ids, the
-per-token log p(ids[t+1] | ids[..=t]) (float32) of the base model with the adapter applied by
-peft, and of the merged folder loaded by transformers alone.
+and a merged HF folder, prints JSON {"peft": [[...]], "peft_disabled": [[...]], "merged": [[...]]}:
+per row of --ids, the per-token log p(ids[t+1] | ids[..=t]) (float32) of the base model with the
+adapter applied by peft, of the same model inside peft's `disable_adapter()` (how TRL scores a LoRA
+run's reference policy), and of the merged folder loaded by transformers alone.
 
 Usage: .venv/bin/python tools/peft_reference.py BASE ADAPTER MERGED '[[1,2,3],[4,5]]'
 """
@@ -33,7 +34,10 @@ def main():
     base = AutoModelForCausalLM.from_pretrained(base_dir, dtype=torch.float32)
     peft_model = PeftModel.from_pretrained(base, adapter_dir).eval()
     merged = AutoModelForCausalLM.from_pretrained(merged_dir, dtype=torch.float32).eval()
-    print(json.dumps({"peft": logprobs(peft_model, rows), "merged": logprobs(merged, rows)}))
+    with peft_model.disable_adapter():
+        disabled = logprobs(peft_model, rows)
+    print(json.dumps({"peft": logprobs(peft_model, rows), "peft_disabled": disabled,
+                      "merged": logprobs(merged, rows)}))
 
 
 if __name__ == "__main__":

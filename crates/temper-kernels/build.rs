@@ -13,6 +13,8 @@ fn main() {
     torch_rpath::emit();
     println!("cargo:rerun-if-changed=csrc/kernels.cpp");
     println!("cargo:rerun-if-changed=csrc/swiglu.cpp");
+    println!("cargo:rerun-if-changed=csrc/optim.cpp");
+    println!("cargo:rerun-if-changed=csrc/profiler.cpp");
     println!("cargo:rerun-if-changed=csrc/graph.cpp");
     println!("cargo:rerun-if-changed=csrc/graph_stub.cpp");
     println!("cargo:rerun-if-env-changed=LIBTORCH");
@@ -65,7 +67,9 @@ fn main() {
         .flag("-Wno-psabi")
         .opt_level(3)
         .file("csrc/kernels.cpp")
-        .file("csrc/swiglu.cpp");
+        .file("csrc/swiglu.cpp")
+        .file("csrc/optim.cpp")
+        .file("csrc/profiler.cpp");
     // CUDA graphs (csrc/graph.cpp, the sampling engine's decode step) need CUDA's runtime
     // headers, the ones NCCL's needs: with them, a CUDA build captures; otherwise a stub says no.
     match nccl_includes(&libtorch, &include) {

@@ -1,6 +1,6 @@
 // torch.distributed's c10d from Rust: a TCPStore rendezvous and a Gloo (CPU) or NCCL (CUDA)
 // process group, and the collectives temper needs (all_reduce sum, broadcast, all_gather,
-// barrier). Every function returns 0 on success, or 1 with `*err` set to a malloc'ed message
+// all_gather into one tensor, reduce_scatter, barrier). Every function returns 0 on success, or 1 with `*err` set to a malloc'ed message
 // (freed by temper_kernels_free_error). Built only when the gloo headers are present
 // (scripts/setup-env.sh installs Debian's libgloo-dev); NCCL only when libtorch_cuda, nccl.h and
 // CUDA's headers were found too (USE_C10D_NCCL, build.rs). The c10d code itself is libtorch's.
@@ -46,6 +46,15 @@ at::Tensor staged(Comm* c, const at::Tensor& t) {
 // Copies a staged result back into `t` when staging made a copy.
 void unstage(const at::Tensor& staged_t, at::Tensor& t) {
   if (!staged_t.is_same(t)) t.copy_(staged_t);
+}
+
+// A contiguous tensor's flat view, on the rank's GPU for NCCL (a copy when it is elsewhere).
+at::Tensor staged_flat(Comm* c, const at::Tensor& t) { return staged(c, t.view({-1})); }
+
+// Copies a staged flat result back into `t` when staging copied it to another device (a view of
+// `t` itself already holds it).
+void unstage_flat(const at::Tensor& flat, at::Tensor& t) {
+  if (flat.device() != t.device()) t.view({-1}).copy_(flat);
 }
 
 }  // namespace
@@ -150,6 +159,34 @@ int temper_comm_all_gather(void* comm, void* tensor, void** out, char** err) {
     std::vector<at::Tensor> in{t};
     wait(c, c->pg->allgather(outs, in));
     *out = new at::Tensor(at::stack(outs[0], 0).to(original->device()));
+  });
+}
+
+// `out` (contiguous, world x numel(shard) elements of shard's dtype) = every rank's `shard`
+// concatenated in rank order: torch.distributed.all_gather_into_tensor, what sharded training
+// gathers a unit's weights with.
+int temper_comm_all_gather_into(void* comm, void* shard, void* out, char** err) {
+  return guarded(err, [&] {
+    auto* c = static_cast<Comm*>(comm);
+    auto& o = *static_cast<at::Tensor*>(out);
+    auto s = staged_flat(c, static_cast<at::Tensor*>(shard)->contiguous());
+    auto flat = staged_flat(c, o);
+    wait(c, c->pg->_allgather_base(flat, s));
+    unstage_flat(flat, o);
+  });
+}
+
+// `out` (contiguous, numel(input) / world elements) = this rank's slice, in rank order, of the sum
+// over ranks of `input`: torch.distributed.reduce_scatter_tensor with SUM, what sharded training
+// reduces gradients into their shards with.
+int temper_comm_reduce_scatter(void* comm, void* input, void* out, char** err) {
+  return guarded(err, [&] {
+    auto* c = static_cast<Comm*>(comm);
+    auto& o = *static_cast<at::Tensor*>(out);
+    auto in = staged_flat(c, static_cast<at::Tensor*>(input)->contiguous());
+    auto flat = staged_flat(c, o);
+    wait(c, c->pg->_reduce_scatter_base(flat, in));
+    unstage_flat(flat, o);
   });
 }
 

@@ -1,5 +1,5 @@
 //! torch.distributed's c10d, from Rust: a TCPStore rendezvous and a Gloo process group (CPU), with
-//! the collectives data-parallel training needs (`csrc/comm.cpp`). The code that runs is
+//! the collectives data-parallel and sharded training need (`csrc/comm.cpp`). The code that runs is
 //! libtorch's own; only the glue is temper's. Built when the gloo headers were present at build
 //! time (`scripts/setup-env.sh` installs them); [`comm_available`] tells.
 
@@ -36,6 +36,18 @@ extern "C" {
         comm: *mut c_void,
         t: *mut c_void,
         out: *mut *mut c_void,
+        err: *mut *mut c_char,
+    ) -> c_int;
+    fn temper_comm_all_gather_into(
+        comm: *mut c_void,
+        shard: *mut c_void,
+        out: *mut c_void,
+        err: *mut *mut c_char,
+    ) -> c_int;
+    fn temper_comm_reduce_scatter(
+        comm: *mut c_void,
+        input: *mut c_void,
+        out: *mut c_void,
         err: *mut *mut c_char,
     ) -> c_int;
     fn temper_comm_barrier(comm: *mut c_void, err: *mut *mut c_char) -> c_int;
@@ -207,6 +219,55 @@ impl Comm {
             unsafe { temper_comm_all_gather(self.ptr, t.as_ptr() as _, &mut out, &mut err) };
         self.check(status, err, "all_gather")?;
         Ok(unsafe { Tensor::from_ptr(out as _) })
+    }
+
+    /// In place: `out` (contiguous, `world` times `shard`'s elements, its dtype) becomes every
+    /// rank's `shard` concatenated in rank order (`torch.distributed.all_gather_into_tensor`).
+    pub fn all_gather_into(&self, shard: &Tensor, out: &Tensor) -> Result<()> {
+        self.check_sizes("all_gather_into", out, shard, "out", "shard")?;
+        let mut err = std::ptr::null_mut();
+        // SAFETY: both tensors outlive the call; the C++ side gathers into out's storage.
+        let status = unsafe {
+            temper_comm_all_gather_into(self.ptr, shard.as_ptr() as _, out.as_ptr() as _, &mut err)
+        };
+        self.check(status, err, "all_gather_into")
+    }
+
+    /// In place: `out` (contiguous, `input`'s elements over `world`, its dtype) becomes this
+    /// rank's slice, in rank order, of the sum over ranks of `input`
+    /// (`torch.distributed.reduce_scatter_tensor`, SUM).
+    pub fn reduce_scatter_sum(&self, input: &Tensor, out: &Tensor) -> Result<()> {
+        self.check_sizes("reduce_scatter", input, out, "input", "out")?;
+        let mut err = std::ptr::null_mut();
+        // SAFETY: as above.
+        let status = unsafe {
+            temper_comm_reduce_scatter(self.ptr, input.as_ptr() as _, out.as_ptr() as _, &mut err)
+        };
+        self.check(status, err, "reduce_scatter")
+    }
+
+    /// `whole` must hold `world` times `part`'s elements, in its dtype.
+    fn check_sizes(
+        &self,
+        what: &str,
+        whole: &Tensor,
+        part: &Tensor,
+        whole_name: &str,
+        part_name: &str,
+    ) -> Result<()> {
+        if whole.numel() != part.numel() * self.world || whole.kind() != part.kind() {
+            bail!(
+                "rank {}: {what}: {whole_name} has {} {:?} elements, {part_name} {} {:?}; {whole_name} \
+                 needs world size ({}) times {part_name}'s, in its dtype",
+                self.rank,
+                whole.numel(),
+                whole.kind(),
+                part.numel(),
+                part.kind(),
+                self.world
+            );
+        }
+        Ok(())
     }
 
     pub fn barrier(&self) -> Result<()> {

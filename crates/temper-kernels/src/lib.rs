@@ -11,6 +11,8 @@ pub mod comm;
 pub mod cpu;
 pub mod graph;
 pub mod memory;
+pub mod optim;
+pub mod profiler;
 mod swiglu;
 
 pub use comm::{comm_available, nccl_available, Backend, Comm, Rendezvous};

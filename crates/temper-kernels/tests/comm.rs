@@ -117,3 +117,53 @@ fn nccl_on_a_build_without_it_is_a_one_line_error() {
         "{e}"
     );
 }
+
+/// The two collectives sharded training moves weights and gradients with, on three ranks (an odd
+/// world size, so the rank order shows): all_gather_into_tensor and reduce_scatter_tensor (SUM),
+/// in f32 and bf16; and a wrong size is a one-line error naming the tensors, before any send.
+#[test]
+fn three_ranks_gather_into_one_tensor_and_reduce_scatter() {
+    if !comm_available() {
+        return;
+    }
+    let port = free_port();
+    let ranks: Vec<_> = (0..3)
+        .map(|rank| {
+            std::thread::spawn(move || {
+                let c = Comm::connect(&rendezvous(port, rank, 3, 60)).unwrap();
+                for kind in [Kind::Float, Kind::BFloat16] {
+                    let opts = (kind, Device::Cpu);
+                    // Rank r's shard: [10r, 10r + 1].
+                    let shard = Tensor::from_slice(&[10.0 * rank as f32, 10.0 * rank as f32 + 1.0])
+                        .to_kind(kind);
+                    let whole = Tensor::zeros([3, 2], opts);
+                    c.all_gather_into(&shard, &whole).unwrap();
+                    let got: Vec<f32> =
+                        Vec::try_from(whole.view([-1]).to_kind(Kind::Float)).unwrap();
+                    assert_eq!(got, vec![0.0, 1.0, 10.0, 11.0, 20.0, 21.0]);
+                    // Every rank sends [0, 1, ..., 5] * (r + 1): the sum is [0..6] * 6, and rank r
+                    // keeps elements 2r and 2r + 1.
+                    let input = Tensor::arange(6, opts) * (rank as f64 + 1.0);
+                    let mine = Tensor::zeros([2], opts);
+                    c.reduce_scatter_sum(&input, &mine).unwrap();
+                    let got: Vec<f32> = Vec::try_from(mine.to_kind(Kind::Float)).unwrap();
+                    let r = rank as f32;
+                    assert_eq!(got, vec![6.0 * 2.0 * r, 6.0 * (2.0 * r + 1.0)]);
+                }
+                let shard = Tensor::zeros([2], (Kind::Float, Device::Cpu));
+                let e = c
+                    .all_gather_into(&shard, &Tensor::zeros([5], (Kind::Float, Device::Cpu)))
+                    .unwrap_err()
+                    .to_string();
+                assert!(
+                    e.contains("out has 5") && e.contains("world size (3)"),
+                    "{e}"
+                );
+                c.barrier().unwrap();
+            })
+        })
+        .collect();
+    for r in ranks {
+        r.join().unwrap();
+    }
+}

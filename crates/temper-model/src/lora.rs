@@ -17,6 +17,32 @@ use tch::{nn, Kind, Tensor};
 
 use crate::model::CausalLm;
 
+thread_local! {
+    /// Set while [`without_adapters`] runs on this thread.
+    static ADAPTERS_OFF: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Runs `f` with every LoRA adapter off on this thread: a LoRA model's forwards compute as its
+/// frozen base does (PEFT's `with model.disable_adapter():`, how TRL scores a LoRA run's
+/// reference policy). The base weights are the reference's, so a LoRA run holds no second copy.
+pub fn without_adapters<T>(f: impl FnOnce() -> T) -> T {
+    struct Restore(bool);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            ADAPTERS_OFF.with(|off| off.set(self.0));
+        }
+    }
+    let _restore = Restore(ADAPTERS_OFF.with(|off| off.replace(true)));
+    f()
+}
+
+/// `adapter` unless [`without_adapters`] turned adapters off on this thread.
+pub(crate) fn active(adapter: &Option<LoraAdapter>) -> Option<&LoraAdapter> {
+    adapter
+        .as_ref()
+        .filter(|_| !ADAPTERS_OFF.with(|off| off.get()))
+}
+
 /// Which linears get adapters, and their rank and scale.
 #[derive(Debug, Clone, PartialEq)]
 pub struct LoraConfig {

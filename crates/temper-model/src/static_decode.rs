@@ -16,7 +16,10 @@
 //!
 //! On CUDA each bucket's step is captured once (libtorch's `at::cuda::CUDAGraph`, all buckets
 //! sharing one memory pool) and replayed per token; the first step of a bucket runs eagerly and
-//! captures the next. A capture failure prints one line and the decoder stays eager. On the CPU
+//! captures the next. A capture that fails prints a warning each time; the pool is reset and the
+//! next step of the bucket tries again, and after [`CAPTURE_TRIES`] failures in a row the decoder
+//! steps eagerly until its buffers or weights change. Replays and eager steps are counted
+//! ([`DecodeCounts`], the trainer's `rollout/graph_replays` and `rollout/eager_steps`). On the CPU
 //! the same step runs uncaptured. Attending over the whole capacity costs more than over the
 //! filled positions, but a fixed shape is what a graph needs, and on a GPU a decode step is
 //! bound by launches and weights, not by these reads.
@@ -30,6 +33,11 @@ use temper_kernels::graph::{CudaGraph, GraphPool};
 use crate::KvCache;
 
 /// The bucket (slots decoded together) for `rows` live rows: the next power of two.
+/// Positions per slot for `positions` (at least one), rounded up to [`CAPACITY_STEP`].
+pub fn capacity_for(positions: i64) -> i64 {
+    (positions.max(1) as u64).div_ceil(CAPACITY_STEP as u64) as i64 * CAPACITY_STEP
+}
+
 pub fn bucket_for(rows: usize) -> usize {
     rows.max(1).next_power_of_two()
 }
@@ -136,6 +144,19 @@ impl StaticKv {
     }
 }
 
+/// Failed captures in a row after which the decoder stops trying until its buffers or weights
+/// change.
+pub const CAPTURE_TRIES: u32 = 2;
+
+/// How a decoder's steps ran since it was made: replayed CUDA graphs, eager steps (every step on
+/// the CPU, a bucket's first step, or every step once captures failed), failed captures.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DecodeCounts {
+    pub graph_replays: u64,
+    pub eager_steps: u64,
+    pub failed_captures: u64,
+}
+
 /// One bucket's captured step and the logits each replay rewrites.
 #[derive(Debug)]
 struct Captured {
@@ -154,8 +175,12 @@ pub(crate) struct StaticDecoder {
     /// Where every tensor the step reads lived when the graphs were captured: a graph reads
     /// those addresses, so a weight that moved (a reload, new sampling copies) drops them.
     pub(crate) fingerprint: Vec<usize>,
-    /// A capture failed: eager steps from then on.
+    /// Not captured here: the CPU, a CPU build, or `TEMPER_CUDA_GRAPHS=0`.
     eager_only: bool,
+    /// Captures that failed since the last success or since the buffers changed; at
+    /// [`CAPTURE_TRIES`] the steps stay eager until [`StaticDecoder::drop_graphs`].
+    failures_in_a_row: u32,
+    counts: DecodeCounts,
 }
 
 impl StaticDecoder {
@@ -167,6 +192,8 @@ impl StaticDecoder {
             pool: None,
             fingerprint: Vec::new(),
             eager_only: !captures_on(shape.device),
+            failures_in_a_row: 0,
+            counts: DecodeCounts::default(),
         }
     }
 
@@ -184,8 +211,22 @@ impl StaticDecoder {
         if rows <= self.kv.rows && capacity <= self.kv.capacity {
             return;
         }
-        let rows = rows.max(self.kv.rows);
-        let capacity = capacity.max(self.kv.capacity);
+        self.grow(rows.max(self.kv.rows), capacity.max(self.kv.capacity));
+    }
+
+    /// With no slot in use: buffers of `rows` slots and `capacity` positions when the ones held
+    /// are at least twice what that needs (in slots or positions), so that one long request does
+    /// not make every later step attend over its capacity. Nothing cached is kept.
+    pub(crate) fn shrink_to(&mut self, rows: i64, capacity: i64) {
+        if self.kv.rows < 2 * rows && self.kv.capacity < 2 * capacity {
+            return;
+        }
+        self.kv = StaticKv::new(self.kv.shape, rows, capacity);
+        self.inputs = Tensor::zeros([2, rows], (Kind::Int64, self.inputs.device()));
+        self.drop_graphs();
+    }
+
+    fn grow(&mut self, rows: i64, capacity: i64) {
         self.kv = self.kv.grown(rows, capacity);
         // Every step writes its slots' inputs first: nothing of the old ones is kept.
         self.inputs = Tensor::zeros([2, rows], (Kind::Int64, self.inputs.device()));
@@ -198,6 +239,11 @@ impl StaticDecoder {
     pub(crate) fn drop_graphs(&mut self) {
         self.graphs.clear();
         self.pool = None;
+        self.failures_in_a_row = 0;
+    }
+
+    pub(crate) fn counts(&self) -> DecodeCounts {
+        self.counts
     }
 
     pub(crate) fn load(&self, cache: &KvCache, source: &[i64], pads: &[i64], slots: &[i64]) {
@@ -222,10 +268,12 @@ impl StaticDecoder {
     ) -> Result<Tensor> {
         if let Some(c) = self.graphs.get(&bucket) {
             c.graph.replay()?;
+            self.counts.graph_replays += 1;
             return Ok(c.logits.shallow_clone());
         }
         let logits = eager(self);
-        if self.eager_only {
+        self.counts.eager_steps += 1;
+        if self.eager_only || self.failures_in_a_row >= CAPTURE_TRIES {
             return Ok(logits);
         }
         let Device::Cuda(index) = self.inputs.device() else {
@@ -237,6 +285,7 @@ impl StaticDecoder {
         };
         match pool.and_then(|pool| CudaGraph::capture(index, pool, || eager(self))) {
             Ok((graph, captured)) => {
+                self.failures_in_a_row = 0;
                 self.graphs.insert(
                     bucket,
                     Captured {
@@ -246,8 +295,21 @@ impl StaticDecoder {
                 );
             }
             Err(e) => {
-                eprintln!("temper: decoding without CUDA graphs (eager steps): {e:#}");
-                self.eager_only = true;
+                // The failed capture may have left the pool unusable: the retry captures into a
+                // new one (the graphs already captured keep theirs).
+                self.pool = None;
+                self.failures_in_a_row += 1;
+                self.counts.failed_captures += 1;
+                let then = if self.failures_in_a_row >= CAPTURE_TRIES {
+                    "eager steps until the decoder's buffers or weights change"
+                } else {
+                    "retrying at the bucket's next step with a new memory pool"
+                };
+                eprintln!(
+                    "warning: capturing the {bucket}-slot decode step as a CUDA graph failed \
+                     ({} in a row): {e:#}; {then}",
+                    self.failures_in_a_row
+                );
             }
         }
         Ok(logits)

@@ -62,7 +62,8 @@ fn check_against_peft(tag: &str, tied: bool, targets: &[&str], adapted: usize) {
         alpha: 8.0,
         target_modules: targets.iter().map(|t| t.to_string()).collect(),
     };
-    model.add_lora(&lora).unwrap();
+    // Seeded: an unseeded draw could land between another test's seed and its draws.
+    model.add_lora_seeded(&lora, 11).unwrap();
     // Per layer for the decoder linears, once for the head.
     let layers_and_head = |per_layer: usize, head: usize| 2 * (2 * per_layer + head);
     // B = 0: exactly the base model.
@@ -134,6 +135,19 @@ fn check_against_peft(tag: &str, tied: bool, targets: &[&str], adapted: usize) {
     let (dp, dm) = (max_abs_diff(&ours, &peft), max_abs_diff(&ours, &merged));
     assert!(dp < 1e-5, "temper vs peft: max |logprob diff| {dp:e}");
     assert!(dm < 1e-5, "temper vs merged folder in transformers: {dm:e}");
+    // With the adapters off (a LoRA run's reference policy): the base model's numbers exactly,
+    // and PEFT's inside `disable_adapter()`; the adapters are back after.
+    let off = temper_model::without_adapters(|| logprobs(&model, false));
+    assert_eq!(
+        off, before,
+        "adapters off must be the base model bit for bit"
+    );
+    let dd = max_abs_diff(&off, &read("peft_disabled"));
+    assert!(
+        dd < 1e-5,
+        "temper adapters off vs peft disable_adapter(): {dd:e}"
+    );
+    assert_eq!(logprobs(&model, false), ours);
     // The sampler runs the merged weights.
     let ds = max_abs_diff(&ours, &logprobs(&model, true));
     assert!(ds < 1e-5, "sampler vs training forward: {ds:e}");
@@ -184,7 +198,8 @@ fn bad_lora_configs_are_errors() {
     assert!(e.contains("rank must be positive"), "{e}");
     let e = m.add_lora(&bad(4, &["qproj"])).unwrap_err().to_string();
     assert!(e.contains("`qproj`") && e.contains("q_proj"), "{e}");
-    m.add_lora(&bad(4, &["q_proj", "v_proj"])).unwrap();
+    m.add_lora_seeded(&bad(4, &["q_proj", "v_proj"]), 1)
+        .unwrap();
     assert_eq!(m.trainable_parameters().len(), 4);
     let e = m.add_lora(&bad(4, &["q_proj"])).unwrap_err().to_string();
     assert!(e.contains("already"), "{e}");
@@ -248,7 +263,7 @@ fn the_adapter_count_is_the_adapters_a_model_gets() {
             target_modules: targets.iter().map(|t| t.to_string()).collect(),
         };
         let mut m = CausalLm::random(cfg.clone(), 1, Device::Cpu, ComputeKind::F32);
-        m.add_lora(&lora).unwrap();
+        m.add_lora_seeded(&lora, 1).unwrap();
         let real: i64 = m
             .trainable_parameters()
             .iter()
@@ -256,4 +271,72 @@ fn the_adapter_count_is_the_adapters_a_model_gets() {
             .sum();
         assert_eq!(lora.num_params(&cfg).unwrap(), real, "{targets:?}");
     }
+}
+
+/// A bf16 LoRA model's frozen base held in bf16 (`hold_frozen_in_compute_dtype`, what `temper
+/// train` does for a LoRA run): log-probs and every adapter gradient bit for bit those of the
+/// same model with f32 masters (which the test above holds to PEFT), in fewer bytes; the input
+/// embedding and norms stay f32; an f32 model is left alone.
+#[test]
+fn a_frozen_base_in_bf16_computes_the_same_bits() {
+    let lora = LoraConfig {
+        rank: 4,
+        alpha: 8.0,
+        target_modules: vec!["all-linear".into()],
+    };
+    let make = |tied: bool| {
+        let cfg = ModelConfig::qwen2_like(97, 32, 48, 2, 4, 2, tied);
+        let mut m = CausalLm::random(cfg, 7, Device::Cpu, ComputeKind::Bf16);
+        m.add_lora_seeded(&lora, 3).unwrap();
+        tch::no_grad(|| {
+            for (i, (name, p)) in m.trainable_parameters().iter().enumerate() {
+                if name.contains("lora_B") {
+                    let r = temper_model::seeded::with_seed(200 + i as u64, || {
+                        Tensor::randn(p.size(), (Kind::Float, Device::Cpu))
+                    }) * 0.05;
+                    p.shallow_clone().copy_(&r);
+                }
+            }
+        });
+        m
+    };
+    let run = |m: &CausalLm| {
+        let scores = logprobs_scores(m);
+        let lp = Vec::<f32>::try_from(scores.logp.reshape([-1])).unwrap();
+        scores.logp.sum(Kind::Float).backward();
+        scores.backward();
+        let grads: Vec<Vec<f32>> = m
+            .trainable_parameters()
+            .iter()
+            .map(|(_, p)| Vec::<f32>::try_from(p.grad().reshape([-1])).unwrap())
+            .collect();
+        (lp, grads)
+    };
+    let bytes = |m: &CausalLm| -> i64 {
+        m.named_parameters()
+            .iter()
+            .map(|(_, t)| (t.numel() * t.kind().elt_size_in_bytes()) as i64)
+            .sum()
+    };
+    for tied in [true, false] {
+        let masters = make(tied);
+        let mut held = make(tied);
+        let before = bytes(&held);
+        let freed = held.hold_frozen_in_compute_dtype();
+        assert!(freed > 0);
+        assert_eq!(bytes(&held), before - freed as i64);
+        for (name, t) in held.named_parameters() {
+            let want = if t.dim() == 2 && !name.contains("embed_tokens") {
+                Kind::BFloat16
+            } else {
+                Kind::Float
+            };
+            assert_eq!(t.kind(), want, "{name}");
+        }
+        assert_eq!(run(&held), run(&masters), "tied {tied}");
+    }
+    let cfg = ModelConfig::qwen2_like(97, 32, 48, 2, 4, 2, true);
+    let mut f32_model = CausalLm::random(cfg, 7, Device::Cpu, ComputeKind::F32);
+    f32_model.add_lora_seeded(&lora, 3).unwrap();
+    assert_eq!(f32_model.hold_frozen_in_compute_dtype(), 0);
 }

@@ -13,17 +13,29 @@ pub fn repetition_penalty(logits: &Tensor, penalties: &[f64], seen: &[&[i64]]) -
     if penalties.iter().all(|&p| p == 1.0) {
         return logits.shallow_clone();
     }
-    let out = logits.copy();
+    // Every penalised (row, id) as one flat index and its row's penalty: one copy to the device
+    // and three batched ops, whatever the number of rows.
+    let vocab = logits.size()[1];
+    let mut flat: Vec<i64> = Vec::new();
+    let mut factor: Vec<f32> = Vec::new();
     for (r, (&p, ids)) in penalties.iter().zip(seen).enumerate() {
-        if p == 1.0 || ids.is_empty() {
+        if p == 1.0 {
             continue;
         }
-        let ids = Tensor::from_slice(ids).to_device(logits.device());
-        let mut row = out.get(r as i64);
-        let got = row.index_select(0, &ids);
-        let penalised = (&got / p).where_self(&got.gt(0.0), &(&got * p));
-        let _ = row.index_copy_(0, &ids, &penalised);
+        flat.extend(ids.iter().map(|&id| r as i64 * vocab + id));
+        factor.extend(std::iter::repeat_n(p as f32, ids.len()));
     }
+    if flat.is_empty() {
+        return logits.shallow_clone();
+    }
+    let device = logits.device();
+    let flat = Tensor::from_slice(&flat).to_device(device);
+    let factor = Tensor::from_slice(&factor).to_device(device);
+    let out = logits.copy();
+    let mut cells = out.view([-1]);
+    let got = cells.index_select(0, &flat);
+    let penalised = (&got / &factor).where_self(&got.gt(0.0), &(&got * &factor));
+    let _ = cells.index_copy_(0, &flat, &penalised);
     out
 }
 
@@ -32,15 +44,16 @@ pub fn ban_tokens(logits: &Tensor, banned: &[&[i64]]) -> Tensor {
     if banned.iter().all(|b| b.is_empty()) {
         return logits.shallow_clone();
     }
+    // One flat index per banned (row, id), one copy to the device and one fill for every row.
+    let vocab = logits.size()[1];
+    let flat: Vec<i64> = banned
+        .iter()
+        .enumerate()
+        .flat_map(|(r, ids)| ids.iter().map(move |&id| r as i64 * vocab + id))
+        .collect();
     let out = logits.copy();
-    for (r, ids) in banned.iter().enumerate() {
-        if ids.is_empty() {
-            continue;
-        }
-        let ids = Tensor::from_slice(ids).to_device(logits.device());
-        let mut row = out.get(r as i64);
-        let _ = row.index_fill_(0, &ids, f64::NEG_INFINITY);
-    }
+    let flat = Tensor::from_slice(&flat).to_device(logits.device());
+    let _ = out.view([-1]).index_fill_(0, &flat, f64::NEG_INFINITY);
     out
 }
 

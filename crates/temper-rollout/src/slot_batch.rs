@@ -83,6 +83,10 @@ impl RunningBatch for SlotBatch {
             });
         }
         let positions = self.places.iter().map(|p| p.need).max().unwrap_or(1);
+        if active.is_none() {
+            // No slot in use: buffers much larger than this batch needs are made smaller.
+            model.static_decode_shrink(bucket, positions);
+        }
         model.static_decode_reserve(bucket, positions);
         let pads: Vec<i64> = p.source.iter().map(|&u| p.pads[u as usize]).collect();
         model.static_decode_load(&p.cache, &p.source, &pads, &free);

@@ -130,3 +130,40 @@ fn requests_joining_slots_mid_run_match_alone() {
         assert_same(want, &mine);
     }
 }
+
+/// A wide call grows the decoder to many slots; a later call that needs far fewer makes it small
+/// again (so its steps do not run the wide call's bucket of slots), sampling the same tokens as
+/// the growing cache. On the CPU every step runs eagerly and is counted as such.
+#[test]
+fn the_static_cache_shrinks_when_the_need_falls() {
+    let model = tiny_model();
+    let before = model.static_decode_counts();
+    let wide = requests(40);
+    engine(&model, DecodeMode::Static, 64)
+        .generate(&wide, &mut |_| {})
+        .unwrap();
+    let (grown, _) = model.static_decode_room();
+    assert!(
+        grown >= 32,
+        "40 requests of 1-3 samples need 32+ slots, got {grown}"
+    );
+    let after = model.static_decode_counts();
+    assert_eq!(after.graph_replays, 0, "the CPU captures nothing");
+    assert!(
+        after.eager_steps - before.eager_steps >= 30,
+        "every decode step counted: {before:?} -> {after:?}"
+    );
+    let narrow = requests(2);
+    let fixed = engine(&model, DecodeMode::Static, 64)
+        .generate(&narrow, &mut |_| {})
+        .unwrap();
+    let (rows, _) = model.static_decode_room();
+    assert!(
+        rows <= 4,
+        "3 samples shrink {grown} slots to a bucket of 4, got {rows}"
+    );
+    let growing = engine(&model, DecodeMode::Growing, 64)
+        .generate(&narrow, &mut |_| {})
+        .unwrap();
+    assert_same(&growing, &fixed);
+}

@@ -127,7 +127,7 @@ impl TrainingModel {
     /// AdamW on the accumulated gradients (clipped first when `grad_clip_norm > 0`), then the
     /// gradients are zeroed. Returns the gradient norm before clipping.
     pub fn optim_step(&mut self, p: &AdamParams) -> Result<f64> {
-        let norm = clip_grad_norm(&self.params, p.grad_clip_norm);
+        let norm = clip_grad_norm(&self.params, p.grad_clip_norm)?;
         self.optimizer.lr = p.learning_rate;
         self.optimizer.betas = (p.beta1, p.beta2);
         self.optimizer.eps = p.eps;

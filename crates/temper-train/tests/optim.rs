@@ -7,6 +7,17 @@ use temper_train::optim::LrSchedule;
 
 #[test]
 fn adamw_and_clipping_are_bitwise_torch() {
+    adamw_against_torch(false);
+}
+
+/// The fused kernel (the trainer's default, `actor.optim.fused`) against
+/// `torch.optim.AdamW(fused=True)`.
+#[test]
+fn fused_adamw_is_bitwise_torch_fused() {
+    adamw_against_torch(true);
+}
+
+fn adamw_against_torch(fused: bool) {
     tch::manual_seed(7);
     // The last is larger than one of AdamW's slices (4 Mi elements): it is stepped in two.
     let shapes: [&[i64]; 4] = [&[17, 9], &[9], &[3, 4, 5], &[1100, 3900]];
@@ -43,12 +54,13 @@ fn adamw_and_clipping_are_bitwise_torch() {
         "hyper".into(),
         Tensor::from_slice(&[lr0, b1, b2, eps, wd, max_norm]),
     ));
-    let dir = common::temp_dir("adamw");
+    let dir = common::temp_dir(if fused { "adamw-fused" } else { "adamw" });
     let (inp, out) = (dir.join("in.safetensors"), dir.join("out.safetensors"));
     Tensor::write_safetensors(&inputs, &inp).unwrap();
-    common::run_py("adamw_ref.py", &[&inp, &out]);
+    let form = std::path::Path::new(if fused { "fused" } else { "loop" });
+    common::run_py("adamw_ref.py", &[&inp, &out, form]);
 
-    let mut opt = AdamW::new(&params, lr0, (b1, b2), eps, wd);
+    let mut opt = AdamW::new(&params, lr0, (b1, b2), eps, wd).with_fused(fused);
     let mut norms = vec![];
     for (s, gs) in grads.iter().enumerate() {
         for ((_, p), g) in params.iter().zip(gs) {
@@ -60,7 +72,7 @@ fn adamw_and_clipping_are_bitwise_torch() {
             (p * g).sum(Kind::Float).backward();
         }
         opt.lr = lrs[s];
-        norms.push(clip_grad_norm(&params, max_norm));
+        norms.push(clip_grad_norm(&params, max_norm).unwrap());
         opt.step(&params).unwrap();
     }
     let want: std::collections::HashMap<String, Tensor> = Tensor::read_safetensors(&out)
@@ -136,7 +148,8 @@ fn optimizer_state_round_trips() {
         "a".into(),
         Tensor::randn([4, 3], (Kind::Float, tch::Device::Cpu)).set_requires_grad(true),
     )];
-    let mut opt = AdamW::new(&params, 1e-2, (0.9, 0.999), 1e-8, 0.0);
+    // Fused: its per-parameter step counts must come back from the one saved `step`.
+    let mut opt = AdamW::new(&params, 1e-2, (0.9, 0.999), 1e-8, 0.0).with_fused(true);
     for _ in 0..3 {
         (&params[0].1 * &params[0].1).sum(Kind::Float).backward();
         opt.step(&params).unwrap();
@@ -145,7 +158,7 @@ fn optimizer_state_round_trips() {
     let dir = common::temp_dir("optstate");
     let path = dir.join("optim.safetensors");
     opt.save(&path).unwrap();
-    let mut fresh = AdamW::new(&params, 1e-2, (0.9, 0.999), 1e-8, 0.0);
+    let mut fresh = AdamW::new(&params, 1e-2, (0.9, 0.999), 1e-8, 0.0).with_fused(true);
     fresh.load(&path).unwrap();
     assert_eq!(fresh.steps_taken(), 3);
     // Same next step from both.

@@ -1,5 +1,7 @@
-//! `torch.optim.AdamW` (decoupled weight decay, single-tensor CPU path), op for op, so that the
-//! parameters after each step are bitwise equal to PyTorch's on the same inputs.
+//! `torch.optim.AdamW`, bitwise PyTorch's on the same inputs, in either of its two forms:
+//! `fused = true`, PyTorch's fused kernel (`torch.optim.AdamW(fused=True)`, TRL's default
+//! `adamw_torch_fused`): one multi-tensor call per step for every parameter; or `fused = false`,
+//! the single-tensor loop (`foreach=False`, PyTorch's default on the CPU), op for op.
 use anyhow::{bail, Context, Result};
 use std::path::Path;
 use tch::{Kind, Tensor};
@@ -10,15 +12,23 @@ pub struct AdamW {
     pub betas: (f64, f64),
     pub eps: f64,
     pub weight_decay: f64,
+    /// PyTorch's fused kernel (`fused=True`) instead of the single-tensor loop.
+    pub fused: bool,
     names: Vec<String>,
     exp_avg: Vec<Tensor>,
     exp_avg_sq: Vec<Tensor>,
     /// Steps taken (PyTorch keeps one per parameter; they are always equal here).
     step: u64,
+    /// The fused kernel's per-parameter step counts (f32 0-dim tensors on each parameter's
+    /// device, as PyTorch keeps them for `fused=True`); each equals `fused_steps_at` when that is
+    /// `Some`, else they are refilled from `step` before the next fused step.
+    fused_steps: Vec<Tensor>,
+    fused_steps_at: Option<u64>,
 }
 
 impl AdamW {
-    /// State for `params` (zeros, like PyTorch's lazy init at the first step).
+    /// State for `params` (zeros, like PyTorch's lazy init at the first step), the single-tensor
+    /// loop ([`AdamW::fused`] false) until told otherwise.
     pub fn new(
         params: &[(String, Tensor)],
         lr: f64,
@@ -32,11 +42,23 @@ impl AdamW {
             betas,
             eps,
             weight_decay,
+            fused: false,
             names: params.iter().map(|(n, _)| n.clone()).collect(),
             exp_avg: params.iter().map(|(_, p)| zeros(p)).collect(),
             exp_avg_sq: params.iter().map(|(_, p)| zeros(p)).collect(),
             step: 0,
+            fused_steps: params
+                .iter()
+                .map(|(_, p)| Tensor::zeros([], (Kind::Float, p.device())))
+                .collect(),
+            fused_steps_at: Some(0),
         }
+    }
+
+    /// The same optimizer with PyTorch's fused kernel on (`true`) or the single-tensor loop.
+    pub fn with_fused(mut self, fused: bool) -> Self {
+        self.fused = fused;
+        self
     }
 
     pub fn steps_taken(&self) -> u64 {
@@ -53,7 +75,85 @@ impl AdamW {
                 self.names.len()
             );
         }
+        for (i, (name, _)) in params.iter().enumerate() {
+            if *name != self.names[i] {
+                bail!(
+                    "AdamW: parameter {i} is `{name}`, state has `{}`",
+                    self.names[i]
+                );
+            }
+        }
+        // With no gradient at all PyTorch steps nothing, its step counts included.
+        if params.iter().all(|(_, p)| !p.grad().defined()) {
+            return Ok(());
+        }
         self.step += 1;
+        if self.fused {
+            self.fused_step(params)
+        } else {
+            self.loop_step(params)
+        }
+    }
+
+    /// Every parameter with a gradient in one fused call per (device, dtype), as PyTorch groups
+    /// them; a sparse gradient is made dense first.
+    fn fused_step(&mut self, params: &[(String, Tensor)]) -> Result<()> {
+        let grads: Vec<(usize, Tensor)> = params
+            .iter()
+            .enumerate()
+            .map(|(i, (_, p))| (i, p.grad()))
+            .filter(|(_, g)| g.defined())
+            .map(|(i, g)| {
+                let g = if g.is_sparse() {
+                    g.to_dense(None, false)
+                } else {
+                    g
+                };
+                (i, g)
+            })
+            .collect();
+        // The kernel increments each count it is given: they must hold the steps before this one.
+        let before = self.step - 1;
+        if self.fused_steps_at != Some(before) {
+            for t in &mut self.fused_steps {
+                let _ = t.fill_(before as f64);
+            }
+        }
+        self.fused_steps_at = (grads.len() == params.len()).then_some(self.step);
+        let mut groups: Vec<((tch::Device, Kind), Vec<usize>)> = Vec::new();
+        for (j, (i, _)) in grads.iter().enumerate() {
+            let key = (params[*i].1.device(), params[*i].1.kind());
+            match groups.iter_mut().find(|(k, _)| *k == key) {
+                Some((_, members)) => members.push(j),
+                None => groups.push((key, vec![j])),
+            }
+        }
+        for (_, members) in groups {
+            let at = |i: usize| grads[members[i]].0;
+            let group = temper_kernels::optim::FusedAdamwGroup {
+                params: (0..members.len()).map(|i| &params[at(i)].1).collect(),
+                grads: members.iter().map(|&j| &grads[j].1).collect(),
+                exp_avgs: (0..members.len()).map(|i| &self.exp_avg[at(i)]).collect(),
+                exp_avg_sqs: (0..members.len())
+                    .map(|i| &self.exp_avg_sq[at(i)])
+                    .collect(),
+                steps: (0..members.len())
+                    .map(|i| &self.fused_steps[at(i)])
+                    .collect(),
+            };
+            temper_kernels::optim::fused_adamw(
+                &group,
+                self.lr,
+                self.betas,
+                self.weight_decay,
+                self.eps,
+            )?;
+        }
+        Ok(())
+    }
+
+    /// PyTorch's single-tensor loop, op for op.
+    fn loop_step(&mut self, params: &[(String, Tensor)]) -> Result<()> {
         let (beta1, beta2) = self.betas;
         let lr = self.lr;
         let step = self.step as f64;
@@ -62,13 +162,7 @@ impl AdamW {
         let step_size = lr / bias_correction1;
         let bias_correction2_sqrt = bias_correction2.powf(0.5);
         tch::no_grad(|| -> Result<()> {
-            for (i, (name, p)) in params.iter().enumerate() {
-                if *name != self.names[i] {
-                    bail!(
-                        "AdamW: parameter {i} is `{name}`, state has `{}`",
-                        self.names[i]
-                    );
-                }
+            for (i, (_, p)) in params.iter().enumerate() {
                 let g = p.grad();
                 if !g.defined() {
                     continue;
@@ -155,6 +249,7 @@ impl AdamW {
             return Err(missing(k));
         }
         self.step = step.ok_or_else(|| missing("step"))?;
+        self.fused_steps_at = None;
         Ok(())
     }
 }

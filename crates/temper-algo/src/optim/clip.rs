@@ -3,28 +3,45 @@ use tch::Tensor;
 
 /// Total L2 norm of all gradients (norm of the per-tensor norms, as PyTorch computes it), and
 /// gradients scaled by `min(max_norm / (norm + 1e-6), 1)` when `max_norm > 0`.
-/// Returns the norm before clipping (verl's `actor/grad_norm`); may be NaN/inf.
-pub fn clip_grad_norm(params: &[(String, Tensor)], max_norm: f64) -> f64 {
+/// Returns the norm before clipping (verl's `actor/grad_norm`); may be NaN/inf. Reading it is the
+/// step's one wait for the device.
+pub fn clip_grad_norm(params: &[(String, Tensor)], max_norm: f64) -> anyhow::Result<f64> {
+    Ok(clip_grad_norm_tensor(params, max_norm)?.map_or(0.0, |t| t.double_value(&[])))
+}
+
+/// [`clip_grad_norm`] with the norm left on the gradients' device (`None` without gradients):
+/// PyTorch's foreach path, one call for every gradient of one device and dtype.
+pub fn clip_grad_norm_tensor(
+    params: &[(String, Tensor)],
+    max_norm: f64,
+) -> anyhow::Result<Option<Tensor>> {
     tch::no_grad(|| {
         let grads: Vec<Tensor> = params
             .iter()
             .map(|(_, p)| p.grad())
             .filter(|g| g.defined())
             .collect();
-        if grads.is_empty() {
-            return 0.0;
+        let Some(first) = grads.first() else {
+            return Ok(None);
+        };
+        let alike = grads
+            .iter()
+            .all(|g| g.device() == first.device() && g.kind() == first.kind());
+        if alike {
+            let refs: Vec<&Tensor> = grads.iter().collect();
+            return temper_kernels::optim::clip_grad_norm(&refs, max_norm).map(Some);
         }
-        // `Tensor::norm` is ATen's 2-norm over all elements, the kernel behind linalg.vector_norm.
-        let norms: Vec<Tensor> = grads.iter().map(|g| g.norm()).collect();
+        // Mixed devices or dtypes: the same arithmetic one tensor at a time (PyTorch's per-group
+        // norms gathered on the first device).
+        let norms: Vec<Tensor> = grads.iter().map(|g| g.norm().to(first.device())).collect();
         let total = Tensor::stack(&norms, 0).norm();
         if max_norm > 0.0 {
-            let coef =
-                (Tensor::from(max_norm).to_kind(total.kind()) / (&total + 1e-6)).clamp_max(1.0);
+            let coef = ((&total + 1e-6).reciprocal() * max_norm).clamp_max(1.0);
             for mut g in grads {
-                let _ = g.g_mul_(&coef);
+                let _ = g.g_mul_(&coef.to(g.device()));
             }
         }
-        total.double_value(&[])
+        Ok(Some(total))
     })
 }
 

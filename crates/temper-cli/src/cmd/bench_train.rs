@@ -152,7 +152,7 @@ impl RustSide {
         let device = device_of(&args.device).expect("checked in run");
         let model = CausalLm::random(cfg, 0, device, ComputeKind::F32);
         let params = model.named_parameters();
-        let opt = AdamW::new(&params, 1e-5, (0.9, 0.999), 1e-8, 0.01);
+        let opt = AdamW::new(&params, 1e-5, (0.9, 0.999), 1e-8, 0.01).with_fused(true);
         let (b, t) = (args.batch, args.seq);
         let input = Tensor::randint(args.vocab, [b, t], (Kind::Int64, device));
         let pos = Tensor::arange(t, (Kind::Int64, device))
@@ -250,6 +250,20 @@ pub fn run(args: Args) -> Result<()> {
             temper_model::kernel_report(kind, device_of(&args.device)?, head_dim)
         );
     }
+    // The roof of each dtype here, and the model FLOPs of one step (the head scores every
+    // position): every row's tok/s is also a fraction of the roof.
+    let device = device_of(&args.device)?;
+    let roofs: Vec<(ComputeKind, temper_model::Roof)> = [ComputeKind::F32, ComputeKind::Bf16]
+        .into_iter()
+        .map(|kind| (kind, temper_model::Roof::measure(kind, device)))
+        .collect();
+    for (kind, roof) in &roofs {
+        println!("roof, {kind}: {}", roof.describe(*kind));
+    }
+    let step_flops = rust
+        .model
+        .config()
+        .training_flops(tokens_per_step, tokens_per_step, true);
     let auto = temper_model::resolve_compute_kind(
         temper_model::DtypeRequest::Auto,
         device_of(&args.device)?,
@@ -317,8 +331,15 @@ pub fn run(args: Args) -> Result<()> {
     let base_f32 = rate_of("PyTorch f32");
     let base_bf16 = rate_of("PyTorch autocast bf16").or(base_f32);
     println!(
-        "{:<24} {:>10} {:>10} {:>10} {:>18} {:>14}",
-        "implementation", "tok/s", "tok/cpu-s", "peak MiB", "vs PyTorch eager", "(by CPU time)"
+        "{:<24} {:>10} {:>10} {:>10} {:>18} {:>14} {:>9} {:>8}",
+        "implementation",
+        "tok/s",
+        "tok/cpu-s",
+        "peak MiB",
+        "vs PyTorch eager",
+        "(by CPU time)",
+        "TFLOP/s",
+        "of roof"
     );
     for (label, t, n) in &totals {
         let (wall, cpu) = rate(t, *n);
@@ -334,7 +355,13 @@ pub fn run(args: Args) -> Result<()> {
         let peak = t
             .peak_bytes
             .map_or("-".to_string(), |b| format!("{:.0}", b as f64 / 1048576.0));
-        println!("{label:<24} {wall:>10.1} {cpu:>10.1} {peak:>10} {r_wall:>18} {r_cpu:>14}");
+        let achieved = wall / tokens_per_step * step_flops;
+        let roof = roofs[usize::from(label.contains("bf16"))].1.matmul_flops;
+        println!(
+            "{label:<24} {wall:>10.1} {cpu:>10.1} {peak:>10} {r_wall:>18} {r_cpu:>14} {:>9.3} {:>7.0}%",
+            achieved / 1e12,
+            100.0 * achieved / roof
+        );
     }
     Ok(())
 }

@@ -19,6 +19,10 @@ pub struct Args {
     /// Stop (with a checkpoint) after this many steps in this process.
     #[arg(long)]
     stop_after: Option<usize>,
+    /// Write a Chrome trace of this step (default 2, the first after warm-up) with libtorch's
+    /// profiler to the run folder (`profile_step_<N>.json`; open in Perfetto or chrome://tracing).
+    #[arg(long, num_args = 0..=1, default_missing_value = "2", value_name = "STEP")]
+    profile: Option<usize>,
     /// Data parallel on this machine: start N ranks of this command (torchrun's environment,
     /// Gloo on CPU). Under torchrun or Slurm leave it out: the ranks read RANK, WORLD_SIZE, ...
     #[arg(long, default_value_t = 1)]
@@ -48,6 +52,7 @@ pub fn run(args: Args) -> Result<()> {
         }
         let mut t = Trainer::resume(run_dir, &overrides)?;
         t.set_stop_after(args.stop_after);
+        t.set_profile_step(args.profile);
         let root = t.dist().is_root();
         if root {
             eprintln!(
@@ -93,6 +98,7 @@ pub fn run(args: Args) -> Result<()> {
         let mut t = Trainer::create(cfg, &stem, &command_line)
             .with_context(|| format!("config {}", config.display()))?;
         t.set_stop_after(args.stop_after);
+        t.set_profile_step(args.profile);
         let root = t.dist().is_root();
         if root {
             eprintln!(

@@ -33,7 +33,7 @@ impl Linear {
                 self.bias.as_ref().map(|b| b.to_kind(kind)),
             )
         };
-        match &self.lora {
+        match crate::lora::active(&self.lora) {
             Some(l) => y + l.forward(x, kind),
             None => y,
         }
@@ -47,9 +47,7 @@ impl Linear {
         // `to_kind` to the tensor's own dtype is the tensor itself (f32 runs copy nothing).
         let w = self.weight.to_kind(kind);
         let bias = self.bias.as_ref().map(|b| b.to_kind(kind));
-        let adapter = self
-            .lora
-            .as_ref()
+        let adapter = crate::lora::active(&self.lora)
             .map(|l| (l.a.to_kind(kind), l.b.to_kind(kind), l.scale));
         let lora = adapter
             .as_ref()

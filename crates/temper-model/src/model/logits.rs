@@ -38,7 +38,7 @@ impl CausalLm {
             None if kind == Kind::Float => x.linear(w, None::<&Tensor>),
             None => x.linear(&w.to_kind(kind), None::<&Tensor>),
         };
-        let logits = match &self.head_lora {
+        let logits = match crate::lora::active(&self.head_lora) {
             Some(l) => logits + l.forward(&x, kind),
             None => logits,
         };
@@ -48,7 +48,7 @@ impl CausalLm {
     /// The unembedding's (f32) weight when [`CausalLm::logits`] is that one matmul: no LoRA on the
     /// head and no sampling copy in place ([`crate::vocab_blocks`] computes it a block at a time).
     pub(crate) fn plain_head_weight(&self) -> Option<&Tensor> {
-        if self.head_lora.is_some() || self.sampling.borrow().is_some() {
+        if crate::lora::active(&self.head_lora).is_some() || self.sampling.borrow().is_some() {
             return None;
         }
         Some(self.lm_head.as_ref().unwrap_or(&self.embed_tokens))

@@ -58,6 +58,40 @@ impl CausalLm {
         Ok(())
     }
 
+    /// Holds the frozen weight matrices the forwards cast to the compute dtype (the decoder
+    /// layers' projections, an untied unembedding) in that dtype instead of f32: the same numbers
+    /// every forward and backward computes with, in half the memory (a LoRA run's frozen base, as
+    /// PEFT holds a bf16 base). The input embedding stays f32 (the residual stream reads it in
+    /// f32; with tied embeddings it is the unembedding too), as do norms and biases; weights that
+    /// train are untouched. The sampler's merged LoRA copy is then made from the rounded base.
+    /// Returns the bytes freed. Nothing to do in f32.
+    pub fn hold_frozen_in_compute_dtype(&mut self) -> u64 {
+        let kind = self.compute.kind();
+        if kind == tch::Kind::Float {
+            return 0;
+        }
+        let mut frozen: Vec<&Tensor> = self
+            .layers
+            .iter()
+            .flat_map(|l| l.linears().map(|(_, _, lin)| &lin.weight))
+            .collect();
+        frozen.extend(&self.lm_head);
+        let mut freed = 0u64;
+        tch::no_grad(|| {
+            for w in frozen {
+                if w.requires_grad() || w.kind() != tch::Kind::Float {
+                    continue;
+                }
+                let narrow = w.to_kind(kind);
+                freed += (w.numel() * (4 - kind.elt_size_in_bytes())) as u64;
+                // In place: every handle on this variable (the layer's, the var store's) sees the
+                // compute-dtype data, as `param.data = param.data.to(dtype)` does in PyTorch.
+                w.shallow_clone().set_data(&narrow);
+            }
+        });
+        freed
+    }
+
     /// Whether this model's base weights are a [`SharedBase`]'s.
     pub fn shares_base(&self) -> bool {
         self.shared_base.is_some()
@@ -70,7 +104,7 @@ impl CausalLm {
     /// The unembedding the model computes with (its LoRA merged in), detached.
     pub(super) fn head_weight(&self) -> Tensor {
         let head = self.lm_head.as_ref().unwrap_or(&self.embed_tokens);
-        match &self.head_lora {
+        match crate::lora::active(&self.head_lora) {
             Some(l) => l.merged(head),
             None => head.shallow_clone(),
         }

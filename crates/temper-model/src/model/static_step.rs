@@ -4,17 +4,16 @@ use anyhow::{bail, Result};
 use tch::{Device, Kind, Tensor};
 
 use super::{CausalLm, LayerContext};
-use crate::static_decode::{bucket_for, KvShape, StaticDecoder, CAPACITY_STEP};
+use crate::static_decode::{bucket_for, capacity_for, DecodeCounts, KvShape, StaticDecoder};
 use crate::KvCache;
 
 impl CausalLm {
     /// Room for `rows` slots (rounded up to a bucket) of `positions` each (rounded up to
-    /// [`CAPACITY_STEP`]), keeping what the slots hold. The decoder and its graphs are kept
+    /// [`crate::static_decode::CAPACITY_STEP`]), keeping what the slots hold. The decoder and its graphs are kept
     /// across sampling calls; captured steps whose weights moved since are dropped here.
     pub fn static_decode_reserve(&self, rows: usize, positions: i64) {
         let rows = bucket_for(rows) as i64;
-        let capacity =
-            (positions.max(1) as u64).div_ceil(CAPACITY_STEP as u64) as i64 * CAPACITY_STEP;
+        let capacity = capacity_for(positions);
         let fingerprint = self.static_fingerprint();
         let mut slot = self.static_decoder.borrow_mut();
         let dec = slot.get_or_insert_with(|| {
@@ -32,6 +31,26 @@ impl CausalLm {
             dec.drop_graphs();
             dec.fingerprint = fingerprint;
         }
+    }
+
+    /// With no slot in use (a sampling call starting): buffers sized for `rows` slots of
+    /// `positions` each when the ones held are at least twice that, so that one long request
+    /// does not make every later step attend over its capacity. Call before
+    /// [`CausalLm::static_decode_reserve`].
+    pub fn static_decode_shrink(&self, rows: usize, positions: i64) {
+        let rows = bucket_for(rows) as i64;
+        let capacity = capacity_for(positions);
+        if let Some(dec) = self.static_decoder.borrow_mut().as_mut() {
+            dec.shrink_to(rows, capacity);
+        }
+    }
+
+    /// How this model's fixed-shape decode steps ran so far (zeros before any).
+    pub fn static_decode_counts(&self) -> DecodeCounts {
+        self.static_decoder
+            .borrow()
+            .as_ref()
+            .map_or_else(DecodeCounts::default, |d| d.counts())
     }
 
     /// The slots and positions reserved, `(0, 0)` before any.

@@ -297,6 +297,10 @@ pub struct OptimConfig {
     pub lr_scheduler_type: crate::optim::ScheduleKind,
     pub min_lr_ratio: f64,
     pub num_cycles: f64,
+    /// PyTorch's fused AdamW kernel (`torch.optim.AdamW(fused=True)`, TRL's default
+    /// `adamw_torch_fused`): one call per step for every parameter. `false`: the single-tensor
+    /// loop (`foreach=False`, PyTorch's default on the CPU), bitwise equal to that instead.
+    pub fused: bool,
 }
 
 impl Default for OptimConfig {
@@ -311,6 +315,7 @@ impl Default for OptimConfig {
             lr_scheduler_type: crate::optim::ScheduleKind::Constant,
             min_lr_ratio: 0.0,
             num_cycles: 0.5,
+            fused: true,
         }
     }
 }

@@ -6,7 +6,7 @@ use super::batch::{to_rows, Batch};
 use super::partition::MiniBatch;
 use super::stats::{put_mmm, StepMetrics};
 use super::step_batch::StepBatch;
-use super::Learner;
+use super::{Learner, Reference};
 use crate::dist::Dist;
 use anyhow::Result;
 use std::time::Instant;
@@ -88,10 +88,14 @@ impl Learner {
             t_old.elapsed().as_secs_f64(),
         );
         let t_ref = Instant::now();
+        let chunk = self.unembed_chunk();
         let reference = match &self.reference {
-            Some(r) => {
-                Some(batch.logprobs_by_parts(r, first, temperature, self.unembed_chunk(), dist)?)
+            Some(Reference::Model(r)) => {
+                Some(batch.logprobs_by_parts(r, first, temperature, chunk, dist)?)
             }
+            Some(Reference::PolicyBase) => Some(temper_model::without_adapters(|| {
+                batch.logprobs_by_parts(&self.model, first, temperature, chunk, dist)
+            })?),
             None => None,
         };
         metrics.insert("timing_s/ref".into(), t_ref.elapsed().as_secs_f64());

@@ -108,6 +108,34 @@ impl Batch {
         self.prompt_owner = Some(owner);
     }
 
+    /// The positions a forward of rows `idx` runs the decoder over (each distinct prompt once when
+    /// prompts are shared, packed rows without their padding) and those the head scores (the
+    /// response positions): the FLOP count's inputs, `perf/update_tflops`.
+    pub fn forward_positions(&self, idx: &[i64]) -> (f64, f64) {
+        let rows = idx.len() as f64;
+        let prompt_runs: Vec<usize> = match &self.prompt_owner {
+            Some(owner) => {
+                let mut distinct: Vec<usize> = idx.iter().map(|&i| owner[i as usize]).collect();
+                distinct.sort_unstable();
+                distinct.dedup();
+                distinct
+            }
+            None => idx.iter().map(|&i| i as usize).collect(),
+        };
+        match &self.packed {
+            Some(tokens) => {
+                let prompts: usize = prompt_runs.iter().map(|&r| tokens[r].0.len()).sum();
+                let responses: usize = idx.iter().map(|&i| tokens[i as usize].1.len()).sum();
+                ((prompts + responses) as f64, responses as f64)
+            }
+            None => {
+                let prompts = (prompt_runs.len() as i64 * self.prompt_len) as f64;
+                let responses = rows * self.response_len as f64;
+                (prompts + responses, responses)
+            }
+        }
+    }
+
     /// Rows `idx` of a (N, ...) tensor of this batch.
     pub fn rows_of(t: &Tensor, idx: &[i64]) -> Tensor {
         let is_range = idx.windows(2).all(|w| w[1] == w[0] + 1);

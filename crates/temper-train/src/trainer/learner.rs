@@ -11,8 +11,8 @@ use temper_model::CausalLm;
 /// controller of a KL penalty in the reward.
 pub(crate) struct Learner {
     pub(crate) model: CausalLm,
-    /// Frozen reference policy, loaded only when a KL term needs it.
-    pub(crate) reference: Option<CausalLm>,
+    /// The frozen reference policy, when a KL term needs one.
+    pub(crate) reference: Option<Reference>,
     pub(crate) params: Vec<(String, tch::Tensor)>,
     pub(crate) optimizer: AdamW,
     pub(crate) schedule: LrSchedule,
@@ -22,6 +22,18 @@ pub(crate) struct Learner {
     pub(crate) kl_ctrl: Option<KlController>,
     /// The config sections the learner reads.
     pub(crate) settings: LearnerSettings,
+    /// This device's matmul roof in the compute dtype, measured when the run starts: the update's
+    /// FLOP/s is also reported as a fraction of it (`perf/update_roof_fraction`).
+    pub(crate) roof: temper_model::Roof,
+}
+
+/// Where a KL term's reference log-probs come from.
+pub(crate) enum Reference {
+    /// A model of its own (a full fine-tune's starting weights).
+    Model(Box<CausalLm>),
+    /// The policy with its LoRA adapters off: a LoRA run's frozen base is its reference, so no
+    /// second copy is loaded (PEFT's `disable_adapter()`, as TRL scores it).
+    PolicyBase,
 }
 
 /// What the learner reads of the config: `actor` (epochs, clipping, checkpointing, chunks), the

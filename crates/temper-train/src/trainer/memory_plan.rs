@@ -90,10 +90,31 @@ pub(crate) fn estimate(
         cfg.data.max_response_length as u64,
     );
     let n = cfg.rollout.n.max(1) as u64;
+    // A LoRA run holds its frozen projections in the compute dtype
+    // (`CausalLm::hold_frozen_in_compute_dtype`); everything else in f32.
+    let frozen_matrices = if cfg.model.lora().is_some() {
+        let head = if m.tie_word_embeddings {
+            0
+        } else {
+            m.head_matmul_params()
+        };
+        (m.layer_matmul_params() + head).max(0) as u64
+    } else {
+        0
+    };
+    let weights = (params - frozen_matrices.min(params)) * f32 + frozen_matrices * compute_bytes;
     let mut resident = vec![
-        ("weights", params * f32),
+        ("weights", weights),
         ("AdamW moments", 2 * trainable * f32),
-        ("reference", if needs_reference { params * f32 } else { 0 }),
+        // A LoRA run's reference is its own frozen base with the adapters off: no copy.
+        (
+            "reference",
+            if needs_reference && cfg.model.lora().is_none() {
+                params * f32
+            } else {
+                0
+            },
+        ),
         (
             "rollout.device copy",
             if cfg.rollout.device.is_empty() {

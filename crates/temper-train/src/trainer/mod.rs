@@ -26,7 +26,7 @@ mod train_step;
 mod update;
 
 pub use batch::Batch;
-pub(crate) use learner::{Learner, LearnerSettings};
+pub(crate) use learner::{Learner, LearnerSettings, Reference};
 pub use stats::StepMetrics;
 
 use crate::checkpoint::{self, TrainerState};
@@ -66,6 +66,8 @@ pub struct Trainer {
     total_steps: usize,
     /// Set by `--stop-after`: end (with a checkpoint) after this many steps in this process.
     stop_after: Option<usize>,
+    /// `temper train --profile STEP`: the step whose Chrome trace is written.
+    profile_step: Option<usize>,
     /// Warnings already shown once (e.g. no response ever ended).
     warned: std::collections::BTreeSet<&'static str>,
     /// Where rollouts are sampled.
@@ -260,6 +262,10 @@ impl Trainer {
             device == Device::Cpu,
             dist.is_root(),
         )?;
+        let roof = temper_model::Roof::measure(compute, device);
+        if dist.is_root() {
+            eprintln!("temper: {} on {device:?}", roof.describe(compute));
+        }
         let tok_dir = cfg
             .model
             .tokenizer_path
@@ -291,6 +297,14 @@ impl Trainer {
             if let Some(dir) = lora_adapter {
                 model.load_lora_adapter(dir)?;
             }
+            // The frozen base in the compute dtype: the numbers the forwards use, half the bytes.
+            let freed = model.hold_frozen_in_compute_dtype();
+            if freed > 0 && dist.is_root() {
+                eprintln!(
+                    "temper: LoRA: the frozen base's projections held in {compute} ({:.2} GiB less)",
+                    freed as f64 / (1u64 << 30) as f64
+                );
+            }
         }
         let sampler_model = if cfg.rollout.device.is_empty() {
             None
@@ -312,14 +326,17 @@ impl Trainer {
         let algo = algo_configs(&cfg)?;
         let (loss_cfg, adv_cfg, rollout_corr) = algo;
         let needs_ref = loss_cfg.use_kl_loss || cfg.algorithm.use_kl_in_reward;
-        let reference = if needs_ref {
+        let reference = if needs_ref && model.lora_config().is_some() {
+            // The adapters train, the base stays as loaded: the base is the reference.
+            Some(Reference::PolicyBase)
+        } else if needs_ref {
             let dir = reference_dir.unwrap_or(weights_dir);
             let r = CausalLm::load(dir, device, compute)
                 .with_context(|| format!("loading reference {}", dir.display()))?;
             for (_, mut p) in r.named_parameters() {
                 let _ = p.detach_().set_requires_grad(false);
             }
-            Some(r)
+            Some(Reference::Model(Box::new(r)))
         } else {
             None
         };
@@ -374,7 +391,8 @@ impl Trainer {
             (o.betas[0], o.betas[1]),
             o.eps,
             o.weight_decay,
-        );
+        )
+        .with_fused(o.fused);
         let settings = LearnerSettings {
             actor: cfg.actor.clone(),
             temperature: cfg.rollout.temperature,
@@ -411,6 +429,7 @@ impl Trainer {
                 rollout_corr,
                 kl_ctrl,
                 settings,
+                roof,
             },
             tokenizer,
             eos_ids,
@@ -419,6 +438,7 @@ impl Trainer {
             state: TrainerState::default(),
             total_steps,
             stop_after: None,
+            profile_step: None,
             warned: Default::default(),
             loggers: None,
             before_update: None,
@@ -459,7 +479,7 @@ impl Trainer {
         };
         while self.state.step < end {
             let step = self.state.step + 1;
-            let mut m = self.train_step(step)?;
+            let mut m = self.profiled_step(step)?;
             // verl's name and unit (GiB, as verl divides by 1024^3): the CUDA allocator's peak so
             // far on a GPU, the resident peak on CPU.
             let cuda = match self.learner.model.device() {

@@ -17,6 +17,14 @@ use temper_env::{advantage_stats, Datum};
 use temper_rollout::{Finish, SamplingParams};
 
 impl Trainer {
+    /// How the in-process engine's fixed-shape decode steps ran so far, when it samples on a GPU
+    /// (the CPU engine runs no fixed-shape steps).
+    fn decode_counts(&self) -> Option<temper_model::DecodeCounts> {
+        let model = self.rollouts.engine_model(&self.learner.model);
+        (self.rollouts.servers.is_none() && model.device() != tch::Device::Cpu)
+            .then(|| model.static_decode_counts())
+    }
+
     pub(crate) fn rollout_params(&self) -> SamplingParams {
         self.rollouts
             .cfg
@@ -31,11 +39,26 @@ impl Trainer {
     pub(crate) fn train_step(&mut self, step: usize) -> Result<StepMetrics> {
         let t_step = Instant::now();
         let mut m = StepMetrics::new();
+        let decode_before = self.decode_counts();
         // 1. Draw, roll out, score.
         let episodes = match self.env.is_some() {
             true => self.env_episodes(step, &mut m)?,
             false => self.prompt_episodes(step, &mut m)?,
         };
+        if let (Some(before), Some(after)) = (decode_before, self.decode_counts()) {
+            let mut put = |k: &str, a: u64, b: u64| m.insert(k.into(), (a - b) as f64);
+            put(
+                "rollout/graph_replays",
+                after.graph_replays,
+                before.graph_replays,
+            );
+            put("rollout/eager_steps", after.eager_steps, before.eager_steps);
+            put(
+                "rollout/failed_graph_captures",
+                after.failed_captures,
+                before.failed_captures,
+            );
+        }
         // 2. The batch (none: nothing to learn from this step).
         let batch = self.step_batch(step, &episodes, &mut m)?;
         // 3. Advantages and the update.

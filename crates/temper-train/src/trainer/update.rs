@@ -60,6 +60,10 @@ impl Learner {
             [batch.rows as i64, batch.response_len],
             (Kind::Float, self.model.device()),
         );
+        let started = std::time::Instant::now();
+        // The model FLOPs of this rank's passes (`temper_model::roof`'s convention).
+        let mut flops = 0.0;
+        let full = self.model.lora_config().is_none();
         let mut acc = MetricAcc::default();
         let mut grad_norms = Vec::new();
         let mut skipped = 0;
@@ -90,6 +94,8 @@ impl Learner {
                     .collect();
                 let mut additive: BTreeMap<&str, f64> = BTreeMap::new();
                 for (idx, mask) in mb.mine.iter().zip(&masks) {
+                    let (positions, scored) = batch.forward_positions(idx);
+                    flops += self.model.config().training_flops(positions, scored, full);
                     let scores = batch.response_scores(
                         &self.model,
                         idx,
@@ -160,8 +166,10 @@ impl Learner {
                     temper_kernels::clear_grads(&self.params)?;
                 }
                 dist.all_reduce_grads(&self.params, GRAD_BUCKET_BYTES)?;
-                let norm =
-                    temper_algo::optim::clip_grad_norm(&self.params, self.settings.actor.grad_clip);
+                let norm = temper_algo::optim::clip_grad_norm(
+                    &self.params,
+                    self.settings.actor.grad_clip,
+                )?;
                 grad_norms.push(norm);
                 if norm.is_finite() {
                     self.optimizer.lr = lr;
@@ -195,6 +203,12 @@ impl Learner {
             (grad_norms.len() - skipped) as f64,
         );
         m.insert("actor/nonfinite_grad_steps".into(), skipped as f64);
+        let achieved = flops / started.elapsed().as_secs_f64().max(1e-9);
+        m.insert("perf/update_tflops".into(), achieved / 1e12);
+        m.insert(
+            "perf/update_roof_fraction".into(),
+            achieved / self.roof.matmul_flops,
+        );
         if old.is_some() {
             return Ok(None);
         }

@@ -1,6 +1,6 @@
 """Reference for tests/optim.rs: torch.optim.AdamW + clip_grad_norm_ on the inputs Rust wrote.
 
-Usage: adamw_ref.py IN.safetensors OUT.safetensors
+Usage: adamw_ref.py IN.safetensors OUT.safetensors [fused]
 IN holds p<i> (initial params), g<s>_<i> (gradient of param i at step s), lr (per step), and
 hyper (lr0, beta1, beta2, eps, weight_decay, max_norm). OUT gets p<i> after every step and norm.
 """
@@ -14,7 +14,10 @@ lr0, beta1, beta2, eps, wd, max_norm = inp["hyper"].tolist()
 lrs = inp["lr"].tolist()
 n = sum(1 for k in inp if k.startswith("p"))
 params = [torch.nn.Parameter(inp[f"p{i}"].clone()) for i in range(n)]
-opt = torch.optim.AdamW(params, lr=lr0, betas=(beta1, beta2), eps=eps, weight_decay=wd)
+fused = len(sys.argv) > 3 and sys.argv[3] == "fused"
+# fused=False is the single-tensor loop (foreach=False); fused=True PyTorch's fused kernel.
+opt = torch.optim.AdamW(params, lr=lr0, betas=(beta1, beta2), eps=eps, weight_decay=wd,
+                        foreach=False, fused=fused or None)
 norms = []
 for s, lr in enumerate(lrs):
     for g in opt.param_groups:
