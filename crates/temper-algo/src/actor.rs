@@ -8,7 +8,7 @@ use tch::Tensor;
 use crate::agg::{AggContext, AggMode};
 use crate::kl::{kl_penalty, KlType};
 use crate::policy_loss::{policy_loss, PolicyLossInput, PolicyLossMode, PolicyLossParams};
-use crate::Metrics;
+use crate::DeviceMetrics;
 
 /// `actor.*` settings of the loss.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -61,8 +61,9 @@ pub struct ActorLossInput<'a> {
 pub struct ActorLossOutput {
     /// The scalar to backpropagate.
     pub loss: Tensor,
-    /// Policy metrics plus `actor/pg_loss`, `actor/entropy`, `actor/kl_loss`, `actor/kl_coef`.
-    pub metrics: Metrics,
+    /// Policy metrics plus `actor/pg_loss`, `actor/entropy`, `actor/kl_loss`, `actor/kl_coef`,
+    /// on the loss's device until read.
+    pub metrics: DeviceMetrics,
 }
 
 /// Compute the actor loss of a micro-batch with the mini-batch context `ctx`.
@@ -85,13 +86,12 @@ pub fn actor_loss(
         ctx,
     )?;
     let mut metrics = pl.metrics;
-    let value = |t: &Tensor| t.to_kind(tch::Kind::Double).double_value(&[]);
-    metrics.insert("actor/pg_loss", value(&pl.pg_loss));
+    metrics.put("actor/pg_loss", &pl.pg_loss);
     let mut loss = pl.pg_loss;
     if let Some(h) = inp.entropy {
         crate::agg::check_same_shape("entropy", h, "response_mask", inp.response_mask)?;
         let ent = ctx.aggregate(h, inp.response_mask);
-        metrics.insert("actor/entropy", value(&ent));
+        metrics.put("actor/entropy", &ent);
         if cfg.entropy_coeff != 0.0 {
             loss -= ent * cfg.entropy_coeff;
         }
@@ -110,8 +110,8 @@ pub fn actor_loss(
             &kl_penalty(inp.log_prob, r, cfg.kl_loss_type),
             inp.response_mask,
         );
-        metrics.insert("actor/kl_loss", value(&kl));
-        metrics.insert("actor/kl_coef", cfg.kl_loss_coef);
+        metrics.put("actor/kl_loss", &kl);
+        metrics.put_value("actor/kl_coef", cfg.kl_loss_coef);
         loss += kl * cfg.kl_loss_coef;
     }
     Ok(ActorLossOutput { loss, metrics })

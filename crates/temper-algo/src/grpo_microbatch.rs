@@ -84,5 +84,5 @@ pub fn grpo_microbatch_train_step(s: &MicrobatchStep) -> Result<(Tensor, Metrics
     let loss = masked_mean(&out.pg_losses, s.response_mask, Some(-1)).mean(None::<Kind>)
         / s.gradient_accumulation_steps as f64;
     loss.f_backward()?;
-    Ok((loss.detach(), out.metrics))
+    Ok((loss.detach(), out.metrics.read()))
 }

@@ -20,6 +20,7 @@
 pub mod actor;
 pub mod advantage;
 pub mod agg;
+pub mod device_metrics;
 pub mod entropy;
 pub mod grpo_microbatch;
 pub mod kl;
@@ -37,6 +38,7 @@ pub use advantage::{
     scalar_advantages, zero_adv_groups, AdvConfig, AdvEstimator, Preset,
 };
 pub use agg::{agg_loss, AggContext, AggMode};
+pub use device_metrics::{read_all, DeviceMetrics};
 pub use entropy::entropy_from_logits;
 pub use kl::{apply_kl_in_reward, kl_penalty, KlController, KlCtrlConfig, KlCtrlKind, KlType};
 pub use masked::{masked_mean, masked_mean_eps, masked_sum, masked_whiten};

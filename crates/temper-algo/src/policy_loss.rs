@@ -36,7 +36,7 @@ use tch::{Kind, Tensor};
 use crate::agg::{AggContext, AggMode};
 use crate::masked::{mask_like, masked, masked_mean_eps as masked_mean};
 use crate::names::named_enum;
-use crate::Metrics;
+use crate::DeviceMetrics;
 
 named_enum! {
     /// `actor.policy_loss.loss_mode` (verl), CS336's `loss_type`, Tinker's `loss_fn`.
@@ -200,12 +200,8 @@ pub struct PolicyLossOutput {
     pub pg_losses: Tensor,
     /// Aggregated scalar (has the gradient).
     pub pg_loss: Tensor,
-    pub metrics: Metrics,
-}
-
-fn scalar(t: &Tensor) -> f64 {
-    // + 0.0 turns -0.0 into 0.0 so an exact zero prints as 0.
-    t.to_kind(Kind::Double).double_value(&[]) + 0.0
+    /// On the loss's device until read ([`DeviceMetrics::read`]).
+    pub metrics: DeviceMetrics,
 }
 
 fn as_float(b: &Tensor, like: &Tensor) -> Tensor {
@@ -277,7 +273,7 @@ pub fn policy_loss(
     };
     let (lo, hi) = (params.lo(), params.hi());
     let ctx = ctx.with_mode(mode.forced_agg().unwrap_or(ctx.mode));
-    let mut metrics = Metrics::new();
+    let mut metrics = DeviceMetrics::new();
     // verl clamps D to [-20, 20] before exp; Tinker's formulas do not.
     let ratio_clamped = |old: &Tensor| -> (Tensor, Tensor) {
         let d = if mode.is_tinker() {
@@ -291,12 +287,12 @@ pub fn policy_loss(
     let pg_losses = match mode {
         PolicyLossMode::Vanilla | PolicyLossMode::GrpoClip | PolicyLossMode::TinkerPpo => {
             let (d, r) = ratio_clamped(old.as_ref().expect("checked"));
-            metrics.insert("actor/ppo_kl", scalar(&masked_mean(&-&d, mask, None)));
+            metrics.put("actor/ppo_kl", &masked_mean(&-&d, mask, None));
             let l1 = -&adv * &r;
             let l2 = -&adv * r.clamp(1.0 - lo, 1.0 + hi);
             let lc = l1.maximum(&l2);
             let clipfrac = masked_mean(&as_float(&l2.gt_tensor(&l1), logp), mask, None);
-            metrics.insert("actor/pg_clipfrac", scalar(&clipfrac));
+            metrics.put("actor/pg_clipfrac", &clipfrac);
             let dual = if mode == PolicyLossMode::Vanilla {
                 params.clip_ratio_c
             } else {
@@ -311,11 +307,11 @@ pub fn policy_loss(
                         mask,
                         None,
                     );
-                    metrics.insert("actor/pg_clipfrac_lower", scalar(&lower));
+                    metrics.put("actor/pg_clipfrac_lower", &lower);
                     l3.minimum(&lc).where_self(&neg.expand_as(&lc), &lc)
                 }
                 None => {
-                    metrics.insert("actor/pg_clipfrac_lower", 0.0);
+                    metrics.put_value("actor/pg_clipfrac_lower", 0.0);
                     lc
                 }
             }
@@ -325,7 +321,7 @@ pub fn policy_loss(
         | PolicyLossMode::Gpg => -&adv * logp,
         PolicyLossMode::Cispo | PolicyLossMode::TrlCispo | PolicyLossMode::TinkerCispo => {
             let (d, r) = ratio_clamped(old.as_ref().expect("checked"));
-            metrics.insert("actor/ppo_kl", scalar(&masked_mean(&-&d, mask, None)));
+            metrics.put("actor/ppo_kl", &masked_mean(&-&d, mask, None));
             let clipped = match mode {
                 PolicyLossMode::TrlCispo => r.clamp_max(params.cispo_max_ratio.unwrap_or(5.0)),
                 // Tinker's cispo clamps to clip_low_threshold / clip_high_threshold = 1 - lo /
@@ -333,21 +329,21 @@ pub fn policy_loss(
                 _ => r.clamp(1.0 - lo, 1.0 + hi),
             };
             let clipfrac = masked_mean(&as_float(&r.ne_tensor(&clipped), logp), mask, None);
-            metrics.insert("actor/pg_clipfrac", scalar(&clipfrac));
-            metrics.insert("actor/pg_clipfrac_lower", 0.0);
+            metrics.put("actor/pg_clipfrac", &clipfrac);
+            metrics.put_value("actor/pg_clipfrac_lower", 0.0);
             -clipped.detach() * &adv * logp
         }
         PolicyLossMode::TinkerImportanceSampling => {
             let (d, r) = ratio_clamped(old.as_ref().expect("checked"));
-            metrics.insert("actor/ppo_kl", scalar(&masked_mean(&-&d, mask, None)));
-            metrics.insert("actor/pg_clipfrac", 0.0);
+            metrics.put("actor/ppo_kl", &masked_mean(&-&d, mask, None));
+            metrics.put_value("actor/pg_clipfrac", 0.0);
             -&adv * r
         }
         PolicyLossMode::TinkerDro => {
             let d = logp - old.as_ref().expect("checked");
             let beta = params.dro_beta.unwrap_or(DRO_DEFAULT_BETA);
-            metrics.insert("actor/ppo_kl", scalar(&masked_mean(&-&d, mask, None)));
-            metrics.insert("actor/pg_clipfrac", 0.0);
+            metrics.put("actor/ppo_kl", &masked_mean(&-&d, mask, None));
+            metrics.put_value("actor/pg_clipfrac", 0.0);
             -(&adv * logp - d.square() * (0.5 * beta))
         }
         PolicyLossMode::Gspo => {
@@ -374,9 +370,9 @@ pub fn policy_loss(
             let cap = params.ratio_cap.unwrap_or(STABLE_REINFORCE_DEFAULT_CAP);
             let weight = r.clamp_max(cap);
             let clipfrac = masked_mean(&as_float(&r.gt(cap), logp), mask, None);
-            metrics.insert("actor/pg_clipfrac", scalar(&clipfrac));
-            metrics.insert("actor/pg_clipfrac_lower", 0.0);
-            metrics.insert("actor/ppo_kl", scalar(&masked_mean(&-&d, mask, None)));
+            metrics.put("actor/pg_clipfrac", &clipfrac);
+            metrics.put_value("actor/pg_clipfrac_lower", 0.0);
+            metrics.put("actor/ppo_kl", &masked_mean(&-&d, mask, None));
             let pg = -weight.detach() * &adv * logp;
             let k = params.kl_coeff.unwrap_or(0.0);
             if k == 0.0 {
@@ -391,9 +387,9 @@ pub fn policy_loss(
                 .full_like(params.tau_pos)
                 .where_self(&adv.gt(0.0), &adv.full_like(params.tau_neg));
             let gates: Tensor = (&tau * (&r - 1.0)).sigmoid() * tau.reciprocal() * 4.0;
-            metrics.insert("actor/ppo_kl", scalar(&masked_mean(&-&d, mask, None)));
-            metrics.insert("actor/pg_clipfrac", 0.0);
-            metrics.insert("actor/pg_clipfrac_lower", 0.0);
+            metrics.put("actor/ppo_kl", &masked_mean(&-&d, mask, None));
+            metrics.put_value("actor/pg_clipfrac", 0.0);
+            metrics.put_value("actor/pg_clipfrac_lower", 0.0);
             -gates * &adv
         }
         PolicyLossMode::GeoMean => {
@@ -429,14 +425,14 @@ fn sequence_clip(
     d: &Tensor,
     mask: &Tensor,
     (lo, hi): (f64, f64),
-    metrics: &mut Metrics,
+    metrics: &mut DeviceMetrics,
 ) -> Tensor {
     let l1 = -adv * s;
     let l2 = -adv * s.clamp(1.0 - lo, 1.0 + hi);
     let clipfrac = masked_mean(&as_float(&l2.gt_tensor(&l1), s), mask, None);
-    metrics.insert("actor/pg_clipfrac", scalar(&clipfrac));
-    metrics.insert("actor/pg_clipfrac_lower", 0.0);
-    metrics.insert("actor/ppo_kl", scalar(&masked_mean(&-d, mask, None)));
+    metrics.put("actor/pg_clipfrac", &clipfrac);
+    metrics.put_value("actor/pg_clipfrac_lower", 0.0);
+    metrics.put("actor/ppo_kl", &masked_mean(&-d, mask, None));
     l1.maximum(&l2)
 }
 
@@ -454,8 +450,8 @@ fn geo_mean(
 ) -> Result<PolicyLossOutput> {
     let d = logp - old;
     let m = mask_like(mask, logp);
-    let mut metrics = Metrics::new();
-    metrics.insert("actor/ppo_kl", scalar(&masked_mean(&-&d, mask, None)));
+    let mut metrics = DeviceMetrics::new();
+    metrics.put("actor/ppo_kl", &masked_mean(&-&d, mask, None));
     let sgn = adv.sign();
     let dc = d.clamp(-lo, hi);
     let dmin = &sgn * (&sgn * &d).minimum(&(&sgn * &dc));
@@ -482,8 +478,8 @@ fn geo_mean(
         mask,
         None,
     );
-    metrics.insert("actor/pg_clipfrac", scalar(&upper));
-    metrics.insert("actor/pg_clipfrac_lower", scalar(&lower));
+    metrics.put("actor/pg_clipfrac", &upper);
+    metrics.put("actor/pg_clipfrac_lower", &lower);
     Ok(PolicyLossOutput {
         pg_losses,
         pg_loss,

@@ -197,12 +197,13 @@ fn ratio_one_reports_exact_zeros() {
                 &ctx,
             )
             .unwrap();
+            let metrics = out.metrics.read();
             for key in ["actor/ppo_kl", "actor/pg_clipfrac"] {
-                let v = out.metrics.get(key).copied();
+                let v = metrics.get(key).copied();
                 assert_eq!(v, Some(0.0), "{mode} ({kind:?}): {key} = {v:?}");
                 assert!(v.unwrap().is_sign_positive(), "{mode}: {key} is -0");
             }
-            if let Some(&lower) = out.metrics.get("actor/pg_clipfrac_lower") {
+            if let Some(&lower) = metrics.get("actor/pg_clipfrac_lower") {
                 assert_eq!(lower, 0.0, "{mode} ({kind:?}): pg_clipfrac_lower");
             }
         }

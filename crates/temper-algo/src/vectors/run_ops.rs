@@ -159,6 +159,7 @@ pub(super) fn run_policy_loss(a: &Args, inp: &Inputs, wants: &Want) -> Result<Ou
         if wants.has(key) {
             let v = o
                 .metrics
+                .read()
                 .get(metric)
                 .copied()
                 .ok_or_else(|| anyhow!("loss_mode {mode} does not report {key}"))?;

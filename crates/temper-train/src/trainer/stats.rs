@@ -57,11 +57,53 @@ impl MetricAcc {
         Ok(())
     }
 
+    /// Adds an already weighted `sum` and its `weight`.
+    fn add_sum(&mut self, key: &str, sum: f64, weight: f64) {
+        let e = self.sums.entry(key.to_string()).or_insert((0.0, 0.0));
+        e.0 += sum;
+        e.1 += weight;
+    }
+
     pub fn finish(self, out: &mut StepMetrics) {
         for (k, (s, w)) in self.sums {
             if w > 0.0 {
                 out.insert(k, s / w);
             }
         }
+    }
+}
+
+/// [`MetricAcc`]'s sums kept on the device the losses run on, so that a micro-batch loop reads
+/// nothing back: [`DeviceMetricAcc::read`] copies every sum and weight in one go at the end.
+/// The same f64 products and sums in the same order, so the same bits as [`MetricAcc`].
+#[derive(Default)]
+pub struct DeviceMetricAcc {
+    sums: BTreeMap<&'static str, (tch::Tensor, tch::Tensor)>,
+}
+
+impl DeviceMetricAcc {
+    /// Adds `value` (a 0-dim f64 tensor) with `weight` (likewise).
+    pub fn add(&mut self, key: &'static str, value: &tch::Tensor, weight: &tch::Tensor) {
+        let product = value * weight;
+        match self.sums.get_mut(key) {
+            Some((s, w)) => {
+                *s = &*s + product;
+                *w = &*w + weight;
+            }
+            None => {
+                self.sums.insert(key, (product, weight.shallow_clone()));
+            }
+        }
+    }
+
+    /// The sums on the host, as a [`MetricAcc`].
+    pub fn read(self) -> MetricAcc {
+        let tensors: Vec<&tch::Tensor> = self.sums.values().flat_map(|(s, w)| [s, w]).collect();
+        let values = temper_algo::read_all(&tensors);
+        let mut acc = MetricAcc::default();
+        for (key, sw) in self.sums.keys().zip(values.chunks(2)) {
+            acc.add_sum(key, sw[0], sw[1]);
+        }
+        acc
     }
 }

@@ -8,7 +8,7 @@ use tch::{Kind, Tensor};
 
 use super::batch::Batch;
 use super::partition::{MiniBatch, Partition};
-use super::stats::{MetricAcc, StepMetrics};
+use super::stats::{DeviceMetricAcc, StepMetrics};
 use super::Learner;
 use crate::dist::Dist;
 
@@ -64,7 +64,8 @@ impl Learner {
         // The model FLOPs of this rank's passes (`temper_model::roof`'s convention).
         let mut flops = 0.0;
         let full = self.model.lora_config().is_none();
-        let mut acc = MetricAcc::default();
+        // Read once, after the loop: no host sync per micro-batch for the metrics.
+        let mut acc = DeviceMetricAcc::default();
         let mut grad_norms = Vec::new();
         let mut skipped = 0;
         let mut first = Some(first);
@@ -92,7 +93,7 @@ impl Learner {
                     .iter()
                     .map(|idx| Batch::rows_of(response_mask, idx))
                     .collect();
-                let mut additive: BTreeMap<&str, f64> = BTreeMap::new();
+                let mut additive: BTreeMap<&'static str, Tensor> = BTreeMap::new();
                 for (idx, mask) in mb.mine.iter().zip(&masks) {
                     let (positions, scored) = batch.forward_positions(idx);
                     flops += self.model.config().training_flops(positions, scored, full);
@@ -147,17 +148,21 @@ impl Learner {
                         scores.backward();
                         backward_ran = true;
                     }
-                    let tokens = mask.sum(Kind::Double).double_value(&[]);
-                    for (k, v) in out.metrics {
+                    let tokens = mask.sum(Kind::Double);
+                    for (k, v) in out.metrics.iter() {
                         if ADDITIVE.contains(&k) {
-                            *additive.entry(k).or_insert(0.0) += v;
+                            let sum = match additive.remove(k) {
+                                Some(s) => s + v,
+                                None => v + 0.0,
+                            };
+                            additive.insert(k, sum);
                         } else {
-                            acc.add(k, v, tokens);
+                            acc.add(k, v, &tokens);
                         }
                     }
                 }
                 for (k, v) in additive {
-                    acc.add(k, v, 1.0);
+                    acc.add(k, &v, &Tensor::from(1.0f64));
                 }
                 // Without any backward the gradients are dropped again, so the optimizer skips
                 // every parameter as PyTorch's does with no gradients (data-parallel ranks then
@@ -183,6 +188,7 @@ impl Learner {
                 temper_kernels::clear_grads(&self.params)?;
             }
         }
+        let mut acc = acc.read();
         acc.all_reduce(dist, &ADDITIVE)?;
         acc.finish(m);
         let finite: Vec<f64> = grad_norms
