@@ -4,7 +4,10 @@ resident memory around it (Linux VmHWM of the server process, reset before the c
 memory check of long Tinker datums (BENCHMARKS.md, crates/temper-cli/tests/tinker_long_datum.rs).
 
     TINKER_BASE_URL=... TINKER_API_KEY=tml-local .venv/bin/python tools/tinker_long_datum.py \
-        BASE_MODEL SERVER_PID --tokens 8192 [--rank 8]
+        BASE_MODEL SERVER_PID --tokens 8192 [--rank 8] [--warm]
+
+The long datum is the fresh client's first call, as a new user sends it; `--warm` makes one
+16-token call first (what every call allocates once is then in place before the measurement).
 
 Prints one JSON line: {"tokens", "rss_before_mib", "peak_mib", "loss", "seconds"}.
 """
@@ -22,6 +25,7 @@ ap.add_argument("pid", type=int)
 ap.add_argument("--tokens", type=int, default=8192)
 ap.add_argument("--rank", type=int, default=8)
 ap.add_argument("--vocab", type=int, default=256, help="token ids are drawn below this")
+ap.add_argument("--warm", action="store_true", help="a 16-token call first")
 cli = ap.parse_args()
 
 
@@ -44,10 +48,10 @@ rng = random.Random(0)
 ids = [rng.randrange(cli.vocab) for _ in range(cli.tokens + 1)]
 datum = types.Datum(model_input=types.ModelInput.from_ints(ids[:-1]),
                     loss_fn_inputs={"target_tokens": ids[1:], "weights": [1.0] * cli.tokens})
-# A short call first, so that what every call allocates once is in place before the measurement.
-short = types.Datum(model_input=types.ModelInput.from_ints(ids[:16]),
-                    loss_fn_inputs={"target_tokens": ids[1:17], "weights": [1.0] * 16})
-tc.forward_backward([short], "cross_entropy").result()
+if cli.warm:
+    short = types.Datum(model_input=types.ModelInput.from_ints(ids[:16]),
+                        loss_fn_inputs={"target_tokens": ids[1:17], "weights": [1.0] * 16})
+    tc.forward_backward([short], "cross_entropy").result()
 before = status("VmRSS")
 reset_peak()
 t0 = time.time()

@@ -73,6 +73,50 @@ pub fn release_free_memory() {
     }
 }
 
+/// Maps every block of `bytes` or more fresh from the kernel and unmaps it on free, for the whole
+/// process, at a fixed threshold (glibc's `M_MMAP_THRESHOLD`; setting it turns off glibc's
+/// dynamic threshold). By default glibc raises the threshold to the size of each mapped block
+/// freed, up to 32 MiB, so after the first large tensors are freed, later ones come from the
+/// arenas, whose holes a long pass's activations then leave resident: a Tinker client's first
+/// LoRA `forward_backward` of one 4,096-token datum on SmolLM2 (f32) peaked at 5.5 GB resident,
+/// 2.3 GB at a fixed 4 MiB (BENCHMARKS.md). Returns whether glibc took it (false elsewhere).
+pub fn map_large_blocks(bytes: usize) -> bool {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    {
+        extern "C" {
+            fn mallopt(param: std::ffi::c_int, value: std::ffi::c_int) -> std::ffi::c_int;
+        }
+        const M_MMAP_THRESHOLD: std::ffi::c_int = -3;
+        let value = bytes.min(i32::MAX as usize) as std::ffi::c_int;
+        // SAFETY: mallopt only changes malloc's own threshold; the value is in its range.
+        unsafe { mallopt(M_MMAP_THRESHOLD, value) == 1 }
+    }
+    #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+    {
+        let _ = bytes;
+        false
+    }
+}
+
+/// [`map_large_blocks`] at `bytes` while it lives, then at glibc's largest dynamic threshold
+/// (32 MiB, where a long-running process's dynamic threshold ends up anyway): around a pass that
+/// allocates and frees many large activations (a Tinker `forward_backward`), without making every
+/// other large allocation of the process (a sampler's logits per step) map fresh pages.
+pub struct LargeBlocksMapped(());
+
+impl LargeBlocksMapped {
+    pub fn at(bytes: usize) -> Self {
+        map_large_blocks(bytes);
+        LargeBlocksMapped(())
+    }
+}
+
+impl Drop for LargeBlocksMapped {
+    fn drop(&mut self) {
+        map_large_blocks(32 << 20);
+    }
+}
+
 /// Keeps the memory that freed tensors leave in malloc's heap for the next allocations, instead
 /// of glibc's default, which maps every block of 32 MiB or more fresh from the kernel and unmaps
 /// it on free, and returns the heap's free top once it passes 128 KiB. A training step allocates

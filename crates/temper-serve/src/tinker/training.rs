@@ -69,6 +69,11 @@ pub struct ModelInfo {
     pub dir: PathBuf,
 }
 
+/// Blocks of this size or more are mapped fresh during a forward(_backward) pass (SmolLM2 f32,
+/// one 4,096-token datum from a fresh client: 5.5 GB resident at glibc's dynamic threshold, 2.3 GB
+/// at 4 MiB, 2.0 GB at 128 KiB but slower).
+const PASS_MMAP_THRESHOLD: usize = 4 << 20;
+
 /// How long a model's queue stays empty before its thread gives freed memory back.
 const QUIET: Duration = Duration::from_millis(500);
 
@@ -163,6 +168,9 @@ fn execute(
             config,
             forward_only,
         } => {
+            // Large activations mapped and unmapped: with glibc's dynamic threshold a client's
+            // first long pass left them resident in the arenas (temper_kernels::memory).
+            let _mapped = temper_kernels::memory::LargeBlocksMapped::at(PASS_MMAP_THRESHOLD);
             let out = if forward_only {
                 model.forward(&data, &loss_fn, &config)?
             } else {
