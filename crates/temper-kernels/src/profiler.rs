@@ -31,9 +31,10 @@ impl Profile {
 
     /// Stops the profiler and writes its Chrome trace to `path` (libtorch writes the file).
     pub fn save(mut self, path: &Path) -> Result<()> {
-        self.saved = true;
+        // An unusable path returns before the stop: dropping `self` then stops the profiler.
         let c = CString::new(path.to_string_lossy().as_bytes())
             .with_context(|| format!("{}: a path with a NUL byte", path.display()))?;
+        self.saved = true;
         let mut err = std::ptr::null_mut();
         // SAFETY: `c` outlives the call; err is written by the callee on failure.
         if unsafe { temper_profiler_stop(c.as_ptr(), &mut err) } != 0 {

@@ -32,12 +32,12 @@ use temper_kernels::graph::{CudaGraph, GraphPool};
 
 use crate::KvCache;
 
-/// The bucket (slots decoded together) for `rows` live rows: the next power of two.
 /// Positions per slot for `positions` (at least one), rounded up to [`CAPACITY_STEP`].
 pub fn capacity_for(positions: i64) -> i64 {
     (positions.max(1) as u64).div_ceil(CAPACITY_STEP as u64) as i64 * CAPACITY_STEP
 }
 
+/// The bucket (slots decoded together) for `rows` live rows: the next power of two.
 pub fn bucket_for(rows: usize) -> usize {
     rows.max(1).next_power_of_two()
 }

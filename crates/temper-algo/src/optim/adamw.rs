@@ -120,26 +120,27 @@ impl AdamW {
             }
         }
         self.fused_steps_at = (grads.len() == params.len()).then_some(self.step);
-        let mut groups: Vec<((tch::Device, Kind), Vec<usize>)> = Vec::new();
-        for (j, (i, _)) in grads.iter().enumerate() {
-            let key = (params[*i].1.device(), params[*i].1.kind());
+        // PyTorch's grouping: one call per (device, dtype), each a list of (parameter, gradient).
+        type Group<'g> = ((tch::Device, Kind), Vec<&'g (usize, Tensor)>);
+        let mut groups: Vec<Group> = Vec::new();
+        for pg in &grads {
+            let p = &params[pg.0].1;
+            let key = (p.device(), p.kind());
             match groups.iter_mut().find(|(k, _)| *k == key) {
-                Some((_, members)) => members.push(j),
-                None => groups.push((key, vec![j])),
+                Some((_, members)) => members.push(pg),
+                None => groups.push((key, vec![pg])),
             }
         }
+        fn pick<'a>(of: &'a [Tensor], members: &[&(usize, Tensor)]) -> Vec<&'a Tensor> {
+            members.iter().map(|(i, _)| &of[*i]).collect()
+        }
         for (_, members) in groups {
-            let at = |i: usize| grads[members[i]].0;
             let group = temper_kernels::optim::FusedAdamwGroup {
-                params: (0..members.len()).map(|i| &params[at(i)].1).collect(),
-                grads: members.iter().map(|&j| &grads[j].1).collect(),
-                exp_avgs: (0..members.len()).map(|i| &self.exp_avg[at(i)]).collect(),
-                exp_avg_sqs: (0..members.len())
-                    .map(|i| &self.exp_avg_sq[at(i)])
-                    .collect(),
-                steps: (0..members.len())
-                    .map(|i| &self.fused_steps[at(i)])
-                    .collect(),
+                params: members.iter().map(|(i, _)| &params[*i].1).collect(),
+                grads: members.iter().map(|(_, g)| g).collect(),
+                exp_avgs: pick(&self.exp_avg, &members),
+                exp_avg_sqs: pick(&self.exp_avg_sq, &members),
+                steps: pick(&self.fused_steps, &members),
             };
             temper_kernels::optim::fused_adamw(
                 &group,

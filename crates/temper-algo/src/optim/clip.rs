@@ -11,7 +11,7 @@ pub fn clip_grad_norm(params: &[(String, Tensor)], max_norm: f64) -> anyhow::Res
 
 /// [`clip_grad_norm`] with the norm left on the gradients' device (`None` without gradients):
 /// PyTorch's foreach path, one call for every gradient of one device and dtype.
-pub fn clip_grad_norm_tensor(
+fn clip_grad_norm_tensor(
     params: &[(String, Tensor)],
     max_norm: f64,
 ) -> anyhow::Result<Option<Tensor>> {

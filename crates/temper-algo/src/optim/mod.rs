@@ -5,4 +5,4 @@ mod adamw;
 mod clip;
 
 pub use adamw::AdamW;
-pub use clip::{clip_grad_norm, clip_grad_norm_tensor, zero_grad};
+pub use clip::{clip_grad_norm, zero_grad};

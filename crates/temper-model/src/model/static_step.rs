@@ -8,9 +8,9 @@ use crate::static_decode::{bucket_for, capacity_for, DecodeCounts, KvShape, Stat
 use crate::KvCache;
 
 impl CausalLm {
-    /// Room for `rows` slots (rounded up to a bucket) of `positions` each (rounded up to
-    /// [`crate::static_decode::CAPACITY_STEP`]), keeping what the slots hold. The decoder and its graphs are kept
-    /// across sampling calls; captured steps whose weights moved since are dropped here.
+    /// Room for `rows` slots (rounded up to a bucket) of `positions` each (rounded up by
+    /// [`capacity_for`]), keeping what the slots hold. The decoder and its graphs are kept across
+    /// sampling calls; captured steps whose weights moved since are dropped here.
     pub fn static_decode_reserve(&self, rows: usize, positions: i64) {
         let rows = bucket_for(rows) as i64;
         let capacity = capacity_for(positions);

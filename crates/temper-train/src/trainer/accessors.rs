@@ -56,27 +56,6 @@ impl Trainer {
         self.profile_step = step;
     }
 
-    /// [`Trainer::train_step`], under the profiler when it is the `--profile` step.
-    pub(super) fn profiled_step(&mut self, step: usize) -> anyhow::Result<super::StepMetrics> {
-        if self.profile_step != Some(step) {
-            return self.train_step(step);
-        }
-        let cuda = matches!(self.learner.model.device(), tch::Device::Cuda(_));
-        let profile = temper_kernels::profiler::Profile::start(cuda)?;
-        let m = self.train_step(step)?;
-        let rank = match self.dist.rank {
-            0 => String::new(),
-            r => format!(".rank{r}"),
-        };
-        let path = self
-            .run
-            .root
-            .join(format!("profile_step_{step}{rank}.json"));
-        profile.save(&path)?;
-        eprintln!("temper: step {step}'s profile is {}", path.display());
-        Ok(m)
-    }
-
     /// A test seam: `hook` sees the parameters between a step's old-logprob pass and its update.
     #[doc(hidden)]
     pub fn set_before_update(&mut self, hook: ParamsHook) {

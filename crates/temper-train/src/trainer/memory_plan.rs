@@ -90,9 +90,10 @@ pub(crate) fn estimate(
         cfg.data.max_response_length as u64,
     );
     let n = cfg.rollout.n.max(1) as u64;
+    let lora = cfg.model.lora().is_some();
     // A LoRA run holds its frozen projections in the compute dtype
     // (`CausalLm::hold_frozen_in_compute_dtype`); everything else in f32.
-    let frozen_matrices = if cfg.model.lora().is_some() {
+    let frozen_matrices = if lora {
         let head = if m.tie_word_embeddings {
             0
         } else {
@@ -109,7 +110,7 @@ pub(crate) fn estimate(
         // A LoRA run's reference is its own frozen base with the adapters off: no copy.
         (
             "reference",
-            if needs_reference && cfg.model.lora().is_none() {
+            if needs_reference && !lora {
                 params * f32
             } else {
                 0

@@ -31,6 +31,27 @@ impl Trainer {
             .sampling_params(self.questions.data.max_response_length)
     }
 
+    /// [`Trainer::train_step`], under the profiler when it is the `--profile` step.
+    pub(super) fn profiled_step(&mut self, step: usize) -> Result<StepMetrics> {
+        if self.profile_step != Some(step) {
+            return self.train_step(step);
+        }
+        let cuda = matches!(self.learner.model.device(), tch::Device::Cuda(_));
+        let profile = temper_kernels::profiler::Profile::start(cuda)?;
+        let m = self.train_step(step)?;
+        let rank = match self.dist.rank {
+            0 => String::new(),
+            r => format!(".rank{r}"),
+        };
+        let path = self
+            .run
+            .root
+            .join(format!("profile_step_{step}{rank}.json"));
+        profile.save(&path)?;
+        eprintln!("temper: step {step}'s profile is {}", path.display());
+        Ok(m)
+    }
+
     /// One step (1-based `step`); returns its metrics. The phases, in order: draw the step's
     /// questions, roll them out and score them, as per-question datums (a prompt run's groups of
     /// one-turn episodes, `draw_groups.rs`; an environment's episodes, `env_step.rs`); their
