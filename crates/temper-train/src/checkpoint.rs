@@ -1,5 +1,5 @@
 //! Checkpoints: `checkpoints/global_step_<k>/` with the model as a Hugging Face folder (`model/`),
-//! the optimizer state (`optimizer.safetensors`) and the loop state (`trainer_state.json`: step,
+//! the optimizer state (`optimizer.safetensors`, or `optimizer/` when sharded) and the loop state (`trainer_state.json`: step,
 //! data position, generation counter, KL coefficient). A checkpoint is written into a hidden
 //! temporary folder and renamed when complete (`temper_base::atomic_dir`), so a
 //! `global_step_<k>` folder is always whole, and one being replaced stays until the new one is in
@@ -28,7 +28,8 @@ pub fn checkpoint_dir(run_checkpoints: &Path, step: usize) -> PathBuf {
     run_checkpoints.join(format!("global_step_{step}"))
 }
 
-/// Writes a checkpoint atomically; `save_model` writes the HF folder into the given path.
+/// Writes a checkpoint atomically; `save_model` writes the HF folder into the given path,
+/// `save_optimizer` the optimizer's state into the checkpoint folder being filled.
 pub fn save_checkpoint(
     run_checkpoints: &Path,
     state: &TrainerState,
@@ -38,7 +39,7 @@ pub fn save_checkpoint(
     let dst = checkpoint_dir(run_checkpoints, state.step);
     temper_base::atomic_dir::write_dir_atomically(&dst, |tmp| {
         save_model(&tmp.join("model"))?;
-        save_optimizer(&tmp.join("optimizer.safetensors"))?;
+        save_optimizer(tmp)?;
         write_json(
             &tmp.join("trainer_state.json"),
             &serde_json::to_value(state)?,

@@ -140,6 +140,30 @@ impl Dist {
         }
     }
 
+    /// In place: `out` (world times `shard`'s elements) becomes every rank's `shard` in rank
+    /// order; a copy with one rank.
+    pub fn all_gather_into(&self, shard: &Tensor, out: &Tensor) -> Result<()> {
+        match &self.comm {
+            Some(c) => c.all_gather_into(shard, out),
+            None => {
+                tch::no_grad(|| out.shallow_clone().copy_(shard));
+                Ok(())
+            }
+        }
+    }
+
+    /// In place: `out` (`input`'s elements over the world size) becomes this rank's slice of the
+    /// sum over ranks of `input`; a copy with one rank.
+    pub fn reduce_scatter_sum(&self, input: &Tensor, out: &Tensor) -> Result<()> {
+        match &self.comm {
+            Some(c) => c.reduce_scatter_sum(input, out),
+            None => {
+                tch::no_grad(|| out.shallow_clone().copy_(input));
+                Ok(())
+            }
+        }
+    }
+
     /// Every rank's `values` (the same length everywhere), in rank order.
     pub fn gather_f64(&self, values: &[f64]) -> Result<Vec<Vec<f64>>> {
         let Some(comm) = &self.comm else {

@@ -20,7 +20,7 @@ fn a_failed_save_leaves_no_checkpoint_behind() {
         policy_version: 0,
     };
     save_checkpoint(&dir, &state(1), &write_model, &|p| {
-        Ok(std::fs::write(p, b"opt")?)
+        Ok(std::fs::write(p.join("optimizer.safetensors"), b"opt")?)
     })
     .unwrap();
     // The optimizer write fails half-way through step 2's checkpoint.
@@ -46,7 +46,7 @@ fn a_failed_save_leaves_no_checkpoint_behind() {
     assert!(!dir.join("global_step_3.tmp").exists());
     for s in 2..=4 {
         save_checkpoint(&dir, &state(s), &write_model, &|p| {
-            Ok(std::fs::write(p, b"opt")?)
+            Ok(std::fs::write(p.join("optimizer.safetensors"), b"opt")?)
         })
         .unwrap();
     }

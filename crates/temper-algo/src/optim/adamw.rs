@@ -65,6 +65,27 @@ impl AdamW {
         self.step
     }
 
+    /// The names of the tensors it steps, in order.
+    pub fn names(&self) -> &[String] {
+        &self.names
+    }
+
+    /// The first and second moments of the tensor `name` (sharing their storage: writing into
+    /// them restores state), `None` for a name it does not step.
+    pub fn moments(&self, name: &str) -> Option<(Tensor, Tensor)> {
+        let i = self.names.iter().position(|n| n == name)?;
+        Some((
+            self.exp_avg[i].shallow_clone(),
+            self.exp_avg_sq[i].shallow_clone(),
+        ))
+    }
+
+    /// Sets the steps taken, for state restored through [`AdamW::moments`].
+    pub fn restore_steps(&mut self, step: u64) {
+        self.step = step;
+        self.fused_steps_at = None;
+    }
+
     /// One step with the gradients currently in `params` (a parameter without a gradient is
     /// skipped, as in PyTorch). `params` must be the list given to [`AdamW::new`], in order.
     pub fn step(&mut self, params: &[(String, Tensor)]) -> Result<()> {

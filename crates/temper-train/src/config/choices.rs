@@ -111,6 +111,19 @@ impl RolloutBackend {
 }
 
 named_enum! {
+    /// `actor.strategy` (verl's key): how data-parallel ranks hold the trainable weights' state.
+    #[derive(Default)]
+    pub enum Strategy ("strategy") {
+        /// Every rank holds every trainable parameter's optimizer state (DDP).
+        #[default]
+        Dp => "dp",
+        /// Each rank holds 1/N of the f32 masters, gradients and AdamW moments, per unit
+        /// (verl's FSDP workers, ZeRO); `fsdp2` is verl's name for the same.
+        Fsdp => "fsdp" | "fsdp2",
+    }
+}
+
+named_enum! {
     /// `rollout.weight_sync`: how remote servers get the trained weights.
     #[derive(Default)]
     pub enum WeightSync ("weight_sync") {

@@ -432,6 +432,8 @@ impl Schema {
     fn classify(&self, path: &str, value: Option<&toml::Value>) -> KeyClass {
         let key = Self::canonical_name(path);
         match verl_key_use(&key, value) {
+            // A key temper has wins over an ignored prefix above it (`actor.fsdp_config.*`).
+            Some(VerlKeyUse::Ignored(_)) if self.leaves.contains(&key) => KeyClass::Mapped(key),
             Some(VerlKeyUse::Ignored(reason)) => KeyClass::Ignored(reason),
             Some(VerlKeyUse::Refused(reason)) => KeyClass::Refused(reason),
             None if self.leaves.contains(&key)

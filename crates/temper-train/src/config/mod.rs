@@ -12,8 +12,8 @@ mod sweep;
 pub mod verl_keys;
 
 pub use choices::{
-    AnswerExtract, GroupMetric, Logger, ModelDtype, OnError, RolloutBackend, TrainerDevice,
-    Truncation, WeightSync,
+    AnswerExtract, GroupMetric, Logger, ModelDtype, OnError, RolloutBackend, Strategy,
+    TrainerDevice, Truncation, WeightSync,
 };
 pub use env::EnvConfig;
 pub use load::{
@@ -216,6 +216,36 @@ pub struct ActorConfig {
     pub kl_loss_type: KlType,
     pub policy_loss: PolicyLossConfig,
     pub optim: OptimConfig,
+    /// `dp` (every rank holds the whole optimizer state) or `fsdp` (sharded over the ranks;
+    /// docs/scaling.md). With one rank both are the same run.
+    pub strategy: Strategy,
+    /// How `strategy = "fsdp"` holds what it shards (verl's `fsdp_config` keys).
+    pub fsdp_config: FsdpConfig,
+}
+
+/// `actor.fsdp_config`: verl's keys that temper's sharded strategy honours (the others are
+/// accepted and ignored, each with its reason).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct FsdpConfig {
+    /// The AdamW moments and the f32 master shards live in host memory and the optimizer step
+    /// runs on the host's threads (on a CPU run they are there already).
+    pub optimizer_offload: bool,
+    /// verl's switch for the parameters' shards; temper keeps the f32 master shards with the
+    /// optimizer, so this offloads them with it.
+    pub param_offload: bool,
+    /// verl's ZeRO-3 switch (free a unit's gathered weights after its forward).
+    pub reshard_after_forward: bool,
+}
+
+impl Default for FsdpConfig {
+    fn default() -> Self {
+        Self {
+            optimizer_offload: false,
+            param_offload: false,
+            reshard_after_forward: true,
+        }
+    }
 }
 
 impl ActorConfig {
@@ -253,6 +283,8 @@ impl Default for ActorConfig {
             kl_loss_type: "low_var_kl".parse().expect("a known KL name"),
             policy_loss: PolicyLossConfig::default(),
             optim: OptimConfig::default(),
+            strategy: Strategy::Dp,
+            fsdp_config: FsdpConfig::default(),
         }
     }
 }

@@ -15,9 +15,9 @@ pub enum VerlKeyUse {
     Refused(&'static str),
 }
 
-const FSDP: &str =
-    "FSDP sharding, offload and prefetch: temper trains data-parallel on c10d, every \
-                    rank holding the whole model";
+const FSDP: &str = "an FSDP tuning knob without a counterpart: temper's actor.strategy = fsdp \
+                    shards per decoder layer and reads only optimizer_offload, param_offload and \
+                    reshard_after_forward (docs/scaling.md)";
 const MEGATRON: &str = "Megatron parallelism, fusions and offload: temper trains data-parallel on \
                         c10d, every rank holding the whole model";
 const MICRO_BATCHING: &str = "micro-batching by token budget or global count changes memory, not \
@@ -47,7 +47,6 @@ const NO_COV_LOSSES: &str = "verl's clip_cov and kl_cov losses are not implement
 pub const IGNORED: &[(&str, &str)] = &[
     ("actor_rollout_ref.ref.", REF_WORKER),
     ("actor_rollout_ref.hybrid_engine", "temper's trainer and sampler share one process (or use rollout.backend servers)"),
-    ("actor.strategy", FSDP),
     ("actor.fsdp_config.", FSDP),
     ("actor.megatron.", MEGATRON),
     ("actor.optim.override_optimizer_config.", MEGATRON),

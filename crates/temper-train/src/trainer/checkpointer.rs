@@ -5,6 +5,7 @@
 use super::Learner;
 use crate::checkpoint::{self, TrainerState};
 use crate::config::TrainerConfig;
+use crate::dist::Dist;
 use anyhow::Result;
 use std::path::{Path, PathBuf};
 
@@ -32,20 +33,35 @@ impl Checkpointer {
     }
 
     /// Saves the learner and `state` as `global_step_<state.step>`, then prunes the oldest.
-    pub fn save(&self, learner: &Learner, state: &TrainerState) -> Result<PathBuf> {
-        let model = &learner.model;
-        let opt = &learner.optimizer;
-        // With LoRA the model folder holds the merged weights (what vLLM or transformers load)
-        // and, in `adapter/`, the adapters in PEFT's format (what a resume continues from).
-        let save_model = |d: &Path| -> Result<()> {
-            model.save(d)?;
-            if model.lora_config().is_some() {
-                model.save_lora_adapter(&d.join("adapter"))?;
-            }
-            Ok(())
-        };
-        let p = checkpoint::save_checkpoint(&self.dir, state, &save_model, &|f| opt.save(f))?;
-        checkpoint::prune(&self.dir, self.max_to_keep)?;
-        Ok(p)
+    /// Every rank calls it: rank 0 writes the folder; with a sharded optimizer every rank first
+    /// writes its slices where rank 0 moves them in, and all wait until the folder is whole.
+    pub fn save(&self, learner: &Learner, state: &TrainerState, dist: &Dist) -> Result<PathBuf> {
+        let sharded = learner.optimizer.is_sharded();
+        let staging = super::optimizer::staging_dir(&self.dir, state.step);
+        let dst = checkpoint::checkpoint_dir(&self.dir, state.step);
+        if sharded {
+            learner.optimizer.stage(&staging)?;
+            dist.barrier()?;
+        }
+        if dist.is_root() {
+            let model = &learner.model;
+            // With LoRA the model folder holds the merged weights (what vLLM or transformers
+            // load) and, in `adapter/`, the adapters in PEFT's format (what a resume continues
+            // from).
+            let save_model = |d: &Path| -> Result<()> {
+                model.save(d)?;
+                if model.lora_config().is_some() {
+                    model.save_lora_adapter(&d.join("adapter"))?;
+                }
+                Ok(())
+            };
+            let save_optimizer = |d: &Path| learner.optimizer.write(d, &staging, &learner.params);
+            checkpoint::save_checkpoint(&self.dir, state, &save_model, &save_optimizer)?;
+            checkpoint::prune(&self.dir, self.max_to_keep)?;
+        }
+        if sharded {
+            dist.barrier()?;
+        }
+        Ok(dst)
     }
 }

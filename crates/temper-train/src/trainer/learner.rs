@@ -1,8 +1,8 @@
 //! The `Learner` part of a run: the policy being trained, its reference, the optimizer and the
 //! loss settings, with the config it reads (`LearnerSettings`). What it computes lives beside the
 //! phases that call it (`advantages.rs`, `update.rs`).
+use super::optimizer::Optimizer;
 use crate::optim::LrSchedule;
-use temper_algo::optim::AdamW;
 use temper_algo::{ActorLossConfig, AdvConfig, KlController};
 use temper_model::CausalLm;
 
@@ -14,7 +14,8 @@ pub(crate) struct Learner {
     /// The frozen reference policy, when a KL term needs one.
     pub(crate) reference: Option<Reference>,
     pub(crate) params: Vec<(String, tch::Tensor)>,
-    pub(crate) optimizer: AdamW,
+    /// AdamW, replicated or sharded over the ranks (`actor.strategy`).
+    pub(crate) optimizer: Optimizer,
     pub(crate) schedule: LrSchedule,
     pub(crate) loss_cfg: ActorLossConfig,
     pub(crate) adv_cfg: AdvConfig,

@@ -15,11 +15,13 @@ mod eval;
 mod learn;
 mod learner;
 mod memory_plan;
+mod optimizer;
 mod partition;
 mod questions;
 mod rollout;
 mod score;
 mod servers;
+mod sharded;
 mod stats;
 mod step_batch;
 mod train_step;
@@ -39,7 +41,6 @@ use algo_setup::{algo_configs, build_reward};
 use anyhow::{bail, Context, Result};
 use std::path::{Path, PathBuf};
 use tch::Device;
-use temper_algo::optim::AdamW;
 use temper_algo::KlController;
 use temper_model::{CausalLm, ComputeKind, Policy, Tokenizer};
 
@@ -213,9 +214,7 @@ impl Trainer {
                 let _ = std::fs::remove_dir_all(s);
             }
         })?;
-        t.learner
-            .optimizer
-            .load(&ckpt.join("optimizer.safetensors"))?;
+        t.learner.optimizer.load(&ckpt, &t.learner.params)?;
         if let (Some(c), Some(v)) = (&mut t.learner.kl_ctrl, state.kl_coef) {
             match c {
                 KlController::Fixed { value } | KlController::Adaptive { value, .. } => *value = v,
@@ -384,15 +383,13 @@ impl Trainer {
         };
         let schedule = LrSchedule::from_optim(&cfg.actor.optim, total_steps)?;
         let params: Vec<(String, tch::Tensor)> = model.trainable_parameters();
-        let o = &cfg.actor.optim;
-        let optimizer = AdamW::new(
-            &params,
-            o.lr,
-            (o.betas[0], o.betas[1]),
-            o.eps,
-            o.weight_decay,
-        )
-        .with_fused(o.fused);
+        let mut notes = vec![];
+        let optimizer = optimizer::Optimizer::new(&params, &cfg.actor, &dist, &mut notes)?;
+        if dist.is_root() {
+            for n in notes {
+                eprintln!("note: {n}");
+            }
+        }
         let settings = LearnerSettings {
             actor: cfg.actor.clone(),
             temperature: cfg.rollout.temperature,
@@ -401,7 +398,10 @@ impl Trainer {
             remove_padding: cfg.model.use_remove_padding,
             seed: cfg.trainer.seed,
         };
-        let checkpointer = checkpointer::Checkpointer::new(run.checkpoints(), &cfg.trainer);
+        // Rank 0's folder on every rank: a sharded optimizer's ranks write their slices there
+        // (a filesystem all ranks share, as verl's and torch.distributed.checkpoint's need).
+        let checkpoints = dist.from_root(run.checkpoints())?;
+        let checkpointer = checkpointer::Checkpointer::new(checkpoints, &cfg.trainer);
         let questions = questions::Questions {
             train,
             val,
@@ -500,9 +500,9 @@ impl Trainer {
             self.state.kl_coef = self.learner.kl_ctrl.as_ref().map(|c| c.value());
             if self.dist.is_root() {
                 self.record_metrics(step, &m)?;
-                if self.checkpointer.due(step, end) {
-                    self.save_checkpoint()?;
-                }
+            }
+            if self.checkpointer.due(step, end) {
+                self.save_checkpoint()?;
             }
             bar.set_position(step as u64);
             bar.set_message(summary(&m));
@@ -532,7 +532,8 @@ impl Trainer {
 
     /// Saves a checkpoint of the current step (see [`checkpointer::Checkpointer`]).
     pub fn save_checkpoint(&self) -> Result<PathBuf> {
-        self.checkpointer.save(&self.learner, &self.state)
+        self.checkpointer
+            .save(&self.learner, &self.state, &self.dist)
     }
 
     fn progress_bar(&self, pos: usize) -> indicatif::ProgressBar {

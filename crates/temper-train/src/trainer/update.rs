@@ -12,9 +12,6 @@ use super::stats::{DeviceMetricAcc, StepMetrics};
 use super::Learner;
 use crate::dist::Dist;
 
-/// Gradients are summed over data-parallel ranks in flat buckets of this size (DDP's default).
-const GRAD_BUCKET_BYTES: usize = 25 << 20;
-
 /// What one policy update trains on: every tensor (N, R) f32 over the batch's rows.
 pub(super) struct UpdateInputs<'a> {
     pub batch: &'a Batch,
@@ -170,20 +167,24 @@ impl Learner {
                 if !backward_ran {
                     temper_kernels::clear_grads(&self.params)?;
                 }
-                dist.all_reduce_grads(&self.params, GRAD_BUCKET_BYTES)?;
-                let norm = temper_algo::optim::clip_grad_norm(
-                    &self.params,
-                    self.settings.actor.grad_clip,
-                )?;
+                let stepped = self.optimizer.reduce_grads(dist, &self.params)?;
+                let norm = match stepped {
+                    true => self.optimizer.clip_grad_norm(
+                        dist,
+                        &self.params,
+                        self.settings.actor.grad_clip,
+                    )?,
+                    // Nothing to step on any rank: PyTorch's optimizer takes no step.
+                    false => 0.0,
+                };
                 grad_norms.push(norm);
-                if norm.is_finite() {
-                    self.optimizer.lr = lr;
-                    self.optimizer.step(&self.params)?;
-                } else {
+                if !norm.is_finite() {
                     eprintln!(
                         "warning: step {step}: grad norm is {norm}; skipping this optimizer step"
                     );
                     skipped += 1;
+                } else if stepped {
+                    self.optimizer.step(dist, &self.params, lr)?;
                 }
                 temper_kernels::clear_grads(&self.params)?;
             }
