@@ -63,6 +63,9 @@ pub struct CausalLm {
     /// Whether a backward through this model trims malloc's heap as it leaves each decoder layer
     /// ([`CausalLm::set_trim_heap_in_backward`]).
     trim_heap: Cell<bool>,
+    /// Where the decoder layers' weights come from when they are not always whole (sharded
+    /// training, [`crate::residency`]).
+    pub(crate) residency: RefCell<Option<std::sync::Arc<dyn crate::LayerResidency>>>,
 }
 
 /// Models of at least this many parameters trim the heap during the backward by default: on
@@ -184,6 +187,7 @@ impl CausalLm {
             head_lora: None,
             shared_base: None,
             trim_heap: Cell::new(trim_heap),
+            residency: RefCell::new(None),
         }
     }
 
@@ -379,7 +383,9 @@ impl CausalLm {
             let frozen = sampling.as_ref().map(|s| &s.layers[i]);
             let collect_into = collect.then_some(&mut collected);
             let past = given.map(|g| &g[i]);
+            self.fetch_layer(i);
             h = self.layer(i, h, &ctx, frozen, cache.as_deref_mut(), past, collect_into);
+            self.release_layer_after_forward(i);
             if self.trims_heap_in_backward() {
                 // The backward leaves this layer here.
                 temper_kernels::memory::release_free_memory_on_grad(&h);

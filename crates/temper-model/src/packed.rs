@@ -240,6 +240,8 @@ impl CausalLm {
                 })
                 .collect();
             let hidden = gather_positions(&[&prompt_run.hidden], &index, rows.len(), width);
+            // The responses' sweep other ranks may make.
+            self.sweep_layers_without_compute();
             let checkpoints = prompt_run
                 .segment
                 .map(|s| LayerCheckpoints::new(self, s, None));

@@ -11,7 +11,9 @@ use temper_kernels::{Backend, Comm, Rendezvous};
 
 /// This process's place in the job.
 pub struct Dist {
-    comm: Option<Comm>,
+    /// Behind a lock so that a `Dist` can be shared (a sharded optimizer's layers gather and
+    /// reduce from inside the model); one thread uses it at a time.
+    comm: Option<std::sync::Mutex<Comm>>,
     pub rank: usize,
     pub world: usize,
 }
@@ -40,7 +42,7 @@ impl Dist {
                 Ok(Dist {
                     rank: r.rank,
                     world: r.world,
-                    comm: Some(comm),
+                    comm: Some(std::sync::Mutex::new(comm)),
                 })
             }
         }
@@ -51,8 +53,16 @@ impl Dist {
         Dist {
             rank: comm.rank(),
             world: comm.world(),
-            comm: Some(comm),
+            comm: Some(std::sync::Mutex::new(comm)),
         }
+    }
+
+    /// The process group, when there are other ranks.
+    fn comm(&self) -> Option<std::sync::MutexGuard<'_, Comm>> {
+        // A panic while it was held poisons nothing it keeps: the group itself reports errors.
+        self.comm
+            .as_ref()
+            .map(|m| m.lock().unwrap_or_else(|e| e.into_inner()))
     }
 
     /// Rank 0 owns the run folder, the checkpoints and the console.
@@ -80,7 +90,7 @@ impl Dist {
     /// tensor, as DDP does). The loss must already be normalised globally (token counts summed
     /// over the ranks, [`Dist::sum_f64`]), so that the sum is the full batch's gradient.
     pub fn all_reduce_grads(&self, params: &[(String, Tensor)], bucket_bytes: usize) -> Result<()> {
-        let Some(comm) = &self.comm else {
+        let Some(comm) = self.comm() else {
             return Ok(());
         };
         // A parameter the loss did not reach has no gradient yet: give it zeros, so every rank
@@ -122,7 +132,7 @@ impl Dist {
 
     /// Element-wise sum over the ranks.
     pub fn sum_f64(&self, values: &mut [f64]) -> Result<()> {
-        let Some(comm) = &self.comm else {
+        let Some(comm) = self.comm() else {
             return Ok(());
         };
         let t = Tensor::from_slice(values);
@@ -134,7 +144,7 @@ impl Dist {
     /// In place: `t` becomes the sum of every rank's `t` (rows one rank computed and the others
     /// left at zero add up to the whole).
     pub fn sum_tensor(&self, t: &Tensor) -> Result<()> {
-        match &self.comm {
+        match self.comm() {
             Some(c) => c.all_reduce_sum(t),
             None => Ok(()),
         }
@@ -143,7 +153,7 @@ impl Dist {
     /// In place: `out` (world times `shard`'s elements) becomes every rank's `shard` in rank
     /// order; a copy with one rank.
     pub fn all_gather_into(&self, shard: &Tensor, out: &Tensor) -> Result<()> {
-        match &self.comm {
+        match self.comm() {
             Some(c) => c.all_gather_into(shard, out),
             None => {
                 tch::no_grad(|| out.shallow_clone().copy_(shard));
@@ -155,7 +165,7 @@ impl Dist {
     /// In place: `out` (`input`'s elements over the world size) becomes this rank's slice of the
     /// sum over ranks of `input`; a copy with one rank.
     pub fn reduce_scatter_sum(&self, input: &Tensor, out: &Tensor) -> Result<()> {
-        match &self.comm {
+        match self.comm() {
             Some(c) => c.reduce_scatter_sum(input, out),
             None => {
                 tch::no_grad(|| out.shallow_clone().copy_(input));
@@ -166,7 +176,7 @@ impl Dist {
 
     /// Every rank's `values` (the same length everywhere), in rank order.
     pub fn gather_f64(&self, values: &[f64]) -> Result<Vec<Vec<f64>>> {
-        let Some(comm) = &self.comm else {
+        let Some(comm) = self.comm() else {
             return Ok(vec![values.to_vec()]);
         };
         let g = comm.all_gather(&Tensor::from_slice(values))?;
@@ -184,14 +194,17 @@ impl Dist {
         value: &T,
     ) -> Result<Vec<T>> {
         let bytes = serde_json::to_vec(value)?;
-        let Some(comm) = &self.comm else {
+        if self.comm.is_none() {
             return Ok(vec![serde_json::from_slice(&bytes)?]);
-        };
+        }
         let lens = self.gather_f64(&[bytes.len() as f64])?;
         let max = lens.iter().map(|l| l[0] as usize).max().unwrap_or(0);
         let mut padded = bytes;
         padded.resize(max, 0);
-        let all = comm.all_gather(&Tensor::from_slice(&padded))?;
+        let all = self
+            .comm()
+            .map(|c| c.all_gather(&Tensor::from_slice(&padded)))
+            .context("a world of one gathers nothing")??;
         (0..self.world)
             .map(|r| {
                 let row = Vec::<u8>::try_from(all.get(r as i64))?;
@@ -233,7 +246,7 @@ impl Dist {
 
     /// Wait for every rank (bounded by the timeout).
     pub fn barrier(&self) -> Result<()> {
-        match &self.comm {
+        match self.comm() {
             Some(c) => c.barrier(),
             None => Ok(()),
         }

@@ -519,3 +519,105 @@ fn a_sharded_checkpoint_resumes_at_another_world_size() {
         }
     }
 }
+
+const CHECKPOINTED: &str = "actor.gradient_checkpointing=true";
+
+/// With activation checkpointing a sharded update holds no decoder layer whole: the model
+/// gathers each layer from the ranks' slices while it runs it (forward, then again in the
+/// backward, which reduce-scatters the layer's gradient as it leaves it). Without clipping it
+/// is dp's run bit for bit (one micro-batch per rank per mini-batch here, so the sums are the
+/// same sums): padded rows with shared prompts (two sweeps over the layers per forward), packed
+/// rows, whole rows, and the forward's layers kept to the backward.
+#[test]
+fn sharded_layers_gathered_per_use_train_like_dp() {
+    let base = [CHECKPOINTED, "actor.grad_clip=0"];
+    for (name, variant) in [
+        ("shared", None),
+        (
+            "kept",
+            Some("actor.fsdp_config.reshard_after_forward=false"),
+        ),
+        ("packed", Some("model.use_remove_padding=true")),
+        ("whole", Some("actor.shared_prefix=false")),
+    ] {
+        let mut extra: Vec<&str> = base.to_vec();
+        if let Some(v) = variant {
+            if name != "kept" {
+                extra.push(v);
+            }
+        }
+        let (_, dp) = run_with(
+            2,
+            &common::temp_dir(&format!("z3-dp-{name}")),
+            &extra,
+            false,
+        );
+        extra.push(FSDP);
+        if let Some(v) = variant {
+            if name == "kept" {
+                extra.push(v);
+            }
+        }
+        let (dir, f) = run_with(2, &common::temp_dir(&format!("z3-{name}")), &extra, false);
+        assert_eq!(
+            max_abs_diff(&f[0], &f[1]),
+            0.0,
+            "{name}: the ranks' weights differ"
+        );
+        assert_eq!(max_abs_diff(&dp[0], &f[0]), 0.0, "{name}: not dp's weights");
+        assert_eq!(metrics(&dir).len(), 3);
+    }
+}
+
+/// What a rank holds for the trainable weights (summed from its tensors during the update,
+/// `perf/trainable_state_gb`): one dp rank 16 bytes per parameter (weights, gradients, two
+/// moments); a sharded rank with per-layer gathering 1/N of that, plus what is whole at the
+/// peak: the weights outside the layers (embeddings, final norm, head) and one layer, with their
+/// gradients, within 10%.
+#[test]
+fn a_sharded_rank_holds_its_share_of_the_trainable_state() {
+    let gb = |d: &Path| -> f64 {
+        metrics(d)
+            .iter()
+            .map(|m| m["perf/trainable_state_gb"].as_f64().unwrap())
+            .fold(0.0, f64::max)
+            * (1u64 << 30) as f64
+    };
+    let (one_dir, w) = run_with(1, &common::temp_dir("z3-mem-1"), &[CHECKPOINTED], false);
+    let sizes: Vec<(&str, f64)> = w[0]
+        .iter()
+        .map(|(n, t)| (n.as_str(), t.numel() as f64))
+        .collect();
+    let total: f64 = sizes.iter().map(|s| s.1).sum();
+    let rest: f64 = sizes
+        .iter()
+        .filter(|(n, _)| !n.contains(".layers."))
+        .map(|s| s.1)
+        .sum();
+    let layer = |i: usize| -> f64 {
+        let prefix = format!("model.layers.{i}.");
+        sizes
+            .iter()
+            .filter(|(n, _)| n.starts_with(&prefix))
+            .map(|s| s.1)
+            .sum()
+    };
+    let largest_layer = (0..8).map(layer).fold(0.0, f64::max);
+    assert_eq!(gb(&one_dir), 16.0 * total, "one dp rank");
+    for world in [2, 4] {
+        let dir = common::temp_dir(&format!("z3-mem-{world}"));
+        let (d, _) = run_with(world, &dir, &[CHECKPOINTED, FSDP], false);
+        let held = gb(&d);
+        let expected = 16.0 * total / world as f64 + 8.0 * (rest + largest_layer);
+        eprintln!(
+            "{world} ranks: {held} bytes held, expected {expected}; one rank {}, whole weights and \
+             gradients {}",
+            16.0 * total,
+            8.0 * total
+        );
+        assert!(
+            held >= 16.0 * total / world as f64 && held <= 1.10 * expected,
+            "{world} ranks: {held} bytes held, expected about {expected}"
+        );
+    }
+}

@@ -130,6 +130,7 @@ impl CausalLm {
             let owner = PastGather::Rows(rows.prompt_of_row.shallow_clone());
             (hidden, Some((segment, owner)))
         } else {
+            self.sweep_layers_without_compute();
             (last, None)
         };
         let checkpoints = LayerCheckpoints {
@@ -161,7 +162,9 @@ impl CausalLm {
                 inputs.push(h.shallow_clone());
                 let kv = past.map(|p| &p[i]);
                 let into = collect.then_some(&mut collected);
+                self.fetch_layer(i);
                 h = self.layer(i, h, &ctx, None, None, kv, into);
+                self.release_layer_after_forward(i);
             }
             h
         })
@@ -217,6 +220,7 @@ impl LayerCheckpoints<'_> {
         let m = self.model;
         let reached = |s: &Segment| s.last.grad().defined();
         if !reached(&self.prompts) && !self.responses.as_ref().is_some_and(|(s, _)| reached(s)) {
+            m.sweep_backward_without_compute();
             return;
         }
         let mut g_prompts = grad_of(&self.prompts.last);
@@ -230,10 +234,12 @@ impl LayerCheckpoints<'_> {
                 temper_kernels::memory::release_free_memory_if_grown();
             }
             let xp = p.inputs[i].detach().set_requires_grad(true);
+            m.fetch_layer(i);
             let (Some((s, owner)), Some(ctx_s)) = (&self.responses, &ctx_s) else {
                 let yp = m.layer(i, xp.shallow_clone(), &ctx_p, None, None, None, None);
                 surrogate(&yp, &g_prompts).backward();
                 g_prompts = xp.grad();
+                m.layer_backward_done(i);
                 continue;
             };
             let mut kv = vec![];
@@ -254,6 +260,7 @@ impl LayerCheckpoints<'_> {
             (surrogate(&yp, &g_prompts) + surrogate(&ys, g_s)).backward();
             g_prompts = xp.grad();
             g_responses = Some(xs.grad());
+            m.layer_backward_done(i);
         }
         if !m.embed_tokens.requires_grad() {
             return;

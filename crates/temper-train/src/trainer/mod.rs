@@ -54,7 +54,8 @@ pub struct Trainer {
     /// The `eval` section: how the validation set is sampled.
     eval_cfg: crate::config::EvalConfig,
     /// This process's rank in a data-parallel job (world size 1 alone).
-    dist: Dist,
+    /// Shared with a sharded optimizer's layers, which gather and reduce while the model runs.
+    dist: std::sync::Arc<Dist>,
     run: RunDir,
     /// The policy and how it learns.
     learner: Learner,
@@ -384,7 +385,9 @@ impl Trainer {
         let schedule = LrSchedule::from_optim(&cfg.actor.optim, total_steps)?;
         let params: Vec<(String, tch::Tensor)> = model.trainable_parameters();
         let mut notes = vec![];
+        let dist = std::sync::Arc::new(dist);
         let optimizer = optimizer::Optimizer::new(&params, &cfg.actor, &dist, &mut notes)?;
+        model.set_layer_residency(optimizer.layer_residency());
         if dist.is_root() {
             for n in notes {
                 eprintln!("note: {n}");

@@ -7,6 +7,7 @@
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
@@ -31,7 +32,7 @@ impl Optimizer {
     pub fn new(
         params: &[(String, Tensor)],
         actor: &ActorConfig,
-        dist: &Dist,
+        dist: &Arc<Dist>,
         notes: &mut Vec<String>,
     ) -> Result<Self> {
         let o = &actor.optim;
@@ -68,17 +69,57 @@ impl Optimizer {
                             .into(),
                     );
                 }
-                if !f.reshard_after_forward {
+                if !actor.gradient_checkpointing {
                     notes.push(
-                        "actor.fsdp_config.reshard_after_forward = false: this build keeps every \
-                         rank's compute weights whole between steps, so it changes nothing"
+                        "actor.strategy = fsdp without actor.gradient_checkpointing: the decoder \
+                         layers' weights stay whole through the update (ZeRO-2); with checkpointing \
+                         each layer is gathered only while it runs (ZeRO-3)"
                             .into(),
                     );
                 }
                 Ok(Optimizer::Sharded(ShardedAdamW::new(
-                    params, dist, home, make,
+                    params,
+                    dist.clone(),
+                    home,
+                    f.reshard_after_forward,
+                    make,
                 )?))
             }
+        }
+    }
+
+    /// The model's layers' weights, when they come from slices (a sharded optimizer): the model
+    /// asks for each layer while it runs it.
+    pub fn layer_residency(&self) -> Option<Arc<dyn temper_model::LayerResidency>> {
+        match self {
+            Optimizer::Replicated(_) => None,
+            Optimizer::Sharded(s) => {
+                Some(s.shards.clone() as Arc<dyn temper_model::LayerResidency>)
+            }
+        }
+    }
+
+    /// An update begins: a sharded optimizer whose update is activation-checkpointed
+    /// (`per_layer`) lets go of the decoder layers' weights until each is needed.
+    pub fn begin_update(&self, per_layer: bool) {
+        if let Optimizer::Sharded(s) = self {
+            s.shards.begin_update(per_layer);
+        }
+    }
+
+    /// After each micro-batch: a collective that failed inside the model's passes, as an error.
+    pub fn check(&self) -> Result<()> {
+        match self {
+            Optimizer::Replicated(_) => Ok(()),
+            Optimizer::Sharded(s) => s.shards.take_error(),
+        }
+    }
+
+    /// The update is over: every weight whole in the model again.
+    pub fn end_update(&self) -> Result<()> {
+        match self {
+            Optimizer::Replicated(_) => Ok(()),
+            Optimizer::Sharded(s) => s.shards.end_update(),
         }
     }
 
@@ -90,31 +131,49 @@ impl Optimizer {
                 dist.all_reduce_grads(params, GRAD_BUCKET_BYTES)?;
                 Ok(true)
             }
-            Optimizer::Sharded(s) => s.reduce_grads(dist, params),
+            Optimizer::Sharded(s) => s.shards.reduce_grads(),
         }
     }
 
     /// `clip_grad_norm_` over every gradient (of every rank's slices); the norm before clipping.
-    pub fn clip_grad_norm(
-        &self,
-        dist: &Dist,
-        params: &[(String, Tensor)],
-        max_norm: f64,
-    ) -> Result<f64> {
+    pub fn clip_grad_norm(&self, params: &[(String, Tensor)], max_norm: f64) -> Result<f64> {
         match self {
             Optimizer::Replicated(_) => temper_algo::optim::clip_grad_norm(params, max_norm),
-            Optimizer::Sharded(s) => s.clip_grad_norm(dist, max_norm),
+            Optimizer::Sharded(s) => s.shards.clip_grad_norm(max_norm),
         }
     }
 
     /// One AdamW step at `lr`; the parameters hold the new weights after it on every rank.
-    pub fn step(&mut self, dist: &Dist, params: &[(String, Tensor)], lr: f64) -> Result<()> {
+    pub fn step(&mut self, params: &[(String, Tensor)], lr: f64) -> Result<()> {
         match self {
             Optimizer::Replicated(a) => {
                 a.lr = lr;
                 a.step(params)
             }
-            Optimizer::Sharded(s) => s.step(dist, params, lr),
+            Optimizer::Sharded(s) => s.step(lr),
+        }
+    }
+
+    /// A step not taken (a non-finite norm).
+    pub fn skip_step(&self) {
+        if let Optimizer::Sharded(s) = self {
+            s.shards.skip_step();
+        }
+    }
+
+    /// The most bytes this rank held for the trainable weights since the update began (a
+    /// replicated optimizer: now): the weights it holds whole, their gradients, and AdamW's state
+    /// (a sharded optimizer's slices with their gradients and moments). Summed from the tensors.
+    pub fn peak_held_bytes(&self, params: &[(String, Tensor)]) -> i64 {
+        match self {
+            Optimizer::Replicated(_) => params
+                .iter()
+                .map(|(_, p)| {
+                    let g = p.grad();
+                    4 * (3 * p.numel() as i64 + if g.defined() { g.numel() as i64 } else { 0 })
+                })
+                .sum(),
+            Optimizer::Sharded(s) => s.shards.peak_held_bytes(),
         }
     }
 
@@ -129,7 +188,7 @@ impl Optimizer {
         if let Optimizer::Sharded(s) = self {
             std::fs::create_dir_all(staging)
                 .with_context(|| format!("creating {}", staging.display()))?;
-            s.adamw.save(&staging.join(rank_file(s.rank)))?;
+            s.adamw.save(&staging.join(rank_file(s.shards.rank())))?;
         }
         Ok(())
     }
@@ -143,14 +202,14 @@ impl Optimizer {
                 let dir = ckpt.join("optimizer");
                 std::fs::create_dir_all(&dir)
                     .with_context(|| format!("creating {}", dir.display()))?;
-                for r in 0..s.world {
+                for r in 0..s.shards.world() {
                     let from = staging.join(rank_file(r));
                     std::fs::rename(&from, dir.join(rank_file(r))).with_context(|| {
                         format!("moving rank {r}'s optimizer slices from {}", from.display())
                     })?;
                 }
                 let _ = std::fs::remove_dir(staging);
-                let layout = Layout::of(&s.units, params, s.world);
+                let layout = Layout::of(&s.shards.units, params, s.shards.world());
                 crate::rundir::write_json(&dir.join("layout.json"), &serde_json::to_value(layout)?)
             }
         }
@@ -161,7 +220,7 @@ impl Optimizer {
     pub fn load(&mut self, ckpt: &Path, params: &[(String, Tensor)]) -> Result<()> {
         let units = match self {
             Optimizer::Replicated(_) => units_of(params),
-            Optimizer::Sharded(s) => s.units.clone(),
+            Optimizer::Sharded(s) => s.shards.units.clone(),
         };
         // Where each saved piece goes: (moment tensor, its first element's place in the unit).
         let mut targets: HashMap<(usize, usize), Vec<(Tensor, i64)>> = HashMap::new();
@@ -183,7 +242,7 @@ impl Optimizer {
                     }
                 }
                 Optimizer::Sharded(s) => {
-                    let (lo, hi) = s.owned(u);
+                    let (lo, hi) = s.shards.owned(u);
                     let (m, v) = s.adamw.moments(&u.name).context("a unit's slice")?;
                     for (which, t) in [m, v].into_iter().enumerate() {
                         targets

@@ -3,16 +3,24 @@
 //! one for everything outside the layers: embeddings, final norm, head). Each rank owns a
 //! contiguous 1/N slice of every unit (the unit padded with zeros to a multiple of N).
 //!
-//! A step: each unit's summed gradient is reduce-scattered into the ranks' slices (instead of
-//! all-reduced whole), the global norm is one all-reduce of the slices' squared norms, AdamW
-//! steps each rank's slices, and the updated slices are all-gathered back into the model's
-//! weights. The numbers are the replicated optimizer's: AdamW is elementwise, and the sum over
-//! ranks is the same sum; only the norm adds up in another order (float rounding).
+//! An update: with activation checkpointing the decoder layers let go of their weights, and the
+//! model gathers each layer from the ranks' slices while it runs it, in the forward and again in
+//! the backward, which reduce-scatters the layer's gradient into the slices as it leaves the
+//! layer (ZeRO-3; `fsdp_config.reshard_after_forward = false` keeps the forward's gathered
+//! layers to the backward). Without checkpointing the weights stay whole and each unit's
+//! gradient is reduce-scattered after the mini-batch (ZeRO-2). The global norm is one
+//! all-reduce of the slices' squared norms; AdamW steps each rank's slices. Outside the update
+//! (sampling, the old and reference log-probs, checkpoints) the weights are whole.
+//!
+//! The numbers are the replicated optimizer's: AdamW is elementwise and a sum over ranks is the
+//! same sum; the norm adds up in another order (float rounding), and with several micro-batches
+//! per mini-batch a per-layer update sums each micro-batch over the ranks first.
 //!
 //! With `fsdp_config.optimizer_offload` (or `param_offload`) the slices and moments live in host
 //! memory and the step runs on the host's threads.
 
 use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 
 use anyhow::{bail, Context, Result};
 use tch::{Device, Kind, Tensor};
@@ -72,17 +80,58 @@ pub(crate) fn units_of(params: &[(String, Tensor)]) -> Vec<Unit> {
     units
 }
 
-/// AdamW over this rank's slices of every unit.
+/// AdamW over this rank's slices of every unit; the slices themselves (shared with the model,
+/// which asks them for its layers' weights during a sharded update) in [`Shards`].
 pub(crate) struct ShardedAdamW {
+    pub(crate) shards: Arc<Shards>,
+    pub(crate) adamw: AdamW,
+}
+
+/// This rank's slices of every unit, the model's parameters they are slices of, and which units
+/// the parameters hold whole now.
+pub(crate) struct Shards {
+    dist: Arc<Dist>,
     pub(crate) units: Vec<Unit>,
+    /// The trainable parameters' shapes when whole.
+    shapes: Vec<Vec<i64>>,
+    /// Decoder layer -> its unit.
+    layer_units: Vec<Option<usize>>,
+    /// Where the parameters (and their gradients) live.
+    device: Device,
+    /// Free a layer's gathered weights after its forward (ZeRO-3) or keep them to its backward.
+    reshard_after_forward: bool,
+    /// The tensors and what they hold now (behind a lock: the model, which may move between
+    /// threads, shares them; one thread uses them at a time).
+    held: Mutex<Held>,
+}
+
+struct Held {
+    /// The trainable parameters (sharing the model's tensors).
+    params: Vec<(String, Tensor)>,
     /// Per unit, this rank's slice of its f32 weights (named by the unit), with a gradient: what
     /// AdamW steps.
     masters: Vec<(String, Tensor)>,
-    pub(crate) adamw: AdamW,
-    pub(crate) rank: usize,
-    pub(crate) world: usize,
-    /// Where the parameters (and their gradients) live.
-    device: Device,
+    /// Layers are gathered one at a time (an activation-checkpointed update).
+    per_layer: bool,
+    /// Per unit: its parameters hold the whole weights.
+    whole: Vec<bool>,
+    /// Some gradient was reduced since the last step.
+    grads_seen: bool,
+    /// The first collective that failed inside the model's forward or backward.
+    error: Option<anyhow::Error>,
+    /// The most [`Shards::held_bytes`] since the update began, taken as each layer's backward
+    /// ends and before each mini-batch's gradients are reduced (the gradients all there).
+    peak: i64,
+}
+
+impl std::fmt::Debug for Shards {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Shards")
+            .field("units", &self.units.len())
+            .field("rank", &self.dist.rank)
+            .field("world", &self.dist.world)
+            .finish_non_exhaustive()
+    }
 }
 
 impl ShardedAdamW {
@@ -90,8 +139,9 @@ impl ShardedAdamW {
     /// (built by `make` for the slices) on `home`.
     pub fn new(
         params: &[(String, Tensor)],
-        dist: &Dist,
+        dist: Arc<Dist>,
         home: Device,
+        reshard_after_forward: bool,
         make: impl FnOnce(&[(String, Tensor)]) -> AdamW,
     ) -> Result<Self> {
         let Some((_, first)) = params.first() else {
@@ -131,51 +181,230 @@ impl ShardedAdamW {
         });
         temper_kernels::zero_grads_if_missing(&masters)?;
         let adamw = make(&masters);
-        Ok(ShardedAdamW {
-            units,
+        let mut layer_units = vec![];
+        for (k, u) in units.iter().enumerate() {
+            if let Some(i) = u
+                .name
+                .strip_prefix("model.layers.")
+                .and_then(|i| i.parse::<usize>().ok())
+            {
+                if layer_units.len() <= i {
+                    layer_units.resize(i + 1, None);
+                }
+                layer_units[i] = Some(k);
+            }
+        }
+        let n = units.len();
+        let held = Held {
+            params: params
+                .iter()
+                .map(|(n, p)| (n.clone(), p.shallow_clone()))
+                .collect(),
             masters,
-            adamw,
-            rank: dist.rank,
-            world,
+            per_layer: false,
+            whole: vec![true; n],
+            grads_seen: false,
+            error: None,
+            peak: 0,
+        };
+        let shards = Shards {
+            dist,
+            units,
+            shapes: params.iter().map(|(_, p)| p.size()).collect(),
+            layer_units,
             device,
+            reshard_after_forward,
+            held: Mutex::new(held),
+        };
+        Ok(ShardedAdamW {
+            shards: Arc::new(shards),
+            adamw,
         })
     }
 
-    /// Each unit's gradient summed over the ranks into this rank's slice; the parameters'
-    /// gradients are freed. Returns false when no rank had any gradient (then no step is taken,
-    /// as PyTorch's optimizer takes none without gradients).
-    pub fn reduce_grads(&mut self, dist: &Dist, params: &[(String, Tensor)]) -> Result<bool> {
-        let mine = params.iter().any(|(_, p)| p.grad().defined()) as u8 as f64;
-        let mut any = [mine];
-        dist.sum_f64(&mut any)?;
+    /// AdamW on this rank's slices at `lr`, then the units the parameters hold whole gathered
+    /// again from the new slices (during a per-layer update the layers are gathered when next
+    /// used).
+    pub fn step(&mut self, lr: f64) -> Result<()> {
+        let s = &self.shards;
+        let mut h = s.held();
+        self.adamw.lr = lr;
+        self.adamw.step(&h.masters)?;
+        for k in 0..s.units.len() {
+            if !(h.per_layer && s.is_layer_unit(k)) {
+                s.gather(&mut h, k)?;
+            }
+        }
+        s.zero_master_grads(&mut h);
+        Ok(())
+    }
+}
+
+impl Shards {
+    fn held(&self) -> std::sync::MutexGuard<'_, Held> {
+        // Nothing it keeps is left half-changed by a panic that matters: the run stops.
+        self.held.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub fn rank(&self) -> usize {
+        self.dist.rank
+    }
+
+    pub fn world(&self) -> usize {
+        self.dist.world
+    }
+
+    fn is_layer_unit(&self, k: usize) -> bool {
+        self.layer_units.contains(&Some(k))
+    }
+
+    /// This rank's range `[lo, hi)` of unit `u`'s elements (padding excluded).
+    pub fn owned(&self, u: &Unit) -> (i64, i64) {
+        owned(self.dist.rank, u.shard(self.dist.world), u.numel)
+    }
+
+    /// Unit `k`'s whole weights into its parameters, from every rank's slice (in place when
+    /// they are whole already, so their storage stays where it is).
+    fn gather(&self, h: &mut Held, k: usize) -> Result<()> {
+        let u = &self.units[k];
+        let world = self.dist.world as i64;
+        let full = Tensor::empty(
+            [u.shard(self.dist.world) * world],
+            (Kind::Float, self.device),
+        );
+        let mine = tch::no_grad(|| h.masters[k].1.detach().to(self.device));
+        self.dist
+            .all_gather_into(&mine, &full)
+            .with_context(|| format!("gathering the weights of {}", u.name))?;
+        let whole = h.whole[k];
+        tch::no_grad(|| {
+            for &(i, off, n) in &u.members {
+                let p = &h.params[i].1;
+                let part = full.narrow(0, off, n).view(self.shapes[i].as_slice());
+                if whole {
+                    p.shallow_clone().copy_(&part);
+                } else {
+                    p.shallow_clone().set_data(&part);
+                }
+            }
+        });
+        h.whole[k] = true;
+        Ok(())
+    }
+
+    /// Unit `k`'s parameters let go of their weights (empty until gathered again).
+    fn release(&self, h: &mut Held, k: usize) {
+        let empty = Tensor::empty([0], (Kind::Float, self.device));
+        tch::no_grad(|| {
+            for &(i, _, _) in &self.units[k].members {
+                h.params[i].1.shallow_clone().set_data(&empty);
+            }
+        });
+        h.whole[k] = false;
+    }
+
+    /// Unit `k`'s gradients (those its parameters have: zeros for the others) summed over the
+    /// ranks and added into this rank's slice; the parameters' gradients are freed.
+    fn reduce(&self, h: &mut Held, k: usize) -> Result<()> {
+        let u = &self.units[k];
+        let world = self.dist.world as i64;
+        let shard = u.shard(self.dist.world);
+        let flat = Tensor::zeros([shard * world], (Kind::Float, self.device));
+        let mut seen = false;
+        tch::no_grad(|| {
+            for &(i, off, n) in &u.members {
+                let g = h.params[i].1.grad();
+                if g.defined() {
+                    flat.narrow(0, off, n).copy_(&g.reshape([-1]));
+                    seen = true;
+                }
+            }
+        });
+        let out = Tensor::zeros([shard], (Kind::Float, self.device));
+        self.dist
+            .reduce_scatter_sum(&flat, &out)
+            .with_context(|| format!("reduce-scattering the gradients of {}", u.name))?;
+        tch::no_grad(|| {
+            let mut g = h.masters[k].1.grad();
+            let _ = g.g_add_(&out.to(g.device()));
+        });
+        let members: Vec<(String, Tensor)> = u
+            .members
+            .iter()
+            .map(|&(i, _, _)| (h.params[i].0.clone(), h.params[i].1.shallow_clone()))
+            .collect();
+        temper_kernels::clear_grads(&members)?;
+        h.grads_seen |= seen;
+        Ok(())
+    }
+
+    fn zero_master_grads(&self, h: &mut Held) {
+        tch::no_grad(|| {
+            for (_, m) in &h.masters {
+                let _ = m.grad().zero_();
+            }
+        });
+        h.grads_seen = false;
+    }
+
+    /// An update begins: with `per_layer` (an activation-checkpointed update) the decoder layers
+    /// let go of their weights and the model gathers each while it runs it.
+    pub fn begin_update(&self, per_layer: bool) {
+        let mut h = self.held();
+        h.per_layer = per_layer;
+        h.peak = 0;
+        if per_layer {
+            for k in self.layer_units.iter().flatten() {
+                self.release(&mut h, *k);
+            }
+        }
+    }
+
+    /// The update is over: every unit whole again (the sampler and the checkpoint read them).
+    pub fn end_update(&self) -> Result<()> {
+        let mut h = self.held();
+        h.per_layer = false;
+        for k in 0..self.units.len() {
+            if !h.whole[k] {
+                self.gather(&mut h, k)?;
+            }
+        }
+        take(&mut h)
+    }
+
+    /// The first collective that failed inside the model's forward or backward, as an error.
+    pub fn take_error(&self) -> Result<()> {
+        take(&mut self.held())
+    }
+
+    /// After a mini-batch's backward passes: the gradients not yet in the slices are reduced
+    /// into them (during a per-layer update the layers' were, as each layer's backward ended).
+    /// Returns false when no rank had any gradient (then no step is taken, as PyTorch's
+    /// optimizer takes none without gradients).
+    pub fn reduce_grads(&self) -> Result<bool> {
+        let mut h = self.held();
+        take(&mut h)?;
+        note_peak(&mut h);
+        for k in 0..self.units.len() {
+            if !(h.per_layer && self.is_layer_unit(k)) {
+                self.reduce(&mut h, k)?;
+            }
+        }
+        let mut any = [h.grads_seen as u8 as f64];
+        self.dist.sum_f64(&mut any)?;
         if any[0] == 0.0 {
+            self.zero_master_grads(&mut h);
             return Ok(false);
         }
-        for (u, (_, master)) in self.units.iter().zip(&self.masters) {
-            let shard = u.shard(self.world);
-            let flat = Tensor::zeros([shard * self.world as i64], (Kind::Float, self.device));
-            tch::no_grad(|| {
-                for &(i, off, n) in &u.members {
-                    let g = params[i].1.grad();
-                    if g.defined() {
-                        flat.narrow(0, off, n).copy_(&g.reshape([-1]));
-                    }
-                }
-            });
-            let out = Tensor::zeros([shard], (Kind::Float, self.device));
-            dist.reduce_scatter_sum(&flat, &out)
-                .with_context(|| format!("reduce-scattering the gradients of {}", u.name))?;
-            tch::no_grad(|| master.grad().copy_(&out));
-        }
-        temper_kernels::clear_grads(params)?;
         Ok(true)
     }
 
     /// `clip_grad_norm_` over the whole model from the slices: the total norm is the square
     /// root of the ranks' summed squared slice norms (one all-reduce); every slice is scaled by
     /// PyTorch's `min(max_norm / (norm + 1e-6), 1)` when `max_norm > 0`. Returns the norm.
-    pub fn clip_grad_norm(&self, dist: &Dist, max_norm: f64) -> Result<f64> {
-        let grads: Vec<Tensor> = self.masters.iter().map(|(_, m)| m.grad()).collect();
+    pub fn clip_grad_norm(&self, max_norm: f64) -> Result<f64> {
+        let h = self.held();
+        let grads: Vec<Tensor> = h.masters.iter().map(|(_, m)| m.grad()).collect();
         let mut sq = [tch::no_grad(|| {
             grads
                 .iter()
@@ -183,7 +412,7 @@ impl ShardedAdamW {
                 .fold(Tensor::from(0.0f64), |a, b| a + b.to(Device::Cpu))
                 .double_value(&[])
         })];
-        dist.sum_f64(&mut sq)?;
+        self.dist.sum_f64(&mut sq)?;
         let norm = sq[0].sqrt();
         if max_norm > 0.0 && norm.is_finite() {
             // The coefficient in f32, as PyTorch computes it from its f32 norm.
@@ -198,31 +427,96 @@ impl ShardedAdamW {
         Ok(norm)
     }
 
-    /// AdamW on this rank's slices at `lr`, then every unit's slices gathered back into the
-    /// parameters.
-    pub fn step(&mut self, dist: &Dist, params: &[(String, Tensor)], lr: f64) -> Result<()> {
-        self.adamw.lr = lr;
-        self.adamw.step(&self.masters)?;
-        for (u, (_, master)) in self.units.iter().zip(&self.masters) {
-            let shard = u.shard(self.world);
-            let full = Tensor::empty([shard * self.world as i64], (Kind::Float, self.device));
-            let mine = tch::no_grad(|| master.detach().to(self.device));
-            dist.all_gather_into(&mine, &full)
-                .with_context(|| format!("gathering the weights of {}", u.name))?;
-            tch::no_grad(|| {
-                for &(i, off, n) in &u.members {
-                    let p = &params[i].1;
-                    p.shallow_clone()
-                        .copy_(&full.narrow(0, off, n).view(p.size().as_slice()));
-                }
-            });
-        }
-        Ok(())
+    /// A step that is not taken (a non-finite norm): the reduced gradients are dropped.
+    pub fn skip_step(&self) {
+        self.zero_master_grads(&mut self.held());
     }
 
-    /// This rank's range `[lo, hi)` of unit `u`'s elements (padding excluded).
-    pub fn owned(&self, u: &Unit) -> (i64, i64) {
-        owned(self.rank, u.shard(self.world), u.numel)
+    /// The most bytes this rank held for the trainable weights since the update began: the
+    /// slices with their gradients and AdamW's two moments, and every parameter that is whole
+    /// (with its gradient if it has one), summed from the tensors.
+    pub fn peak_held_bytes(&self) -> i64 {
+        let mut h = self.held();
+        note_peak(&mut h);
+        h.peak
+    }
+}
+
+/// Records the bytes held now if they are the most since the update began.
+fn note_peak(h: &mut Held) {
+    let slices: i64 = h.masters.iter().map(|(_, m)| m.numel() as i64).sum();
+    let whole: i64 = h
+        .params
+        .iter()
+        .map(|(_, p)| {
+            let g = p.grad();
+            p.numel() as i64 + if g.defined() { g.numel() as i64 } else { 0 }
+        })
+        .sum();
+    h.peak = h.peak.max(4 * (4 * slices + whole));
+}
+
+/// The recorded error, taken.
+fn take(h: &mut Held) -> Result<()> {
+    match h.error.take() {
+        Some(e) => Err(e),
+        None => Ok(()),
+    }
+}
+
+fn record(h: &mut Held, e: anyhow::Error) {
+    if h.error.is_none() {
+        h.error = Some(e);
+    }
+}
+
+impl temper_model::LayerResidency for Shards {
+    fn fetch(&self, i: usize) {
+        let Some(Some(k)) = self.layer_units.get(i).copied() else {
+            return;
+        };
+        let mut h = self.held();
+        if h.whole[k] {
+            return;
+        }
+        if let Err(e) = self.gather(&mut h, k) {
+            // The forward goes on over zeros (every shape right) and the update stops with the
+            // error after this pass.
+            tch::no_grad(|| {
+                for &(m, _, _) in &self.units[k].members {
+                    let zeros =
+                        Tensor::zeros(self.shapes[m].as_slice(), (Kind::Float, self.device));
+                    h.params[m].1.shallow_clone().set_data(&zeros);
+                }
+            });
+            h.whole[k] = true;
+            record(&mut h, e);
+        }
+    }
+
+    fn release_after_forward(&self, i: usize) {
+        let Some(Some(k)) = self.layer_units.get(i).copied() else {
+            return;
+        };
+        let mut h = self.held();
+        if h.per_layer && self.reshard_after_forward {
+            self.release(&mut h, k);
+        }
+    }
+
+    fn backward_done(&self, i: usize) {
+        let Some(Some(k)) = self.layer_units.get(i).copied() else {
+            return;
+        };
+        let mut h = self.held();
+        if !h.per_layer {
+            return;
+        }
+        note_peak(&mut h);
+        if let Err(e) = self.reduce(&mut h, k) {
+            record(&mut h, e);
+        }
+        self.release(&mut h, k);
     }
 }
 

@@ -66,6 +66,12 @@ impl Learner {
         let mut grad_norms = Vec::new();
         let mut skipped = 0;
         let mut first = Some(first);
+        // A sharded optimizer gathers each decoder layer only while it runs when the layers are
+        // checkpointed (their backward runs layer by layer).
+        let per_layer = self.settings.actor.gradient_checkpointing;
+        self.optimizer.begin_update(per_layer);
+        // The most this rank held for the trainable weights (`perf/trainable_state_gb`).
+        let mut held = 0i64;
         for epoch in 0..self.settings.actor.ppo_epochs {
             let parts = match first.take() {
                 Some(p) => p,
@@ -77,7 +83,9 @@ impl Learner {
                 // from leaving holes between them (see the function). Without it the forward's
                 // activations are freed as the gradients come, and allocating these first would
                 // add the two (today's shape: +400 MiB).
-                if self.settings.actor.gradient_checkpointing {
+                // (A sharded update allocates each layer's gradients as its backward runs and
+                // frees them as it leaves: none are allocated ahead.)
+                if self.settings.actor.gradient_checkpointing && !self.optimizer.is_sharded() {
                     temper_kernels::zero_grads_if_missing(&self.params)?;
                 }
                 let mut backward_ran = false;
@@ -139,12 +147,18 @@ impl Learner {
                         let valid = Batch::rows_of(&batch.response_mask, idx);
                         check_reproduces(step, &logp, &old_mb, &valid)?;
                     }
-                    // A loss without a graph (no token left to train on) adds no gradient.
+                    // A loss without a graph (no token left to train on) adds no gradient;
+                    // with layers gathered per use its scores still run the backward's sweep
+                    // over the layers (computing nothing), as every rank must.
                     if out.loss.requires_grad() {
                         out.loss.backward();
                         scores.backward();
                         backward_ran = true;
+                    } else if per_layer {
+                        scores.backward();
                     }
+                    self.optimizer.check()?;
+                    held = held.max(self.optimizer.peak_held_bytes(&self.params));
                     let tokens = mask.sum(Kind::Double);
                     for (k, v) in out.metrics.iter() {
                         if ADDITIVE.contains(&k) {
@@ -169,11 +183,9 @@ impl Learner {
                 }
                 let stepped = self.optimizer.reduce_grads(dist, &self.params)?;
                 let norm = match stepped {
-                    true => self.optimizer.clip_grad_norm(
-                        dist,
-                        &self.params,
-                        self.settings.actor.grad_clip,
-                    )?,
+                    true => self
+                        .optimizer
+                        .clip_grad_norm(&self.params, self.settings.actor.grad_clip)?,
                     // Nothing to step on any rank: PyTorch's optimizer takes no step.
                     false => 0.0,
                 };
@@ -182,13 +194,15 @@ impl Learner {
                     eprintln!(
                         "warning: step {step}: grad norm is {norm}; skipping this optimizer step"
                     );
+                    self.optimizer.skip_step();
                     skipped += 1;
                 } else if stepped {
-                    self.optimizer.step(dist, &self.params, lr)?;
+                    self.optimizer.step(&self.params, lr)?;
                 }
                 temper_kernels::clear_grads(&self.params)?;
             }
         }
+        self.optimizer.end_update()?;
         let mut acc = acc.read();
         acc.all_reduce(dist, &ADDITIVE)?;
         acc.finish(m);
@@ -212,6 +226,10 @@ impl Learner {
         m.insert("actor/nonfinite_grad_steps".into(), skipped as f64);
         let achieved = flops / started.elapsed().as_secs_f64().max(1e-9);
         m.insert("perf/update_tflops".into(), achieved / 1e12);
+        m.insert(
+            "perf/trainable_state_gb".into(),
+            held as f64 / (1u64 << 30) as f64,
+        );
         m.insert(
             "perf/update_roof_fraction".into(),
             achieved / self.roof.matmul_flops,
