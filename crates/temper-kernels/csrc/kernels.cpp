@@ -334,6 +334,17 @@ int temper_cuda_peak_allocated(int device, int reset, int64_t* peak, char** err)
   });
 }
 
+// The free and total memory of CUDA device `device` in bytes (torch.cuda.mem_get_info), through
+// the registered CUDA allocator. Fails (does not crash) where none is registered.
+int temper_cuda_memory_info(int device, int64_t* free_bytes, int64_t* total_bytes, char** err) {
+  return guarded(err, [&] {
+    auto* allocator = c10::getDeviceAllocator(c10::DeviceType::CUDA);
+    auto info = allocator->getMemoryInfo(static_cast<c10::DeviceIndex>(device));
+    *free_bytes = static_cast<int64_t>(info.first);
+    *total_bytes = static_cast<int64_t>(info.second);
+  });
+}
+
 // Drops the gradient of `t` (PyTorch's `p.grad = None`, what `optimizer.zero_grad()` does by
 // default since 2.0): its memory is freed at once, and the next backward writes a fresh one.
 int temper_clear_grad(at::Tensor* t, char** err) {

@@ -19,6 +19,33 @@ extern "C" {
     ) -> std::ffi::c_int;
 }
 
+extern "C" {
+    fn temper_cuda_memory_info(
+        device: std::ffi::c_int,
+        free_bytes: *mut i64,
+        total_bytes: *mut i64,
+        err: *mut *mut std::ffi::c_char,
+    ) -> std::ffi::c_int;
+}
+
+/// `(free, total)` bytes of CUDA device `device` (`torch.cuda.mem_get_info`); `None` on a build
+/// or machine without CUDA.
+pub fn cuda_memory_bytes(device: usize) -> Option<(u64, u64)> {
+    if !crate::cuda_build() || !tch::Cuda::is_available() {
+        return None;
+    }
+    let (mut free, mut total, mut err) = (0i64, 0i64, std::ptr::null_mut());
+    // SAFETY: free, total and err are written by the callee; err is freed once.
+    let status = unsafe {
+        temper_cuda_memory_info(device as std::ffi::c_int, &mut free, &mut total, &mut err)
+    };
+    if status != 0 {
+        unsafe { crate::temper_kernels_free_error(err) };
+        return None;
+    }
+    Some((u64::try_from(free).ok()?, u64::try_from(total).ok()?))
+}
+
 /// The CUDA caching allocator's peak of allocated bytes on `device` since the last
 /// [`reset_cuda_peak`] (torch.cuda.max_memory_allocated's number); `None` on a build or machine
 /// without CUDA.

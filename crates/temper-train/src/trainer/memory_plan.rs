@@ -28,6 +28,8 @@ pub(crate) struct MemoryEstimate {
     pub rollout: Vec<(&'static str, u64)>,
     /// Held while one micro-batch trains.
     pub update: Vec<(&'static str, u64)>,
+    /// In host memory rather than the device's (offloaded optimizer state of a CUDA run).
+    pub host: Vec<(&'static str, u64)>,
 }
 
 fn sum(parts: &[(&'static str, u64)]) -> u64 {
@@ -53,8 +55,12 @@ impl MemoryEstimate {
                 .collect::<Vec<_>>()
                 .join(", ")
         };
+        let host = match sum(&self.host) {
+            0 => String::new(),
+            _ => format!("; in host memory: {}", list(&self.host)),
+        };
         format!(
-            "{} = {} process + held ({}) + the larger of rollout ({}) and update ({})",
+            "{} = {} process + held ({}) + the larger of rollout ({}) and update ({}){host}",
             gib(self.peak()),
             gib(PROCESS_BYTES),
             list(&self.resident),
@@ -73,6 +79,44 @@ fn trainable_params(cfg: &Config, m: &ModelConfig) -> i64 {
     }
 }
 
+/// How the trainable weights' state is placed (`actor.strategy`, `actor.fsdp_config`), as the
+/// trainer's optimizer decides it: sharded for `fsdp` over several ranks or with offload.
+struct Placement {
+    sharded: bool,
+    /// The slices and moments in host memory (not the device's) on a CUDA run.
+    offload: bool,
+    /// Each decoder layer gathered only while it runs (a checkpointed sharded update).
+    per_layer: bool,
+}
+
+impl Placement {
+    fn of(cfg: &Config, world: usize) -> Placement {
+        let f = &cfg.actor.fsdp_config;
+        let offload = f.optimizer_offload || f.param_offload;
+        let sharded = cfg.actor.strategy == crate::config::Strategy::Fsdp && (world > 1 || offload);
+        Placement {
+            sharded,
+            offload: sharded && offload,
+            per_layer: sharded && cfg.actor.gradient_checkpointing,
+        }
+    }
+}
+
+/// The trainable parameters outside the decoder layers (embeddings, final norm, head) and in
+/// the largest layer: what a per-layer sharded update holds whole at its peak.
+fn trainable_outside_and_per_layer(cfg: &Config, m: &ModelConfig) -> (u64, u64) {
+    let trainable = trainable_params(cfg, m).max(0) as u64;
+    let layers = m.num_hidden_layers.max(1) as u64;
+    if cfg.model.lora().is_some() {
+        // Adapters live in the layers (a head adapter aside, counted as one more layer's).
+        return (0, trainable.div_ceil(layers));
+    }
+    let emb = (m.vocab_size * m.hidden_size).max(0) as u64;
+    let head = if m.tie_word_embeddings { 0 } else { emb };
+    let outside = emb + head + m.hidden_size.max(0) as u64;
+    (outside, trainable.saturating_sub(outside).div_ceil(layers))
+}
+
 /// The first step's peak on one rank of `world`, computing in `compute`.
 pub(crate) fn estimate(
     cfg: &Config,
@@ -81,6 +125,7 @@ pub(crate) fn estimate(
     world: usize,
 ) -> MemoryEstimate {
     let f32 = 4u64;
+    let place = Placement::of(cfg, world);
     let compute_bytes = compute.kind().elt_size_in_bytes() as u64;
     let params = m.num_params().max(0) as u64;
     let trainable = trainable_params(cfg, m).max(0) as u64;
@@ -104,9 +149,31 @@ pub(crate) fn estimate(
         0
     };
     let weights = (params - frozen_matrices.min(params)) * f32 + frozen_matrices * compute_bytes;
+    // Sharded, the trainable weights are whole only outside the update (sampling, the old and
+    // reference log-probs) and, per layer, while a layer runs in it; each rank keeps its slices
+    // (f32 master, gradient, two moments: 16 bytes per parameter over the world size).
+    let world64 = world.max(1) as u64;
+    let (weights, slices) = if place.sharded {
+        (weights - trainable * f32, 16 * trainable.div_ceil(world64))
+    } else {
+        (weights, 0)
+    };
+    let on_device_slices = if place.offload && on_cuda(cfg) {
+        0
+    } else {
+        slices
+    };
     let mut resident = vec![
         ("weights", weights),
-        ("AdamW moments", 2 * trainable * f32),
+        (
+            "AdamW moments",
+            if place.sharded {
+                0
+            } else {
+                2 * trainable * f32
+            },
+        ),
+        ("sharded state", on_device_slices),
         // A LoRA run's reference is its own frozen base with the adapters off: no copy.
         (
             "reference",
@@ -133,7 +200,9 @@ pub(crate) fn estimate(
     let rollout = if cfg.rollout.is_remote() {
         vec![]
     } else {
-        let rows = (cfg.rollout.max_num_seqs as u64).min(cfg.data.train_batch_size as u64 * n);
+        // Each rank samples its share of the prompts.
+        let prompts = (cfg.data.train_batch_size as u64).div_ceil(world.max(1) as u64);
+        let rows = (cfg.rollout.max_num_seqs as u64).min(prompts * n);
         let kv_per_token = 2
             * (m.num_hidden_layers * m.num_key_value_heads * m.head_dim).max(0) as u64
             * compute_bytes;
@@ -197,21 +266,49 @@ pub(crate) fn estimate(
     } else {
         (tokens * m.activation_bytes_per_token(), attention)
     };
+    // Gradients exist from a mini-batch's first backward to its optimizer step; they are
+    // dropped after it (`clear_grads`), so the rollouts never hold them. A per-layer sharded
+    // update holds whole (with gradients) what is outside the layers and one layer at a time.
+    let (update_weights, gradients) = match (place.sharded, place.per_layer) {
+        (false, _) => (0, trainable * f32),
+        (true, false) => (trainable * f32, trainable * f32),
+        (true, true) => {
+            let (outside, layer) = trainable_outside_and_per_layer(cfg, m);
+            ((outside + layer) * f32, (outside + layer) * f32)
+        }
+    };
+    let mut rollout = rollout;
+    if place.sharded {
+        rollout.push(("whole weights", trainable * f32));
+    }
     let update = vec![
-        // Gradients exist from a mini-batch's first backward to its optimizer step; they are
-        // dropped after it (`clear_grads`), so the rollouts never hold them.
-        ("gradients", trainable * f32),
+        ("gathered weights", update_weights),
+        ("gradients", gradients),
         ("activations", activations),
         ("attention", attention),
         // A chunk's logits, their softmax and their gradient: a block of the vocabulary wide
         // (`temper_model::vocab_blocks`) unless LoRA adapts the head.
         ("logits chunk", 3 * chunk * columns * f32),
     ];
+    let host = vec![(
+        "offloaded state",
+        if place.offload && on_cuda(cfg) {
+            slices
+        } else {
+            0
+        },
+    )];
     MemoryEstimate {
         resident,
         rollout,
         update,
+        host,
     }
+}
+
+/// Whether the trainer computes on CUDA.
+fn on_cuda(cfg: &Config) -> bool {
+    cfg.trainer.device == crate::config::TrainerDevice::Cuda
 }
 
 /// Whether the in-process engine samples on CUDA (`rollout.device`, else `trainer.device`).
@@ -232,46 +329,116 @@ fn head_columns(cfg: &Config, m: &ModelConfig) -> u64 {
     temper_model::vocab_blocks::logit_columns(m.vocab_size, lora_on_head).max(0) as u64
 }
 
-/// Prints the estimate (rank 0) and refuses a config whose estimate exceeds the memory this
-/// machine has available for each of its `local_ranks` processes. Printed only: on CUDA (the
-/// device's memory is not read here), and for environment runs, whose transcripts the config
-/// does not bound (a debate's question is as long as its article), so their estimate is a guide.
+/// Prints the estimate (rank 0) and refuses a config whose estimate exceeds the memory there is
+/// for each rank: on the CPU this machine's available memory over its `local_ranks` processes,
+/// on CUDA the device's. Printed only for environment runs, whose transcripts the config does
+/// not bound (a debate's question is as long as its article), so their estimate is a guide.
 pub(crate) fn check(
     cfg: &Config,
     m: &ModelConfig,
     compute: ComputeKind,
     world: usize,
     local_ranks: usize,
-    on_cpu: bool,
+    device: tch::Device,
     root: bool,
 ) -> Result<()> {
     let est = estimate(cfg, m, compute, world);
     if root {
         eprintln!("temper: estimated peak memory per rank: {}", est.describe());
     }
-    if on_cpu && cfg.trainer.check_memory && !cfg.env.enabled() {
-        if let Some(available) = temper_kernels::memory::available_bytes() {
-            fits(&est, available, local_ranks)?;
-        }
+    if !cfg.trainer.check_memory || cfg.env.enabled() {
+        return Ok(());
     }
-    Ok(())
+    let room = match device {
+        tch::Device::Cuda(i) => {
+            temper_kernels::memory::cuda_memory_bytes(i).map(|(_, total)| Room {
+                bytes: total,
+                ranks: 1,
+                place: format!("cuda:{i} has"),
+            })
+        }
+        _ => temper_kernels::memory::available_bytes().map(|bytes| Room {
+            bytes,
+            ranks: local_ranks,
+            place: "this machine has".into(),
+        }),
+    };
+    match room {
+        Some(room) => fits(&est, &room, &remedies(cfg, m, compute, world, &room)),
+        None => Ok(()),
+    }
 }
 
-/// Whether `est` fits each of `local_ranks` equal shares of `available` bytes; else the error.
-fn fits(est: &MemoryEstimate, available: u64, local_ranks: usize) -> Result<()> {
-    let share = available / local_ranks.max(1) as u64;
+/// The memory a rank may use: `bytes` shared by `ranks` processes, where `place` says.
+struct Room {
+    bytes: u64,
+    ranks: usize,
+    place: String,
+}
+
+impl Room {
+    fn share(&self) -> u64 {
+        self.bytes / self.ranks.max(1) as u64
+    }
+}
+
+/// The settings that would make the run fit `room`, by the same estimate: sharding over more
+/// ranks, offloading the optimizer, checkpointing the layers.
+fn remedies(
+    cfg: &Config,
+    m: &ModelConfig,
+    compute: ComputeKind,
+    world: usize,
+    room: &Room,
+) -> Vec<String> {
+    let fits_with = |c: &Config, w: usize| estimate(c, m, compute, w).peak() <= room.share();
+    let mut out = vec![];
+    let mut sharded = cfg.clone();
+    sharded.actor.strategy = crate::config::Strategy::Fsdp;
+    if let Some(w) = [2usize, 4, 8, 16, 32, 64]
+        .into_iter()
+        .filter(|&w| w >= world)
+        .find(|&w| fits_with(&sharded, w))
+    {
+        if cfg.actor.strategy != crate::config::Strategy::Fsdp || w > world {
+            out.push(format!("actor.strategy=fsdp over >= {w} ranks"));
+        }
+    }
+    let mut offload = sharded.clone();
+    offload.actor.fsdp_config.optimizer_offload = true;
+    if on_cuda(cfg) && !cfg.actor.fsdp_config.optimizer_offload && fits_with(&offload, world) {
+        out.push(match cfg.actor.strategy {
+            crate::config::Strategy::Fsdp => "actor.fsdp_config.optimizer_offload=true".into(),
+            _ => "actor.strategy=fsdp with actor.fsdp_config.optimizer_offload=true".into(),
+        });
+    }
+    let mut checkpointed = cfg.clone();
+    checkpointed.actor.gradient_checkpointing = true;
+    if !cfg.actor.gradient_checkpointing && fits_with(&checkpointed, world) {
+        out.push("actor.gradient_checkpointing=true".into());
+    }
+    out.push(
+        "lower actor.ppo_micro_batch_size_per_gpu, rollout.max_num_seqs or the lengths".into(),
+    );
+    out
+}
+
+/// Whether `est` fits each rank's share of `room`; else the error, with `remedies`.
+fn fits(est: &MemoryEstimate, room: &Room, remedies: &[String]) -> Result<()> {
+    let share = room.share();
     if est.peak() > share {
         bail!(
-            "this config needs about {} per rank, and this machine has {} available{}: {}. Lower \
-             actor.ppo_micro_batch_size_per_gpu, rollout.max_num_seqs or the lengths, or set \
-             trainer.check_memory = false to run anyway",
+            "this config needs about {} per rank, and {} {}{}: {}; or set trainer.check_memory = false to \
+             run anyway (estimate: {})",
             gib(est.peak()),
-            gib(available),
-            if local_ranks > 1 {
-                format!(" for {local_ranks} ranks ({} each)", gib(share))
+            room.place,
+            gib(room.bytes),
+            if room.ranks > 1 {
+                format!(" for {} ranks ({} each)", room.ranks, gib(share))
             } else {
                 String::new()
             },
+            remedies.join(", or "),
             est.describe()
         );
     }
@@ -409,12 +576,199 @@ mod tests {
     fn a_peak_over_the_share_of_each_local_rank_is_refused_with_the_numbers() {
         let est = estimate(&config(&[]), &smollm2(), ComputeKind::F32, 1);
         let gib = 1u64 << 30;
-        assert!(fits(&est, est.peak() + gib, 1).is_ok());
-        let e = fits(&est, est.peak() + gib, 2).unwrap_err().to_string();
+        let room = |ranks| Room {
+            bytes: est.peak() + gib,
+            ranks,
+            place: "this machine has".into(),
+        };
+        assert!(fits(&est, &room(1), &[]).is_ok());
+        let e = fits(&est, &room(2), &["lower it".into()])
+            .unwrap_err()
+            .to_string();
         assert!(
             e.contains("this config needs about")
                 && e.contains("for 2 ranks")
+                && e.contains(": lower it; or set trainer.check_memory = false")
                 && e.contains("weights"),
+            "{e}"
+        );
+    }
+
+    /// A published config.json (tests/fixtures/shapes).
+    fn shape(name: &str) -> ModelConfig {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/shapes");
+        ModelConfig::from_file(&dir.join(format!("{name}.json"))).unwrap()
+    }
+
+    /// The workload of docs/scaling.md's table: GRPO on CUDA in bf16, 64 prompts of up to 512
+    /// tokens per step, 8 responses of up to 1,024 tokens each, at most 64 sampled at once per
+    /// rank, 4 responses per micro-batch, checkpointed layers.
+    const WORKLOAD: [&str; 10] = [
+        "trainer.device=\"cuda\"",
+        "model.dtype=\"bfloat16\"",
+        "data.max_prompt_length=512",
+        "data.max_response_length=1024",
+        "rollout.n=8",
+        "data.train_batch_size=64",
+        "actor.ppo_mini_batch_size=64",
+        "actor.ppo_micro_batch_size_per_gpu=4",
+        "rollout.max_num_seqs=64",
+        "actor.gradient_checkpointing=true",
+    ];
+
+    const GIB80: u64 = 80 << 30;
+
+    /// The table docs/scaling.md shows: the plan's peak per rank (GiB) for each model, full and
+    /// LoRA, strategy and world size; `*` where it exceeds an 80 GB GPU.
+    fn scaling_table() -> String {
+        let mut out = String::from(
+            "| model | training | strategy | 1 GPU | 2 GPUs | 4 GPUs | 8 GPUs |\n|---|---|---|---|---|---|---|\n",
+        );
+        for name in [
+            "Qwen2.5-0.5B-Instruct",
+            "Qwen2.5-1.5B-Instruct",
+            "Qwen2.5-3B-Instruct",
+            "Qwen2.5-7B-Instruct",
+            "Qwen3-8B",
+        ] {
+            let m = shape(name);
+            for (mode, lora) in [
+                ("full", &[][..]),
+                (
+                    "LoRA r32",
+                    &["model.lora_rank=32", "model.target_modules=all-linear"][..],
+                ),
+            ] {
+                for (strategy, keys) in [
+                    ("dp", &["actor.strategy=dp"][..]),
+                    ("fsdp", &["actor.strategy=fsdp"][..]),
+                    (
+                        "fsdp + offload",
+                        &[
+                            "actor.strategy=fsdp",
+                            "actor.fsdp_config.optimizer_offload=true",
+                        ][..],
+                    ),
+                ] {
+                    let overrides: Vec<&str> = WORKLOAD
+                        .iter()
+                        .copied()
+                        .chain(lora.iter().copied())
+                        .chain(keys.iter().copied())
+                        .collect();
+                    let cfg = config(&overrides);
+                    let cells: Vec<String> = [1, 2, 4, 8]
+                        .iter()
+                        .map(|&w| {
+                            let peak = estimate(&cfg, &m, ComputeKind::Bf16, w).peak();
+                            let mark = if peak > GIB80 { " *" } else { "" };
+                            format!("{:.1}{mark}", peak as f64 / (1u64 << 30) as f64)
+                        })
+                        .collect();
+                    out.push_str(&format!(
+                        "| {name} | {mode} | {strategy} | {} |\n",
+                        cells.join(" | ")
+                    ));
+                }
+            }
+        }
+        out
+    }
+
+    /// docs/scaling.md shows the table this plan computes (regenerate it with
+    /// `cargo test -p temper-train --lib scaling_table -- --nocapture` and paste).
+    #[test]
+    fn docs_scaling_table_is_the_plans() {
+        let table = scaling_table();
+        println!("{table}");
+        let docs = std::fs::read_to_string(
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/scaling.md"),
+        )
+        .unwrap();
+        assert!(
+            docs.contains(&table),
+            "docs/scaling.md lacks the table:\n{table}"
+        );
+    }
+
+    /// Sharded, a rank holds 16 bytes per trainable parameter over the world size, plus (per
+    /// layer) what is outside the layers and one layer whole with its gradients; offload moves
+    /// the slices to host memory. Qwen2.5-7B in full fits no 80 GB GPU replicated and fits 8 of
+    /// them sharded.
+    #[test]
+    fn sharding_divides_the_trainable_state_by_the_world_size() {
+        let m = shape("Qwen2.5-7B-Instruct");
+        let part = |e: &MemoryEstimate, name: &str| {
+            let all = e
+                .resident
+                .iter()
+                .chain(&e.rollout)
+                .chain(&e.update)
+                .chain(&e.host);
+            all.filter(|p| p.0 == name).map(|p| p.1).sum::<u64>()
+        };
+        let p = m.num_params() as u64;
+        let fsdp = config(&[&WORKLOAD[..], &["actor.strategy=fsdp"]].concat());
+        for w in [2u64, 4, 8] {
+            let e = estimate(&fsdp, &m, ComputeKind::Bf16, w as usize);
+            assert_eq!(part(&e, "sharded state"), 16 * p.div_ceil(w));
+            assert_eq!(part(&e, "AdamW moments"), 0);
+        }
+        let e8 = estimate(&fsdp, &m, ComputeKind::Bf16, 8);
+        let emb = (m.vocab_size * m.hidden_size) as u64;
+        let layer = (p - 2 * emb - m.hidden_size as u64).div_ceil(28);
+        assert_eq!(
+            part(&e8, "gathered weights"),
+            4 * (2 * emb + m.hidden_size as u64 + layer)
+        );
+        assert!(e8.peak() < GIB80, "{}", e8.describe());
+        let dp = config(&[&WORKLOAD[..], &["actor.strategy=dp"]].concat());
+        assert!(estimate(&dp, &m, ComputeKind::Bf16, 8).peak() > GIB80);
+        let offload = config(
+            &[
+                &WORKLOAD[..],
+                &[
+                    "actor.strategy=fsdp",
+                    "actor.fsdp_config.optimizer_offload=true",
+                ],
+            ]
+            .concat(),
+        );
+        let e = estimate(&offload, &m, ComputeKind::Bf16, 1);
+        assert_eq!(part(&e, "sharded state"), 0);
+        assert_eq!(part(&e, "offloaded state"), 16 * p);
+    }
+
+    /// A run that cannot fit says what would: Qwen2.5-7B replicated on 80 GB GPUs.
+    #[test]
+    fn a_run_that_does_not_fit_names_the_settings_that_would() {
+        let m = shape("Qwen2.5-7B-Instruct");
+        let cfg = config(&WORKLOAD);
+        let room = Room {
+            bytes: GIB80,
+            ranks: 1,
+            place: "cuda:0 has".into(),
+        };
+        let est = estimate(&cfg, &m, ComputeKind::Bf16, 1);
+        let e = fits(
+            &est,
+            &room,
+            &remedies(&cfg, &m, ComputeKind::Bf16, 1, &room),
+        )
+        .unwrap_err()
+        .to_string();
+        println!("{e}");
+        assert!(
+            e.contains(": actor.strategy=fsdp over >= 4 ranks, or "),
+            "{e}"
+        );
+        assert!(e.starts_with("this config needs about "), "{e}");
+        assert!(
+            e.contains("per rank, and cuda:0 has 80.00 GiB: actor.strategy=fsdp over >= "),
+            "{e}"
+        );
+        assert!(
+            e.contains("or actor.strategy=fsdp with actor.fsdp_config.optimizer_offload=true"),
             "{e}"
         );
     }

@@ -259,7 +259,7 @@ impl Trainer {
             compute,
             dist.world,
             local_ranks,
-            device == Device::Cpu,
+            device,
             dist.is_root(),
         )?;
         let roof = temper_model::Roof::measure(compute, device);
