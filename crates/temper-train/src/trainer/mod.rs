@@ -22,6 +22,8 @@ mod rollout;
 mod score;
 mod servers;
 mod sharded;
+#[cfg(test)]
+mod sharded_reference;
 mod stats;
 mod step_batch;
 mod train_step;
