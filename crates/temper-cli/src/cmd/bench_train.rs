@@ -56,6 +56,13 @@ pub struct Args {
     /// Where both sides train: cpu, cuda or cuda:N.
     #[arg(long, default_value = "cpu")]
     pub device: String,
+    /// Rank processes training together on this machine (CPU, Gloo), each a share of the
+    /// batch, against PyTorch FSDP2 over as many processes (`bench_train_sharded`).
+    #[arg(long, default_value_t = 1)]
+    pub nproc: usize,
+    /// With --nproc: the trainer's `actor.strategy` (fsdp or dp).
+    #[arg(long, default_value = "fsdp")]
+    pub strategy: String,
     /// The Python with torch + transformers (default: .venv/bin/python of the repository).
     #[arg(long)]
     pub python: Option<PathBuf>,
@@ -209,6 +216,14 @@ impl RustSide {
 pub fn run(args: Args) -> Result<()> {
     if args.steps == 0 || args.rounds == 0 || args.seq < 2 {
         bail!("--steps and --rounds must be positive and --seq at least 2");
+    }
+    // A rank the sharded bench started (the launcher drops --nproc and sets WORLD_SIZE).
+    if std::env::var("WORLD_SIZE").is_ok_and(|w| w.trim() != "1") {
+        return super::bench_train_sharded::rank(&args);
+    }
+    if args.nproc > 1 {
+        let command_line: Vec<String> = std::env::args().collect();
+        return super::bench_train_sharded::run(&args, &command_line);
     }
     device_of(&args.device)?;
     if args.threads > 0 {

@@ -7,6 +7,7 @@ pub mod bench_sample;
 pub mod bench_serve;
 pub mod bench_tinker;
 pub mod bench_train;
+pub mod bench_train_sharded;
 pub mod check_dist;
 pub mod check_logprobs;
 pub mod check_vectors;

@@ -16,6 +16,7 @@ mod learn;
 mod learner;
 mod memory_plan;
 mod optimizer;
+pub use optimizer::Optimizer;
 mod partition;
 mod questions;
 mod rollout;

@@ -21,7 +21,9 @@ use crate::dist::Dist;
 /// Gradients are summed over data-parallel ranks in flat buckets of this size (DDP's default).
 const GRAD_BUCKET_BYTES: usize = 25 << 20;
 
-pub(crate) enum Optimizer {
+/// AdamW over the trainable parameters, replicated (`dp`) or sharded over the ranks (`fsdp`): what
+/// the trainer's update steps, and what `temper bench train --nproc` times.
+pub enum Optimizer {
     Replicated(AdamW),
     Sharded(ShardedAdamW),
 }

@@ -82,14 +82,14 @@ pub(crate) fn units_of(params: &[(String, Tensor)]) -> Vec<Unit> {
 
 /// AdamW over this rank's slices of every unit; the slices themselves (shared with the model,
 /// which asks them for its layers' weights during a sharded update) in [`Shards`].
-pub(crate) struct ShardedAdamW {
+pub struct ShardedAdamW {
     pub(crate) shards: Arc<Shards>,
     pub(crate) adamw: AdamW,
 }
 
 /// This rank's slices of every unit, the model's parameters they are slices of, and which units
 /// the parameters hold whole now.
-pub(crate) struct Shards {
+pub struct Shards {
     dist: Arc<Dist>,
     pub(crate) units: Vec<Unit>,
     /// The trainable parameters' shapes when whole.
