@@ -59,6 +59,18 @@ impl CausalLm {
         }
     }
 
+    /// The residency calls of a micro-batch this rank does not have (its share of the batch
+    /// was one micro-batch short of another rank's): `forward_sweeps` forward sweeps and, with
+    /// `backward`, the backward's, computing nothing.
+    pub fn sweep_idle_micro_batch(&self, forward_sweeps: usize, backward: bool) {
+        for _ in 0..forward_sweeps {
+            self.sweep_layers_without_compute();
+        }
+        if backward {
+            self.sweep_backward_without_compute();
+        }
+    }
+
     /// The residency calls of a backward sweep with no gradient to take through the layers.
     pub(crate) fn sweep_backward_without_compute(&self) {
         if self.residency.borrow().is_none() {

@@ -119,6 +119,8 @@ impl CausalLm {
             );
             Tensor::cat(&[last, response_hidden], 1)
         } else {
+            // The responses' sweep, as every forward over shared prompts makes.
+            self.sweep_layers_without_compute();
             last
         }
     }

@@ -224,7 +224,7 @@ pub fn rank(args: &Args) -> Result<()> {
     let targets = ids.narrow(1, 1, args.seq - 1);
     let total = (args.batch * (args.seq - 1)) as f64;
     let mut step = || -> Result<()> {
-        opt.begin_update(true);
+        opt.begin_update(true)?;
         let (hidden, checkpoints) = model.forward_hidden_checkpointed(&ids, &positions, &mask);
         let scores = model
             .score_tokens(&hidden.narrow(1, 0, args.seq - 1), &targets, 1.0, 1024)

@@ -20,11 +20,21 @@ impl CausalLm {
         struct Thaw<'a>(&'a CausalLm);
         impl Drop for Thaw<'_> {
             fn drop(&mut self) {
-                let frozen = self.0.sampling.borrow_mut().take();
-                if self.0.device().is_cuda() {
-                    *self.0.kept_sampling.borrow_mut() = frozen;
-                }
+                self.0.thaw_after_sampling();
             }
+        }
+        self.freeze_for_sampling();
+        let _thaw = Thaw(self);
+        f()
+    }
+
+    /// Builds the sampling copies now (nothing when they exist): until
+    /// [`CausalLm::thaw_after_sampling`], every sampling call uses them, as inside
+    /// [`CausalLm::with_sampling_weights`]. With a [`crate::LayerResidency`] each layer is fetched
+    /// while its copy is made, so every rank that calls it makes the same calls.
+    pub fn freeze_for_sampling(&self) {
+        if self.sampling.borrow().is_some() {
+            return;
         }
         let mut frozen = tch::no_grad(|| self.freeze());
         // On CUDA the last call's copies take the new values in place: the decode steps
@@ -35,8 +45,15 @@ impl CausalLm {
             }
         }
         *self.sampling.borrow_mut() = Some(frozen);
-        let _thaw = Thaw(self);
-        f()
+    }
+
+    /// Drops the sampling copies [`CausalLm::freeze_for_sampling`] built (on CUDA they are kept
+    /// for the next call to refresh in place).
+    pub fn thaw_after_sampling(&self) {
+        let frozen = self.sampling.borrow_mut().take();
+        if self.device().is_cuda() {
+            *self.kept_sampling.borrow_mut() = frozen;
+        }
     }
 
     /// How matmuls run right now: `None` outside [`CausalLm::with_sampling_weights`], else
@@ -61,11 +78,20 @@ impl CausalLm {
         let layers = self
             .layers
             .iter()
-            .map(|l| FrozenLayer {
-                qkv: FrozenLinear::fuse(&[l.q_proj.part(), l.k_proj.part(), l.v_proj.part()], kind),
-                o: FrozenLinear::fuse(&[l.o_proj.part()], kind),
-                gate_up: FrozenLinear::fuse(&[l.gate_proj.part(), l.up_proj.part()], kind),
-                down: FrozenLinear::fuse(&[l.down_proj.part()], kind),
+            .enumerate()
+            .map(|(i, l)| {
+                self.fetch_layer(i);
+                let frozen = FrozenLayer {
+                    qkv: FrozenLinear::fuse(
+                        &[l.q_proj.part(), l.k_proj.part(), l.v_proj.part()],
+                        kind,
+                    ),
+                    o: FrozenLinear::fuse(&[l.o_proj.part()], kind),
+                    gate_up: FrozenLinear::fuse(&[l.gate_proj.part(), l.up_proj.part()], kind),
+                    down: FrozenLinear::fuse(&[l.down_proj.part()], kind),
+                };
+                self.release_layer_after_forward(i);
+                frozen
             })
             .collect();
         SamplingWeights {

@@ -81,6 +81,7 @@ impl Learner {
                 temperature,
                 self.unembed_chunk(),
                 dist,
+                self.optimizer.is_sharded(),
             )?)
         };
         metrics.insert(
@@ -91,10 +92,11 @@ impl Learner {
         let chunk = self.unembed_chunk();
         let reference = match &self.reference {
             Some(Reference::Model(r)) => {
-                Some(batch.logprobs_by_parts(r, first, temperature, chunk, dist)?)
+                Some(batch.logprobs_by_parts(r, first, temperature, chunk, dist, false)?)
             }
             Some(Reference::PolicyBase) => Some(temper_model::without_adapters(|| {
-                batch.logprobs_by_parts(&self.model, first, temperature, chunk, dist)
+                let sharded = self.optimizer.is_sharded();
+                batch.logprobs_by_parts(&self.model, first, temperature, chunk, dist, sharded)
             })?),
             None => None,
         };

@@ -200,9 +200,21 @@ impl Batch {
         })
     }
 
+    /// Sweeps over the decoder layers one forward of [`Batch::response_scores`] makes: two with
+    /// shared prompts (the prompts, then the responses attending to them; a sweep with nothing
+    /// to compute still counts), else one.
+    pub(crate) fn forward_sweeps(&self) -> usize {
+        match self.prompt_owner {
+            Some(_) => 2,
+            None => 1,
+        }
+    }
+
     /// No-grad (N, R) f32 log-probs of every row under `model`. Each rank computes the rows of its
     /// micro-batches in `parts` (the first update's split, so that the update's forward can
     /// reproduce them bitwise) and the sum over ranks fills in the other ranks' rows.
+    /// With `lockstep_layers` (the model gathers its layers from the ranks as it runs them)
+    /// a rank with fewer micro-batches than another makes their sweeps over the layers too.
     pub(crate) fn logprobs_by_parts(
         &self,
         model: &CausalLm,
@@ -210,9 +222,12 @@ impl Batch {
         temperature: f64,
         chunk: i64,
         dist: &Dist,
+        lockstep_layers: bool,
     ) -> Result<Tensor> {
         let device = self.input_ids.device();
         let out = Tensor::zeros([self.rows as i64, self.response_len], (Kind::Float, device));
+        let mine = parts.iter().map(|mb| mb.mine.len()).sum::<usize>();
+        let idle = idle_micro_batches(dist, mine, lockstep_layers)?;
         tch::no_grad(|| -> Result<()> {
             for idx in parts.iter().flat_map(|mb| &mb.mine) {
                 let (lp, _) = self
@@ -221,6 +236,9 @@ impl Batch {
                 let _ =
                     out.shallow_clone()
                         .index_copy_(0, &Tensor::from_slice(idx).to(device), &lp);
+            }
+            for _ in 0..idle {
+                model.sweep_idle_micro_batch(self.forward_sweeps(), false);
             }
             Ok(())
         })?;
@@ -280,4 +298,19 @@ pub fn to_rows(t: &Tensor) -> Vec<Vec<f64>> {
     (0..n as usize)
         .map(|i| flat[i * r as usize..(i + 1) * r as usize].to_vec())
         .collect()
+}
+
+/// How many micro-batches fewer than the most any rank has this rank has (`mine`), when the
+/// ranks' layer sweeps must match (`lockstep`); else 0 (and no collective).
+pub(crate) fn idle_micro_batches(dist: &Dist, mine: usize, lockstep: bool) -> Result<usize> {
+    if !lockstep || dist.world == 1 {
+        return Ok(0);
+    }
+    let most = dist
+        .gather_f64(&[mine as f64])?
+        .iter()
+        .map(|c| c[0] as usize)
+        .max()
+        .unwrap_or(mine);
+    Ok(most - mine)
 }

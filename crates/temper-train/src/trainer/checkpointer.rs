@@ -41,6 +41,8 @@ impl Checkpointer {
         let dst = checkpoint::checkpoint_dir(&self.dir, state.step);
         if sharded {
             learner.optimizer.stage(&staging)?;
+            // Every rank gathers the layers for rank 0 to write them.
+            learner.optimizer.hold_whole()?;
             dist.barrier()?;
         }
         if dist.is_root() {
@@ -60,6 +62,7 @@ impl Checkpointer {
             checkpoint::prune(&self.dir, self.max_to_keep)?;
         }
         if sharded {
+            learner.optimizer.let_go();
             dist.barrier()?;
         }
         Ok(dst)

@@ -62,6 +62,14 @@ impl Trainer {
     /// `algorithm.filter_groups` as many as it takes (up to `max_num_gen_batches`, default 100)
     /// to collect that many groups with a reward spread.
     pub(super) fn draw_groups(&mut self, step: usize, params: &SamplingParams) -> Result<Drawn> {
+        // Every round samples with the same weights: their sampling copies are built once.
+        self.freeze_sampler();
+        let drawn = self.draw_rounds(step, params);
+        self.thaw_sampler()?;
+        drawn
+    }
+
+    fn draw_rounds(&mut self, step: usize, params: &SamplingParams) -> Result<Drawn> {
         let want = self.questions.data.train_batch_size;
         let filter = self.questions.filter_groups.enable;
         let max_rounds = match self.questions.filter_groups.max_num_gen_batches {

@@ -20,6 +20,13 @@ impl Trainer {
     /// by global position, so the draws are those of one rank), the groups are gathered in order,
     /// and rank 0 writes the file.
     pub fn evaluate(&self, step: usize) -> Result<StepMetrics> {
+        self.freeze_sampler();
+        let m = self.evaluate_frozen(step);
+        self.thaw_sampler()?;
+        m
+    }
+
+    fn evaluate_frozen(&self, step: usize) -> Result<StepMetrics> {
         let mut m = StepMetrics::new();
         let Some(val) = &self.questions.val else {
             return Ok(m);

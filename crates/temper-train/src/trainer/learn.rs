@@ -97,6 +97,7 @@ impl Learner {
                 self.settings.temperature,
                 self.unembed_chunk(),
                 dist,
+                self.optimizer.is_sharded(),
             )?);
         }
         if let (true, Some(old)) = (reused_first, &old) {

@@ -149,12 +149,16 @@ pub(crate) fn estimate(
         0
     };
     let weights = (params - frozen_matrices.min(params)) * f32 + frozen_matrices * compute_bytes;
-    // Sharded, the trainable weights are whole only outside the update (sampling, the old and
-    // reference log-probs) and, per layer, while a layer runs in it; each rank keeps its slices
-    // (f32 master, gradient, two moments: 16 bytes per parameter over the world size).
+    // Sharded, each rank keeps its slices (f32 master, gradient, two moments: 16 bytes per
+    // parameter over the world size) and the weights outside the decoder layers whole; a layer
+    // is whole while it runs (and, in a ZeRO-2 update, all of them).
     let world64 = world.max(1) as u64;
+    let (outside, _) = trainable_outside_and_per_layer(cfg, m);
     let (weights, slices) = if place.sharded {
-        (weights - trainable * f32, 16 * trainable.div_ceil(world64))
+        (
+            weights - trainable * f32 + outside * f32,
+            16 * trainable.div_ceil(world64),
+        )
     } else {
         (weights, 0)
     };
@@ -274,12 +278,15 @@ pub(crate) fn estimate(
         (true, false) => (trainable * f32, trainable * f32),
         (true, true) => {
             let (outside, layer) = trainable_outside_and_per_layer(cfg, m);
-            ((outside + layer) * f32, (outside + layer) * f32)
+            (layer * f32, (outside + layer) * f32)
         }
     };
+    // Sharded, outside the update the layers are gathered one at a time (the sampler's copies
+    // are built layer by layer, the old and reference passes run layer by layer).
     let mut rollout = rollout;
     if place.sharded {
-        rollout.push(("whole weights", trainable * f32));
+        let (_, layer) = trainable_outside_and_per_layer(cfg, m);
+        rollout.push(("gathered layer", layer * f32));
     }
     let update = vec![
         ("gathered weights", update_weights),
@@ -717,10 +724,10 @@ mod tests {
         let e8 = estimate(&fsdp, &m, ComputeKind::Bf16, 8);
         let emb = (m.vocab_size * m.hidden_size) as u64;
         let layer = (p - 2 * emb - m.hidden_size as u64).div_ceil(28);
-        assert_eq!(
-            part(&e8, "gathered weights"),
-            4 * (2 * emb + m.hidden_size as u64 + layer)
-        );
+        let outside = 2 * emb + m.hidden_size as u64;
+        assert_eq!(part(&e8, "gathered weights"), 4 * layer);
+        assert_eq!(part(&e8, "gradients"), 4 * (outside + layer));
+        assert_eq!(part(&e8, "gathered layer"), 4 * layer);
         assert!(e8.peak() < GIB80, "{}", e8.describe());
         let dp = config(&[&WORKLOAD[..], &["actor.strategy=dp"]].concat());
         assert!(estimate(&dp, &m, ComputeKind::Bf16, 8).peak() > GIB80);

@@ -391,6 +391,8 @@ impl Trainer {
         let dist = std::sync::Arc::new(dist);
         let optimizer = optimizer::Optimizer::new(&params, &cfg.actor, &dist, &mut notes)?;
         model.set_layer_residency(optimizer.layer_residency());
+        // Sharded, the layers' weights are gathered when used from now on.
+        optimizer.let_go();
         if dist.is_root() {
             for n in notes {
                 eprintln!("note: {n}");
@@ -521,6 +523,8 @@ impl Trainer {
         if let Some(r) = &mut self.rollouts.servers {
             r.finish();
         }
+        // Sharded, the caller gets the model whole (the next step lets the layers go again).
+        self.learner.optimizer.hold_whole()?;
         if let Some(mut l) = self.loggers.take() {
             l.finish(&self.run.root, self.state.step)?;
         }

@@ -102,10 +102,28 @@ impl Optimizer {
     }
 
     /// An update begins: a sharded optimizer whose update is activation-checkpointed
-    /// (`per_layer`) lets go of the decoder layers' weights until each is needed.
-    pub fn begin_update(&self, per_layer: bool) {
+    /// (`per_layer`) gathers each decoder layer while it runs (and reduces its gradient as its
+    /// backward ends); otherwise it holds them whole for the update.
+    pub fn begin_update(&self, per_layer: bool) -> Result<()> {
+        match self {
+            Optimizer::Replicated(_) => Ok(()),
+            Optimizer::Sharded(s) => s.shards.begin_update(per_layer),
+        }
+    }
+
+    /// A sharded optimizer gathers every decoder layer whole into the model (every rank calls
+    /// it), for what reads all the weights at once; [`Optimizer::let_go`] ends it.
+    pub fn hold_whole(&self) -> Result<()> {
+        match self {
+            Optimizer::Replicated(_) => Ok(()),
+            Optimizer::Sharded(s) => s.shards.hold_whole(),
+        }
+    }
+
+    /// A sharded optimizer's decoder layers let go of their weights (gathered when next used).
+    pub fn let_go(&self) {
         if let Optimizer::Sharded(s) = self {
-            s.shards.begin_update(per_layer);
+            s.shards.let_go();
         }
     }
 

@@ -256,9 +256,34 @@ pub(super) fn copy_weights(from: &CausalLm, to: &CausalLm) {
 
 impl Trainer {
     /// After an optimizer step: the sampling copy (`rollout.device`) gets the new weights.
-    pub(crate) fn sync_sampler_model(&self) {
+    pub(crate) fn sync_sampler_model(&self) -> Result<()> {
         if let Some(copy) = &self.rollouts.sampler_model {
+            self.learner.optimizer.hold_whole()?;
             copy_weights(&self.learner.model, copy);
+            self.learner.optimizer.let_go();
         }
+        Ok(())
+    }
+
+    /// A sampling phase (a step's draws, an evaluation) begins, on every rank alike: the
+    /// in-process sampler's copies are built once for all its calls. With a sharded optimizer
+    /// they are built layer by layer from the gathered slices (the whole f32 weights never
+    /// exist), on every rank whether or not it has prompts, as the gathers are collectives.
+    pub(super) fn freeze_sampler(&self) {
+        if self.rollouts.servers.is_none() || self.learner.optimizer.is_sharded() {
+            self.rollouts
+                .engine_model(&self.learner.model)
+                .freeze_for_sampling();
+        }
+    }
+
+    /// The sampling phase is over: the copies go (see [`Trainer::freeze_sampler`]).
+    pub(super) fn thaw_sampler(&self) -> Result<()> {
+        if self.rollouts.servers.is_none() || self.learner.optimizer.is_sharded() {
+            self.rollouts
+                .engine_model(&self.learner.model)
+                .thaw_after_sampling();
+        }
+        self.learner.optimizer.check()
     }
 }

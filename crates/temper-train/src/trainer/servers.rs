@@ -153,7 +153,7 @@ impl Trainer {
     /// (atomically, LoRA merged) to `<run>/rollout_weights` and has every server reload them.
     /// Returns whether it synced.
     pub(crate) fn maybe_sync_rollout_weights(&mut self) -> Result<bool> {
-        self.sync_sampler_model();
+        self.sync_sampler_model()?;
         let every = self.rollouts.cfg.sync_every as u64;
         if self.rollouts.servers.is_none()
             || self.rollouts.cfg.weight_sync != WeightSync::Disk
@@ -179,6 +179,8 @@ impl Trainer {
         // reload, and every rank waits for the reload before it samples again.
         r.drain();
         self.dist.barrier()?;
+        // Sharded, every rank gathers the layers for rank 0 to write them.
+        self.learner.optimizer.hold_whole()?;
         if self.dist.is_root() {
             let dir = self.run.root.join("rollout_weights");
             self.learner.model.save(&dir)?;
@@ -187,6 +189,7 @@ impl Trainer {
                 .reload(&dir, version)
                 .context("rollout.weight_sync = \"disk\"")?;
         }
+        self.learner.optimizer.let_go();
         self.dist.barrier()?;
         self.rollouts
             .servers

@@ -111,8 +111,11 @@ struct Held {
     /// Per unit, this rank's slice of its f32 weights (named by the unit), with a gradient: what
     /// AdamW steps.
     masters: Vec<(String, Tensor)>,
-    /// Layers are gathered one at a time (an activation-checkpointed update).
-    per_layer: bool,
+    /// The decoder layers' weights are gathered when the model asks for a layer and let go
+    /// after (everywhere but a ZeRO-2 update, which holds them whole).
+    on_demand: bool,
+    /// An update is running (its backward passes reduce each layer's gradient).
+    in_update: bool,
     /// Per unit: its parameters hold the whole weights.
     whole: Vec<bool>,
     /// Some gradient was reduced since the last step.
@@ -201,7 +204,8 @@ impl ShardedAdamW {
                 .map(|(n, p)| (n.clone(), p.shallow_clone()))
                 .collect(),
             masters,
-            per_layer: false,
+            on_demand: true,
+            in_update: false,
             whole: vec![true; n],
             grads_seen: false,
             error: None,
@@ -231,7 +235,7 @@ impl ShardedAdamW {
         self.adamw.lr = lr;
         self.adamw.step(&h.masters)?;
         for k in 0..s.units.len() {
-            if !(h.per_layer && s.is_layer_unit(k)) {
+            if !(h.on_demand && s.is_layer_unit(k)) {
                 s.gather(&mut h, k)?;
             }
         }
@@ -276,12 +280,11 @@ impl Shards {
         self.dist
             .all_gather_into(&mine, &full)
             .with_context(|| format!("gathering the weights of {}", u.name))?;
-        let whole = h.whole[k];
         tch::no_grad(|| {
             for &(i, off, n) in &u.members {
                 let p = &h.params[i].1;
                 let part = full.narrow(0, off, n).view(self.shapes[i].as_slice());
-                if whole {
+                if p.numel() as i64 == n {
                     p.shallow_clone().copy_(&part);
                 } else {
                     p.shallow_clone().set_data(&part);
@@ -292,12 +295,16 @@ impl Shards {
         Ok(())
     }
 
-    /// Unit `k`'s parameters let go of their weights (empty until gathered again).
+    /// Unit `k`'s matrices let go of their weights (empty until gathered again); its vectors
+    /// (norms, biases: a layer's few thousand values, which decoding reads outside the sampling
+    /// copies) stay whole.
     fn release(&self, h: &mut Held, k: usize) {
         let empty = Tensor::empty([0], (Kind::Float, self.device));
         tch::no_grad(|| {
             for &(i, _, _) in &self.units[k].members {
-                h.params[i].1.shallow_clone().set_data(&empty);
+                if self.shapes[i].len() >= 2 {
+                    h.params[i].1.shallow_clone().set_data(&empty);
+                }
             }
         });
         h.whole[k] = false;
@@ -347,29 +354,57 @@ impl Shards {
         h.grads_seen = false;
     }
 
-    /// An update begins: with `per_layer` (an activation-checkpointed update) the decoder layers
-    /// let go of their weights and the model gathers each while it runs it.
-    pub fn begin_update(&self, per_layer: bool) {
+    /// An update begins. With `per_layer` (an activation-checkpointed update) the decoder
+    /// layers stay gathered on demand, and each layer's backward reduces its gradient; without,
+    /// every layer is gathered whole for the update (ZeRO-2: autograd keeps the weights it used).
+    pub fn begin_update(&self, per_layer: bool) -> Result<()> {
         let mut h = self.held();
-        h.per_layer = per_layer;
+        h.in_update = true;
         h.peak = 0;
-        if per_layer {
-            for k in self.layer_units.iter().flatten() {
-                self.release(&mut h, *k);
-            }
+        h.on_demand = per_layer;
+        if !per_layer {
+            self.gather_layers(&mut h)?;
         }
+        Ok(())
     }
 
-    /// The update is over: every unit whole again (the sampler and the checkpoint read them).
+    /// The update is over: the layers are gathered on demand again, and let go now.
     pub fn end_update(&self) -> Result<()> {
         let mut h = self.held();
-        h.per_layer = false;
-        for k in 0..self.units.len() {
-            if !h.whole[k] {
-                self.gather(&mut h, k)?;
+        h.in_update = false;
+        h.on_demand = true;
+        self.release_layers(&mut h);
+        take(&mut h)
+    }
+
+    /// Every decoder layer whole in the model until [`Shards::let_go`] (or the next sweep over
+    /// the layers): for what reads all the weights at once (writing a checkpoint or the
+    /// servers' weights, copying them to the sampler's device, the caller after a run).
+    pub fn hold_whole(&self) -> Result<()> {
+        let mut h = self.held();
+        self.gather_layers(&mut h)?;
+        take(&mut h)
+    }
+
+    /// The decoder layers let go of their weights (gathered on demand).
+    pub fn let_go(&self) {
+        let mut h = self.held();
+        self.release_layers(&mut h);
+    }
+
+    fn gather_layers(&self, h: &mut Held) -> Result<()> {
+        for k in self.layer_units.iter().flatten() {
+            if !h.whole[*k] {
+                self.gather(h, *k)?;
             }
         }
-        take(&mut h)
+        Ok(())
+    }
+
+    fn release_layers(&self, h: &mut Held) {
+        for k in self.layer_units.iter().flatten() {
+            self.release(h, *k);
+        }
     }
 
     /// The first collective that failed inside the model's forward or backward, as an error.
@@ -386,7 +421,7 @@ impl Shards {
         take(&mut h)?;
         note_peak(&mut h);
         for k in 0..self.units.len() {
-            if !(h.per_layer && self.is_layer_unit(k)) {
+            if !(h.on_demand && self.is_layer_unit(k)) {
                 self.reduce(&mut h, k)?;
             }
         }
@@ -499,7 +534,8 @@ impl temper_model::LayerResidency for Shards {
             return;
         };
         let mut h = self.held();
-        if h.per_layer && self.reshard_after_forward {
+        // In an update, `reshard_after_forward = false` keeps the layer to its backward.
+        if h.on_demand && (self.reshard_after_forward || !h.in_update) {
             self.release(&mut h, k);
         }
     }
@@ -509,7 +545,7 @@ impl temper_model::LayerResidency for Shards {
             return;
         };
         let mut h = self.held();
-        if !h.per_layer {
+        if !(h.in_update && h.on_demand) {
             return;
         }
         note_peak(&mut h);

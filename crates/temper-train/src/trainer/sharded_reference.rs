@@ -1,6 +1,7 @@
 //! temper's sharded training step against PyTorch's own FSDP2 (`fully_shard` per decoder layer,
 //! `tools/fsdp_reference.py`): the tiny model, a fixed batch, 3 steps of clip + AdamW over 2
-//! ranks on Gloo, the per-layer (ZeRO-3, checkpointed) and the whole-weights (ZeRO-2) update.
+//! ranks on Gloo, the per-layer (ZeRO-3, checkpointed) and the whole-weights (ZeRO-2) update, and
+//! the per-layer update with one rank a micro-batch short (swept idle).
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -29,7 +30,17 @@ fn batch() -> Vec<Vec<i64>> {
 /// (loss summed over ranks, grad norm) per step, and rank 0's final weights.
 type Run = (Vec<(f64, f64)>, Vec<(String, Tensor)>);
 
-fn temper_run(world: usize, per_layer: bool) -> Run {
+/// Rows each rank trains, in micro-batches: an even split, or rank 0 three rows in two
+/// micro-batches and rank 1 one row (and a micro-batch it sweeps the layers for idle).
+fn micro_batches(rank: usize, uneven: bool) -> Vec<Vec<usize>> {
+    match (uneven, rank) {
+        (false, r) => vec![vec![2 * r, 2 * r + 1]],
+        (true, 0) => vec![vec![0, 1], vec![2]],
+        (true, _) => vec![vec![3]],
+    }
+}
+
+fn temper_run(world: usize, per_layer: bool, uneven: bool) -> Run {
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
@@ -49,7 +60,7 @@ fn temper_run(world: usize, per_layer: bool) -> Run {
                 })
                 .unwrap();
                 let dist = Arc::new(Dist::from_comm(comm));
-                rank_run(&dist, per_layer)
+                rank_run(&dist, per_layer, uneven)
             })
         })
         .collect();
@@ -57,7 +68,7 @@ fn temper_run(world: usize, per_layer: bool) -> Run {
     runs.swap_remove(0)
 }
 
-fn rank_run(dist: &Arc<Dist>, per_layer: bool) -> Run {
+fn rank_run(dist: &Arc<Dist>, per_layer: bool, uneven: bool) -> Run {
     let model = CausalLm::load(
         &temper_testkit::tiny_model_dir(),
         Device::Cpu,
@@ -76,41 +87,51 @@ fn rank_run(dist: &Arc<Dist>, per_layer: bool) -> Run {
     let mut opt = Optimizer::new(&params, &actor, dist, &mut vec![]).unwrap();
     model.set_layer_residency(opt.layer_residency());
     let rows = batch();
-    let share = rows.len() / dist.world;
-    let mine: Vec<i64> = rows[dist.rank * share..(dist.rank + 1) * share].concat();
     let len = rows[0].len() as i64;
-    let ids = Tensor::from_slice(&mine).view([share as i64, len]);
-    let positions = Tensor::arange(len, (Kind::Int64, Device::Cpu))
-        .unsqueeze(0)
-        .expand([share as i64, len], false);
-    let mask = ids.ones_like();
     let total_tokens = (rows.len() as i64 * (len - 1)) as f64;
-    let targets = ids.narrow(1, 1, len - 1);
+    let mine = micro_batches(dist.rank, uneven);
+    let idle = super::batch::idle_micro_batches(dist, mine.len(), per_layer).unwrap();
     let mut steps = vec![];
     for _ in 0..STEPS {
-        opt.begin_update(per_layer);
-        let (hidden, checkpoints) = if per_layer {
-            let (h, c) = model.forward_hidden_checkpointed(&ids, &positions, &mask);
-            (h, Some(c))
-        } else {
-            (model.forward_hidden(&ids, &positions, &mask, None), None)
-        };
-        let mut scores = model.score_tokens(&hidden.narrow(1, 0, len - 1), &targets, 1.0, 1024);
-        if let Some(c) = checkpoints {
-            scores = scores.with_checkpoints(c);
+        opt.begin_update(per_layer).unwrap();
+        let mut loss_sum = 0.0;
+        for micro in &mine {
+            let flat: Vec<i64> = micro.iter().flat_map(|&r| rows[r].clone()).collect();
+            let b = micro.len() as i64;
+            let ids = Tensor::from_slice(&flat).view([b, len]);
+            let positions = Tensor::arange(len, (Kind::Int64, Device::Cpu))
+                .unsqueeze(0)
+                .expand([b, len], false);
+            let mask = ids.ones_like();
+            let targets = ids.narrow(1, 1, len - 1);
+            let (hidden, checkpoints) = if per_layer {
+                let (h, c) = model.forward_hidden_checkpointed(&ids, &positions, &mask);
+                (h, Some(c))
+            } else {
+                (model.forward_hidden(&ids, &positions, &mask, None), None)
+            };
+            let mut scores = model.score_tokens(&hidden.narrow(1, 0, len - 1), &targets, 1.0, 1024);
+            if let Some(c) = checkpoints {
+                scores = scores.with_checkpoints(c);
+            }
+            let loss = -scores.logp.sum(Kind::Float) / total_tokens;
+            loss.backward();
+            scores.backward();
+            opt.check().unwrap();
+            loss_sum += loss.double_value(&[]);
         }
-        let loss = -scores.logp.sum(Kind::Float) / total_tokens;
-        loss.backward();
-        scores.backward();
-        opt.check().unwrap();
+        for _ in 0..idle {
+            model.sweep_idle_micro_batch(1, true);
+        }
         assert!(opt.reduce_grads(dist, &params).unwrap());
         let norm = opt.clip_grad_norm(&params, actor.grad_clip).unwrap();
         opt.step(&params, LR).unwrap();
         opt.end_update().unwrap();
-        let mut summed = [loss.double_value(&[])];
+        let mut summed = [loss_sum];
         dist.sum_f64(&mut summed).unwrap();
         steps.push((summed[0], norm));
     }
+    opt.hold_whole().unwrap();
     let weights = model
         .named_parameters()
         .into_iter()
@@ -172,8 +193,10 @@ fn relative(a: f64, b: f64) -> f64 {
 #[test]
 fn two_sharded_ranks_step_as_pytorch_fsdp2_does() {
     let (torch_steps, torch_weights) = torch_run(2);
-    for per_layer in [true, false] {
-        let (steps, weights) = temper_run(2, per_layer);
+    // Per layer and whole; per layer with rank 1 a micro-batch short (it sweeps the layers for
+    // it idle: the gathers and reductions pair up, and the sums are the same).
+    for (per_layer, uneven) in [(true, false), (false, false), (true, true)] {
+        let (steps, weights) = temper_run(2, per_layer, uneven);
         for (s, ((loss, norm), (t_loss, t_norm))) in steps.iter().zip(&torch_steps).enumerate() {
             assert!(
                 relative(*loss, *t_loss) < 1e-6,
@@ -192,7 +215,9 @@ fn two_sharded_ranks_step_as_pytorch_fsdp2_does() {
             size += f64::try_from(tw.square().sum(Kind::Double)).unwrap();
         }
         let rel = (diff / size).sqrt();
-        println!("per_layer {per_layer}: weights within {rel:e} of FSDP2's (relative)");
+        println!(
+            "per_layer {per_layer}, uneven {uneven}: weights within {rel:e} of FSDP2's (relative)"
+        );
         assert!(
             rel < 1e-6,
             "per_layer {per_layer}: weights differ by {rel:e}"

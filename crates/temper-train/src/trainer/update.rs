@@ -69,7 +69,7 @@ impl Learner {
         // A sharded optimizer gathers each decoder layer only while it runs when the layers are
         // checkpointed (their backward runs layer by layer).
         let per_layer = self.settings.actor.gradient_checkpointing;
-        self.optimizer.begin_update(per_layer);
+        self.optimizer.begin_update(per_layer)?;
         // The most this rank held for the trainable weights (`perf/trainable_state_gb`).
         let mut held = 0i64;
         for epoch in 0..self.settings.actor.ppo_epochs {
@@ -78,6 +78,13 @@ impl Learner {
                 None => partition.parts(epoch),
             };
             for (mb_i, mb) in parts.iter().enumerate() {
+                // Layers gathered per use: a rank with a micro-batch fewer than another (an
+                // environment's datums split unevenly) sweeps the layers for it all the same.
+                let idle = super::batch::idle_micro_batches(
+                    dist,
+                    mb.mine.len(),
+                    per_layer && self.optimizer.is_sharded(),
+                )?;
                 // With checkpointing the forward holds only each layer's input, so gradients
                 // allocated first cost nothing at the peak and keep the backward's temporaries
                 // from leaving holes between them (see the function). Without it the forward's
@@ -172,6 +179,11 @@ impl Learner {
                         }
                     }
                 }
+                for _ in 0..idle {
+                    self.model
+                        .sweep_idle_micro_batch(batch.forward_sweeps(), true);
+                }
+                self.optimizer.check()?;
                 for (k, v) in additive {
                     acc.add(k, &v, &Tensor::from(1.0f64));
                 }
