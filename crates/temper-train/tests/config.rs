@@ -148,7 +148,7 @@ fn bad_values_are_rejected_with_the_key() {
         ("data.truncation=middle", "data.truncation"),
         ("rollout.backend=ollama", "rollout.backend"),
         ("rollout.weight_sync=nccl", "rollout.weight_sync"),
-        ("rollout.async_steps=1", "rollout.async_steps"),
+        ("rollout.async_steps=9", "rollout.async_steps"),
     ] {
         let e = load(MIN, &[ov]).unwrap_err();
         let e = format!("{e:#}");
@@ -318,7 +318,7 @@ fn remote_rollout_settings_are_checked_together() {
         2
     );
     for (extra, want) in [
-        (vec!["rollout.async_steps=3"], "rollout.async_steps = 3"),
+        (vec!["rollout.async_steps=9"], "rollout.async_steps = 9"),
         (vec!["rollout.sync_every=0"], "rollout.sync_every"),
         (
             vec!["rollout.async_steps=1", "trainer.check_on_policy=true"],

@@ -650,3 +650,22 @@ fn a_sharded_rank_holds_its_share_of_the_trainable_state() {
         );
     }
 }
+
+/// In-process overlap (`rollout.async_steps`) on sharded ranks: each rank's sampler thread gets
+/// the gathered weights after every update; the lag stays within the bound.
+#[test]
+fn sharded_ranks_sample_ahead_in_process() {
+    let extra = [
+        FSDP,
+        CHECKPOINTED,
+        "rollout.async_steps=1",
+        "trainer.check_on_policy=false",
+    ];
+    let (dir, w) = run_with(2, &common::temp_dir("fsdp-async"), &extra, false);
+    assert_eq!(max_abs_diff(&w[0], &w[1]), 0.0);
+    let lags: Vec<f64> = metrics(&dir)
+        .iter()
+        .map(|m| m["rollout/policy_lag_max"].as_f64().unwrap())
+        .collect();
+    assert_eq!(lags, vec![0.0, 1.0, 1.0]);
+}

@@ -452,3 +452,103 @@ fn a_config_that_cannot_fit_is_refused_before_it_starts() {
     );
     assert!(!root.join("run").exists(), "a refused run left its folder");
 }
+
+/// `rollout.async_steps = k` with the in-process engine: a sampler thread with its own copy of
+/// the policy samples the next k steps' batches while this step trains, so step s trains on a
+/// batch sampled by the policy of version max(0, s - 1 - k) (`rollout/policy_lag_max`, and the
+/// versions in the rollouts files), never more than k behind; the samples are the strict loop's
+/// where the weights are the same (step 1), and the run learns.
+#[test]
+fn in_process_overlap_keeps_the_lag_within_its_bound() {
+    let strict = {
+        let root = common::temp_dir("async-0");
+        let cfg = tiny_config(&root, &["trainer.check_on_policy=false"]);
+        let mut t = Trainer::create(cfg, "t", &[]).unwrap();
+        t.set_reward(Box::new(ASCII_FRACTION));
+        t.fit().unwrap();
+        t.run().root.clone()
+    };
+    let rollouts = |dir: &std::path::Path, step: usize| -> Vec<serde_json::Value> {
+        std::fs::read_to_string(dir.join(format!("rollouts/step_{step}.jsonl")))
+            .unwrap()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect()
+    };
+    for bound in [1usize, 2] {
+        let root = common::temp_dir(&format!("async-{bound}"));
+        let steps = format!("rollout.async_steps={bound}");
+        let cfg = tiny_config(
+            &root,
+            &[
+                steps.as_str(),
+                "trainer.check_on_policy=false",
+                "trainer.total_training_steps=5",
+            ],
+        );
+        let mut t = Trainer::create(cfg, "t", &[]).unwrap();
+        t.set_reward(Box::new(ASCII_FRACTION));
+        let before = weights(&t);
+        t.fit().unwrap();
+        assert!(
+            !same_weights(&before, &weights(&t)),
+            "bound {bound}: trained"
+        );
+        let dir = t.run().root.clone();
+        let lags: Vec<f64> = metrics(&t)
+            .iter()
+            .map(|m| m["rollout/policy_lag_max"].as_f64().unwrap())
+            .collect();
+        let want: Vec<f64> = (1..=5usize).map(|s| (s - 1).min(bound) as f64).collect();
+        assert_eq!(lags, want, "bound {bound}");
+        for step in 1..=5usize {
+            for r in rollouts(&dir, step) {
+                let sampled_by = (step - 1).saturating_sub(bound);
+                assert_eq!(
+                    r["policy_version"], sampled_by as u64,
+                    "bound {bound} step {step}"
+                );
+            }
+        }
+        // Step 1 is sampled by the starting weights either way: the same tokens.
+        for (a, b) in rollouts(&strict, 1).iter().zip(rollouts(&dir, 1)) {
+            assert_eq!(a["completion_ids"], b["completion_ids"], "bound {bound}");
+        }
+    }
+}
+
+/// With weights that do not change (a zero learning rate) overlap changes nothing but timing:
+/// the sampler thread's copy draws every batch, with its seeds, as the strict loop does.
+#[test]
+fn in_process_overlap_draws_the_strict_loops_batches_when_weights_stay() {
+    let run = |extra: &[&str]| {
+        let root = common::temp_dir("async-same");
+        let mut all = vec![
+            "trainer.check_on_policy=false",
+            "actor.optim.lr=0",
+            "actor.optim.weight_decay=0",
+        ];
+        all.extend_from_slice(extra);
+        let mut t = Trainer::create(tiny_config(&root, &all), "t", &[]).unwrap();
+        t.set_reward(Box::new(ASCII_FRACTION));
+        t.fit().unwrap();
+        t.run().root.clone()
+    };
+    let (strict, ahead) = (run(&[]), run(&["rollout.async_steps=2"]));
+    for step in 1..=3 {
+        let read = |d: &std::path::Path| -> Vec<serde_json::Value> {
+            std::fs::read_to_string(d.join(format!("rollouts/step_{step}.jsonl")))
+                .unwrap()
+                .lines()
+                .map(|l| serde_json::from_str(l).unwrap())
+                .collect()
+        };
+        let (a, b) = (read(&strict), read(&ahead));
+        assert_eq!(a.len(), b.len());
+        for (x, y) in a.iter().zip(&b) {
+            assert_eq!(x["completion_ids"], y["completion_ids"], "step {step}");
+            assert_eq!(x["rollout_logprobs"], y["rollout_logprobs"], "step {step}");
+            assert!(x["rollout_logprobs"].is_array());
+        }
+    }
+}

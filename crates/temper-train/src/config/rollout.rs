@@ -36,9 +36,13 @@ pub struct RolloutConfig {
     /// The `collective_rpc` method vLLM reloads with: `reload_weights`, or the name a worker
     /// extension registers.
     pub vllm_reload_method: String,
-    /// Overlap (remote backends): the next steps' rollouts are generated while this step
-    /// trains, at most this many policy versions stale (0, 1 or 2). 0 = strictly on-policy.
+    /// Overlap: the next steps' rollouts are generated while this step trains (on the servers,
+    /// or in process by a sampler thread with its own copy of the policy), at most this many
+    /// policy versions stale. 0 = strictly on-policy.
     pub async_steps: usize,
+    /// Intra-op threads of the in-process sampler thread of `async_steps > 0` (unset: libtorch's
+    /// default, every core).
+    pub threads: Option<usize>,
     /// Seconds a remote rollout request may take before it is retried on another server.
     pub request_timeout_s: u64,
     /// Where the in-process engine samples: `""` (the trainer's model, on `trainer.device`) or a
@@ -47,6 +51,9 @@ pub struct RolloutConfig {
     /// and grail guides do).
     pub device: String,
 }
+
+/// The largest `rollout.async_steps`: each step ahead holds a batch in flight.
+pub const MAX_ASYNC_STEPS: usize = 8;
 
 impl Default for RolloutConfig {
     fn default() -> Self {
@@ -66,6 +73,7 @@ impl Default for RolloutConfig {
             sync_every: 1,
             vllm_reload_method: "reload_weights".into(),
             async_steps: 0,
+            threads: None,
             request_timeout_s: 600,
             device: String::new(),
         }
@@ -103,18 +111,14 @@ impl RolloutConfig {
         if self.sync_every == 0 {
             bail!("rollout.sync_every = 0: must be at least 1");
         }
-        if self.async_steps > 2 {
+        if self.async_steps > MAX_ASYNC_STEPS {
             bail!(
-                "rollout.async_steps = {}: expected 0, 1 or 2",
+                "rollout.async_steps = {}: expected 0 to {MAX_ASYNC_STEPS} (policy versions a batch may lag)",
                 self.async_steps
             );
         }
-        if self.async_steps > 0 && !self.is_remote() {
-            bail!(
-                "rollout.async_steps = {} needs a remote rollout backend (rollout.backend = vllm, sglang or \
-                 openai): the in-process engine shares the trainer's CPU",
-                self.async_steps
-            );
+        if self.threads == Some(0) {
+            bail!("rollout.threads = 0: must be at least 1 (or unset)");
         }
         if !self.device.is_empty() {
             parse_device(&self.device)?;

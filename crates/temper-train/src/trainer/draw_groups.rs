@@ -130,7 +130,7 @@ impl Trainer {
         params: &SamplingParams,
     ) -> Result<(Vec<usize>, Vec<Request>)> {
         let (_, idx) = self.questions.order.batch(batch);
-        let seed = mix(self.trainer_cfg.seed, batch as u64, TRAIN_SEED_SALT);
+        let seed = self.train_batch_seed(batch);
         let mine = self.dist.shard(&idx, "data.train_batch_size")?;
         self.rollout_requests(
             &self.questions.train,
@@ -139,6 +139,11 @@ impl Trainer {
             seed,
             self.dist.rank * mine.len(),
         )
+    }
+
+    /// The seed of data batch `batch`'s requests and engine.
+    pub(crate) fn train_batch_seed(&self, batch: usize) -> u64 {
+        mix(self.trainer_cfg.seed, batch as u64, TRAIN_SEED_SALT)
     }
 
     /// This rank's groups of data batch `batch`: from the batch sent ahead if there is one, else
@@ -157,9 +162,13 @@ impl Trainer {
             let a = ahead?;
             return self.groups_from(&self.questions.train, &a.kept, a.samples, None, a.version);
         }
+        if let Some(ahead) = self.rollouts.ahead.as_mut().and_then(|a| a.take(batch)) {
+            let a = ahead?;
+            return self.groups_from(&self.questions.train, &a.kept, a.samples, None, a.version);
+        }
         let (kept, requests) = self.train_batch_requests(batch, params)?;
         let version = self.rollouts.sampling_version(self.state.policy_version);
-        let seed = mix(self.trainer_cfg.seed, batch as u64, TRAIN_SEED_SALT);
+        let seed = self.train_batch_seed(batch);
         let (samples, texts) = self.one_turn_rollouts(requests, seed, true)?;
         self.groups_from(&self.questions.train, &kept, samples, Some(texts), version)
     }

@@ -14,6 +14,7 @@ mod episodes;
 mod eval;
 mod learn;
 mod learner;
+mod local_ahead;
 mod memory_plan;
 mod optimizer;
 pub use optimizer::Optimizer;
@@ -309,7 +310,34 @@ impl Trainer {
                 );
             }
         }
-        let sampler_model = if cfg.rollout.device.is_empty() {
+        // Overlap in process: a sampler thread with its own copy (on rollout.device when set).
+        let in_process_async = cfg.rollout.async_steps > 0 && !cfg.rollout.is_remote();
+        if in_process_async {
+            if cfg.model.lora_rank > 0 {
+                bail!("rollout.async_steps > 0 with the in-process engine and LoRA (model.lora_rank > 0) is not supported yet");
+            }
+            if cfg.env.enabled() {
+                bail!("rollout.async_steps > 0 with env.name is not supported yet: environment runs sample in lock-step");
+            }
+        }
+        let ahead = if in_process_async {
+            let device = match cfg.rollout.device.is_empty() {
+                true => device,
+                false => crate::config::parse_device(&cfg.rollout.device)?,
+            };
+            Some(local_ahead::LocalAhead::start(local_ahead::AheadSpec {
+                weights_dir,
+                tokenizer_dir: &tok_dir,
+                device,
+                compute,
+                eos_ids: eos_ids.clone(),
+                max_num_seqs: cfg.rollout.max_num_seqs,
+                threads: cfg.rollout.threads,
+            })?)
+        } else {
+            None
+        };
+        let sampler_model = if cfg.rollout.device.is_empty() || in_process_async {
             None
         } else {
             if cfg.model.lora_rank > 0 {
@@ -452,6 +480,7 @@ impl Trainer {
             before_update: None,
             rollouts: rollout::Rollouts {
                 servers: remote,
+                ahead,
                 sampler_model,
                 cfg: cfg.rollout,
             },
@@ -522,6 +551,9 @@ impl Trainer {
         bar.finish();
         if let Some(r) = &mut self.rollouts.servers {
             r.finish();
+        }
+        if let Some(a) = &mut self.rollouts.ahead {
+            a.forget();
         }
         // Sharded, the caller gets the model whole (the next step lets the layers go again).
         self.learner.optimizer.hold_whole()?;

@@ -13,6 +13,8 @@ use temper_rollout::{Engine, EngineConfig, Request, Sample, Sampler, SamplingPar
 pub(crate) struct Rollouts {
     /// The rollout servers when `rollout.backend` is remote.
     pub(super) servers: Option<super::servers::RolloutServers>,
+    /// `rollout.async_steps > 0` in process: the sampler thread generating ahead.
+    pub(super) ahead: Option<super::local_ahead::LocalAhead>,
     /// `rollout.device`: the policy's copy the in-process engine samples with, refreshed after
     /// every optimizer step (None: the engine uses the policy).
     pub(super) sampler_model: Option<CausalLm>,

@@ -125,6 +125,24 @@ impl Trainer {
         params: &SamplingParams,
     ) -> Result<()> {
         let ahead = self.rollouts.cfg.async_steps;
+        if self.rollouts.ahead.is_some() {
+            for batch in next_batch..next_batch + ahead {
+                if self
+                    .rollouts
+                    .ahead
+                    .as_ref()
+                    .is_some_and(|a| a.sent.contains_key(&batch))
+                {
+                    continue;
+                }
+                let (kept, requests) = self.train_batch_requests(batch, params)?;
+                let seed = self.train_batch_seed(batch);
+                if let Some(a) = self.rollouts.ahead.as_mut() {
+                    a.generate(batch, kept, requests, seed)?;
+                }
+            }
+            return Ok(());
+        }
         for batch in next_batch..next_batch + ahead {
             let Some(r) = &self.rollouts.servers else {
                 return Ok(());
@@ -154,6 +172,7 @@ impl Trainer {
     /// Returns whether it synced.
     pub(crate) fn maybe_sync_rollout_weights(&mut self) -> Result<bool> {
         self.sync_sampler_model()?;
+        self.load_ahead_weights()?;
         let every = self.rollouts.cfg.sync_every as u64;
         if self.rollouts.servers.is_none()
             || self.rollouts.cfg.weight_sync != WeightSync::Disk
@@ -168,6 +187,7 @@ impl Trainer {
     /// With a remote backend and `rollout.weight_sync = "disk"`: the servers load the trainer's
     /// current weights (after the batches in flight are done).
     pub fn sync_rollout_weights(&mut self) -> Result<()> {
+        self.load_ahead_weights()?;
         if self.rollouts.cfg.weight_sync != WeightSync::Disk {
             return Ok(());
         }
@@ -217,4 +237,18 @@ pub(crate) fn metadata(rollout: &RolloutConfig, r: &RolloutServers) -> serde_jso
         "sync_every": rollout.sync_every, "async_steps": rollout.async_steps,
         "logprobs": logprobs,
     })
+}
+
+impl Trainer {
+    /// The in-process sampler thread (`rollout.async_steps > 0`) samples with the trainer's
+    /// weights from now on (the batches queued before keep the weights they were queued under).
+    pub(crate) fn load_ahead_weights(&self) -> Result<()> {
+        let Some(a) = &self.rollouts.ahead else {
+            return Ok(());
+        };
+        self.learner.optimizer.hold_whole()?;
+        let loaded = a.load(&self.learner.model, self.state.policy_version);
+        self.learner.optimizer.let_go();
+        loaded
+    }
 }
