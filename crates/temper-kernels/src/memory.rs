@@ -125,6 +125,28 @@ pub fn map_large_blocks(bytes: usize) -> bool {
     }
 }
 
+/// One malloc arena for the whole process (glibc's `M_ARENA_MAX` = 1), set before other threads
+/// start allocating: c10d's Gloo runs each collective's copies on worker threads of its own, and
+/// glibc gives every such thread an arena that keeps what it freed, so a data-parallel rank whose
+/// layers are gathered and reduced many times a step held 0.45 GiB more resident memory (the main
+/// job sharded over 2 ranks: 3.03 GiB per rank, 2.59 with one arena; BENCHMARKS.md). Returns
+/// whether glibc took it (false elsewhere).
+pub fn use_one_malloc_arena() -> bool {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    {
+        extern "C" {
+            fn mallopt(param: std::ffi::c_int, value: std::ffi::c_int) -> std::ffi::c_int;
+        }
+        const M_ARENA_MAX: std::ffi::c_int = -8;
+        // SAFETY: mallopt only changes malloc's own arena limit; 1 is in its range.
+        unsafe { mallopt(M_ARENA_MAX, 1) == 1 }
+    }
+    #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+    {
+        false
+    }
+}
+
 /// [`map_large_blocks`] at `bytes` while it lives, then at glibc's largest dynamic threshold
 /// (32 MiB, where a long-running process's dynamic threshold ends up anyway): around a pass that
 /// allocates and frees many large activations (a Tinker `forward_backward`), without making every

@@ -383,9 +383,15 @@ impl CausalLm {
             let frozen = sampling.as_ref().map(|s| &s.layers[i]);
             let collect_into = collect.then_some(&mut collected);
             let past = given.map(|g| &g[i]);
-            self.fetch_layer(i);
+            // With sampling copies the layer's matrices are not read (its vectors are always
+            // whole): nothing to gather, and a rank's decode steps need not match another's.
+            if frozen.is_none() {
+                self.fetch_layer(i);
+            }
             h = self.layer(i, h, &ctx, frozen, cache.as_deref_mut(), past, collect_into);
-            self.release_layer_after_forward(i);
+            if frozen.is_none() {
+                self.release_layer_after_forward(i);
+            }
             if self.trims_heap_in_backward() {
                 // The backward leaves this layer here.
                 temper_kernels::memory::release_free_memory_on_grad(&h);

@@ -5,7 +5,9 @@
 //! already whole). Every rank must make the same calls in the same order (each one may be a
 //! collective), so the forwards and backwards that use it call it once per layer per sweep,
 //! whatever their data: a sweep with nothing to compute still calls it
-//! ([`CausalLm::sweep_layers_without_compute`]).
+//! ([`CausalLm::sweep_layers_without_compute`]). Sampling asks once per layer while it builds its
+//! copies ([`CausalLm::freeze_for_sampling`]) and never while it decodes (the copies hold the
+//! matrices, the layers' vectors stay whole), so ranks may decode different numbers of steps.
 
 use std::sync::Arc;
 

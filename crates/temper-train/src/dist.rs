@@ -38,6 +38,8 @@ impl Dist {
         match rendezvous_from(&|k| std::env::var(k).ok())? {
             None => Ok(Dist::single()),
             Some(r) => {
+                // Before the process group starts its worker threads.
+                temper_kernels::memory::use_one_malloc_arena();
                 let comm = Comm::connect(&r)?;
                 Ok(Dist {
                     rank: r.rank,

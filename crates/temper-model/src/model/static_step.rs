@@ -150,9 +150,13 @@ impl CausalLm {
         let mut h = self.embed(&ids, false);
         for i in 0..self.layers.len() {
             let frozen = sampling.as_ref().map(|s| &s.layers[i]);
-            self.fetch_layer(i);
+            if frozen.is_none() {
+                self.fetch_layer(i);
+            }
             h = self.layer(i, h, &ctx, frozen, None, None, None);
-            self.release_layer_after_forward(i);
+            if frozen.is_none() {
+                self.release_layer_after_forward(i);
+            }
         }
         self.logits(&self.final_norm(&h).select(1, -1))
     }

@@ -105,6 +105,7 @@ pub struct Shards {
     held: Mutex<Held>,
 }
 
+#[derive(Default)]
 struct Held {
     /// The trainable parameters (sharing the model's tensors).
     params: Vec<(String, Tensor)>,
@@ -182,8 +183,6 @@ impl ShardedAdamW {
                 })
                 .collect::<Vec<_>>()
         });
-        temper_kernels::zero_grads_if_missing(&masters)?;
-        let adamw = make(&masters);
         let mut layer_units = vec![];
         for (k, u) in units.iter().enumerate() {
             if let Some(i) = u
@@ -198,7 +197,7 @@ impl ShardedAdamW {
             }
         }
         let n = units.len();
-        let held = Held {
+        let mut held = Held {
             params: params
                 .iter()
                 .map(|(n, p)| (n.clone(), p.shallow_clone()))
@@ -218,8 +217,16 @@ impl ShardedAdamW {
             layer_units,
             device,
             reshard_after_forward,
-            held: Mutex::new(held),
+            held: Mutex::new(Held::default()),
         };
+        // The layers let go of their whole weights before the slices' gradients and moments
+        // exist, and the heap hands them back: the process never holds both (its resident peak
+        // would keep the sum).
+        shards.release_layers(&mut held);
+        temper_kernels::memory::release_free_memory();
+        temper_kernels::zero_grads_if_missing(&held.masters)?;
+        let adamw = make(&held.masters);
+        *shards.held() = held;
         Ok(ShardedAdamW {
             shards: Arc::new(shards),
             adamw,
