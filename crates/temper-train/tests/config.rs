@@ -464,3 +464,19 @@ fn sampling_settings_a_rollout_server_refuses_are_config_errors() {
     assert!(remote("openai", "rollout.temperature=3.0").is_ok());
     assert!(remote("vllm", "rollout.temperature=1.5").is_ok());
 }
+
+/// verl's fully-async keys are refused by name, pointing at temper's bound.
+#[test]
+fn verls_fully_async_keys_point_at_rollout_async_steps() {
+    for key in [
+        "async_training.staleness_threshold=0.5",
+        "async_training.trigger_parameter_sync_step=4",
+        "async_training.partial_rollout=True",
+    ] {
+        let e = format!("{:#}", load(MIN, &[key]).unwrap_err());
+        assert!(
+            e.contains("cannot apply in temper") && e.contains("rollout.async_steps"),
+            "{key}: {e}"
+        );
+    }
+}

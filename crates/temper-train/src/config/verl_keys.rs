@@ -40,6 +40,11 @@ const TEXT_ONLY: &str = "vision-model setting; temper trains text-only models";
 const NO_REWARD_MODEL: &str = "temper has no learned reward model: rewards are rule-based \
                                (reward.name) or an external command (reward.name = \"command\", \
                                docs/rewards.md)";
+const FULLY_ASYNC: &str =
+    "verl's fully-async trainer: temper's overlap is rollout.async_steps (how \
+                           many policy versions a batch may lag, in process or on servers; \
+                           docs/training.md); staleness counted in samples, parameter-sync \
+                           triggers and partial rollouts are not implemented";
 const NO_COV_LOSSES: &str = "verl's clip_cov and kl_cov losses are not implemented in temper \
                              (actor.policy_loss.loss_mode lists the losses it has)";
 
@@ -116,6 +121,7 @@ pub const REFUSED: &[(&str, &[&str], &str)] = &[
     ("reward_model.rollout.", &[], NO_REWARD_MODEL),
     ("reward_model.num_workers", &[], NO_REWARD_MODEL),
     ("reward_model.reward_manager", &["naive", "dapo"], "temper scores each response on its own, as verl's naive and dapo managers do (dapo's overlong penalty is reward.overlong_buffer); the batch and prime managers are not implemented"),
+    ("async_training.", &[], FULLY_ASYNC),
     ("custom_reward_function.", &[], "verl's Python reward functions do not run in temper: use a built-in reward (reward.name) or an external command (reward.name = \"command\", docs/rewards.md)"),
     ("data.custom_cls.", &[], "a Python dataset class cannot run in temper: give .jsonl, .json or .parquet files (data.prompt_key, data.answer_key)"),
     ("data.sampler.", &[], "a Python curriculum sampler cannot run in temper: prompts are drawn per epoch in (data.shuffle) order"),
