@@ -501,6 +501,16 @@ fn in_process_overlap_keeps_the_lag_within_its_bound() {
             .collect();
         let want: Vec<f64> = (1..=5usize).map(|s| (s - 1).min(bound) as f64).collect();
         assert_eq!(lags, want, "bound {bound}");
+        // From step 2 on the batch came from the sampler thread: what it cost and hid.
+        for m in &metrics(&t)[1..] {
+            let busy = m["async/sampler_busy_s"].as_f64().unwrap();
+            let hidden = m["async/hidden_fraction"].as_f64().unwrap();
+            assert!(
+                busy > 0.0 && (0.0..=1.0).contains(&hidden),
+                "{busy} {hidden}"
+            );
+            assert!(m["async/sampler_tokens_per_s"].as_f64().unwrap() > 0.0);
+        }
         for step in 1..=5usize {
             for r in rollouts(&dir, step) {
                 let sampled_by = (step - 1).saturating_sub(bound);

@@ -42,8 +42,18 @@ enum Job {
     },
 }
 
-/// A finished batch: (its epoch, data batch, the policy version that sampled it, its samples).
-type Done = (u64, usize, u64, Result<Vec<Sample>>);
+/// A finished batch: (its epoch, data batch, the policy version that sampled it, seconds the
+/// thread spent sampling it, its samples).
+type Done = (u64, usize, u64, f64, Result<Vec<Sample>>);
+
+/// What the batches taken since the last [`LocalAhead::take_stats`] cost: seconds the thread
+/// sampled them, seconds the trainer waited for them, completion tokens.
+#[derive(Default, Clone, Copy)]
+pub(crate) struct AheadStats {
+    pub sampled_s: f64,
+    pub waited_s: f64,
+    pub tokens: usize,
+}
 
 /// The sampler thread and the batches sent to it.
 pub(crate) struct LocalAhead {
@@ -51,8 +61,9 @@ pub(crate) struct LocalAhead {
     done: Receiver<Done>,
     /// Batches sent and not yet taken: their kept example indices.
     pub(crate) sent: HashMap<usize, Vec<usize>>,
-    /// Batches finished and not yet taken.
-    finished: HashMap<usize, (u64, Result<Vec<Sample>>)>,
+    /// Batches finished and not yet taken: (version, seconds sampling, samples).
+    finished: HashMap<usize, (u64, f64, Result<Vec<Sample>>)>,
+    stats: AheadStats,
     /// Bumped when what was sent is dropped: the thread skips older jobs, and their results
     /// (of one already running) are ignored.
     epoch: Arc<AtomicU64>,
@@ -116,8 +127,10 @@ impl LocalAhead {
                                     seed,
                                     ..EngineConfig::default()
                                 });
+                            let started = std::time::Instant::now();
                             let samples = model.with_sampling_weights(|| engine.sample(&requests));
-                            if outbox.send((epoch, batch, version, samples)).is_err() {
+                            let secs = started.elapsed().as_secs_f64();
+                            if outbox.send((epoch, batch, version, secs, samples)).is_err() {
                                 return;
                             }
                         }
@@ -129,6 +142,7 @@ impl LocalAhead {
             done,
             sent: HashMap::new(),
             finished: HashMap::new(),
+            stats: AheadStats::default(),
             epoch,
             thread: Some(thread),
         })
@@ -174,17 +188,23 @@ impl LocalAhead {
     /// Data batch `batch` if it was sent, with its samples (waited for).
     pub fn take(&mut self, batch: usize) -> Option<Result<SentAhead>> {
         let kept = self.sent.remove(&batch)?;
+        let waiting = std::time::Instant::now();
         while !self.finished.contains_key(&batch) {
             match self.done.recv() {
-                Ok((e, b, v, s)) => {
+                Ok((e, b, v, secs, s)) => {
                     if e == self.epoch.load(Ordering::SeqCst) {
-                        self.finished.insert(b, (v, s));
+                        self.finished.insert(b, (v, secs, s));
                     }
                 }
                 Err(_) => return Some(Err(anyhow!("the async sampler thread has stopped"))),
             }
         }
-        let (version, samples) = self.finished.remove(&batch).expect("just received");
+        let (version, secs, samples) = self.finished.remove(&batch).expect("just received");
+        self.stats.sampled_s += secs;
+        self.stats.waited_s += waiting.elapsed().as_secs_f64();
+        if let Ok(s) = &samples {
+            self.stats.tokens += s.iter().map(|s| s.completion_ids.len()).sum::<usize>();
+        }
         Some(
             samples
                 .map(|samples| SentAhead {
@@ -194,6 +214,11 @@ impl LocalAhead {
                 })
                 .with_context(|| format!("rollouts of data batch {batch} (sampled ahead)")),
         )
+    }
+
+    /// What the batches taken since the last call cost (and starts counting again).
+    pub fn take_stats(&mut self) -> AheadStats {
+        std::mem::take(&mut self.stats)
     }
 
     /// Drops what was sent ahead (at the end of a fit): the thread skips what it has not

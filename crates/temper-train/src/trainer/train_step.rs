@@ -139,6 +139,22 @@ impl Trainer {
         let drawn = self.draw_groups(step, &params)?;
         let gen_s = t_gen.elapsed().as_secs_f64();
         m.insert("timing_s/gen".into(), gen_s);
+        if let Some(a) = self.rollouts.ahead.as_mut() {
+            let s = a.take_stats();
+            if s.sampled_s > 0.0 {
+                // How much of the sampling the update hid: 1 when the batch was ready.
+                m.insert("async/sampler_busy_s".into(), s.sampled_s);
+                m.insert("async/learner_wait_s".into(), s.waited_s);
+                m.insert(
+                    "async/hidden_fraction".into(),
+                    (1.0 - s.waited_s / s.sampled_s).clamp(0.0, 1.0),
+                );
+                m.insert(
+                    "async/sampler_tokens_per_s".into(),
+                    s.tokens as f64 / s.sampled_s,
+                );
+            }
+        }
         self.generate_ahead(self.state.batches_drawn, &params)?;
         m.extend(drawn.metrics(self.state.policy_version));
         let groups = drawn.groups;
