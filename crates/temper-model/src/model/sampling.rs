@@ -51,7 +51,7 @@ impl CausalLm {
     /// for the next call to refresh in place).
     pub fn thaw_after_sampling(&self) {
         let frozen = self.sampling.borrow_mut().take();
-        if self.device().is_cuda() {
+        if frozen.is_some() && self.device().is_cuda() {
             *self.kept_sampling.borrow_mut() = frozen;
         }
     }

@@ -62,9 +62,8 @@ impl Trainer {
     /// `algorithm.filter_groups` as many as it takes (up to `max_num_gen_batches`, default 100)
     /// to collect that many groups with a reward spread.
     pub(super) fn draw_groups(&mut self, step: usize, params: &SamplingParams) -> Result<Drawn> {
-        // Every round samples with the same weights: their sampling copies are built once.
-        self.freeze_sampler();
         let drawn = self.draw_rounds(step, params);
+        // Every round sampled in process used the same sampling copies, built once.
         self.thaw_sampler()?;
         drawn
     }
@@ -87,6 +86,16 @@ impl Trainer {
             let batch_index = self.state.batches_drawn;
             self.state.batches_drawn += 1;
             d.rounds += 1;
+            // A batch sampled now, in process, needs the sampling copies (built at the first
+            // such round; the same choice on every rank: the batches sent ahead are the same).
+            let sent_ahead = self
+                .rollouts
+                .ahead
+                .as_ref()
+                .is_some_and(|a| a.sent.contains_key(&batch_index));
+            if self.rollouts.servers.is_none() && !sent_ahead {
+                self.freeze_sampler();
+            }
             // Data-parallel: each rank samples its share of the prompts, then every rank gets
             // every group (in batch order), so the rest of the step sees the whole batch.
             let local = self.train_batch_groups(batch_index, params)?;

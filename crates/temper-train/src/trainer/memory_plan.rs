@@ -196,6 +196,14 @@ pub(crate) fn estimate(
             },
         ),
     ];
+    // In-process overlap: the sampler thread's own copy of the policy (counted here unless it
+    // lives on rollout.device), and a snapshot of the weights queued for it after each update.
+    if cfg.rollout.async_steps > 0 && !cfg.rollout.is_remote() {
+        if cfg.rollout.device.is_empty() {
+            resident.push(("async sampler copy", params * f32));
+        }
+        resident.push(("weight snapshot", params * f32));
+    }
     // The in-process engine: its copy of the weights and a KV cache for the rows in flight, both
     // in the compute dtype.
     // On CUDA the engine keeps both between rollouts, through the updates: its decode steps,

@@ -279,13 +279,12 @@ impl Trainer {
         }
     }
 
-    /// The sampling phase is over: the copies go (see [`Trainer::freeze_sampler`]).
+    /// The sampling phase is over: the copies go (see [`Trainer::freeze_sampler`]; nothing
+    /// when none were built).
     pub(super) fn thaw_sampler(&self) -> Result<()> {
-        if self.rollouts.servers.is_none() || self.learner.optimizer.is_sharded() {
-            self.rollouts
-                .engine_model(&self.learner.model)
-                .thaw_after_sampling();
-        }
+        self.rollouts
+            .engine_model(&self.learner.model)
+            .thaw_after_sampling();
         self.learner.optimizer.check()
     }
 }
