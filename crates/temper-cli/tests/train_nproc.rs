@@ -90,7 +90,7 @@ fn two_sharded_processes_train_like_one_and_resume() {
         assert!(opt.join(f).is_file(), "{}", opt.join(f).display());
     }
     let copy = common::temp_dir("nproc2-fsdp-copy").join("run");
-    copy_tree(&two, &copy);
+    common::copy_tree(&two, &copy);
     common::output_ok(
         Command::new(env!("CARGO_BIN_EXE_temper"))
             .args(["train", "--resume"])
@@ -116,19 +116,6 @@ fn close_metrics(x: &serde_json::Value, y: &serde_json::Value) {
         }
         if let (Some(p), Some(q)) = (vx.as_f64(), y[k].as_f64()) {
             assert!((p - q).abs() <= 1e-5 * p.abs().max(1.0), "{k}: {p} vs {q}");
-        }
-    }
-}
-
-fn copy_tree(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).unwrap();
-    for e in std::fs::read_dir(from).unwrap() {
-        let e = e.unwrap();
-        let dst = to.join(e.file_name());
-        if e.file_type().unwrap().is_dir() {
-            copy_tree(&e.path(), &dst);
-        } else {
-            std::fs::copy(e.path(), dst).unwrap();
         }
     }
 }

@@ -7,6 +7,41 @@ pub fn python() -> PathBuf {
     temper_base::python::repo_root().join(".venv/bin/python")
 }
 
+/// A TCP port free on 127.0.0.1 now (a test's rendezvous).
+pub fn free_port() -> u16 {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    l.local_addr().unwrap().port()
+}
+
+/// Rank `rank` of a Gloo group of `world` ranks meeting at 127.0.0.1:`port` (tests run the ranks
+/// as threads; a rank that does not come fails the others after a minute).
+pub fn gloo_comm(port: u16, rank: usize, world: usize) -> temper_kernels::Comm {
+    temper_kernels::Comm::connect(&temper_kernels::Rendezvous {
+        host: "127.0.0.1".into(),
+        port,
+        rank,
+        world,
+        store_is_external: false,
+        timeout: std::time::Duration::from_secs(60),
+        backend: temper_kernels::Backend::Gloo,
+    })
+    .unwrap()
+}
+
+/// Copies the folder `from` to `to` (a run folder, to resume it twice).
+pub fn copy_tree(from: &std::path::Path, to: &std::path::Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for e in std::fs::read_dir(from).unwrap() {
+        let e = e.unwrap();
+        let dst = to.join(e.file_name());
+        if e.file_type().unwrap().is_dir() {
+            copy_tree(&e.path(), &dst);
+        } else {
+            std::fs::copy(e.path(), dst).unwrap();
+        }
+    }
+}
+
 /// A fresh, empty temporary folder unique to this test, inside this test process's own folder,
 /// which is removed when the process exits (tests write checkpoints: left behind, one suite run
 /// filled 8 GB of /tmp). `TEMPER_KEEP_TEST_DIRS=1` keeps it, to look at after a failure.

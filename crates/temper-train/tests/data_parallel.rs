@@ -6,33 +6,15 @@ use temper_testkit as common;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::time::Duration;
 
 use common::{tiny_config, weights, OfResponse, ASCII_FRACTION};
-use temper_kernels::{Comm, Rendezvous};
 use temper_train::dist::Dist;
 use temper_train::trainer::Trainer;
 
 type Weights = Vec<(String, tch::Tensor)>;
 
-fn free_port() -> u16 {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    l.local_addr().unwrap().port()
-}
-
 fn connect(port: u16, rank: usize, world: usize) -> Dist {
-    Dist::from_comm(
-        Comm::connect(&Rendezvous {
-            host: "127.0.0.1".into(),
-            port,
-            rank,
-            world,
-            store_is_external: false,
-            timeout: Duration::from_secs(60),
-            backend: temper_kernels::Backend::Gloo,
-        })
-        .unwrap(),
-    )
+    Dist::from_comm(common::gloo_comm(port, rank, world))
 }
 
 const EXTRA: [&str; 2] = ["trainer.total_training_steps=3", "trainer.save_freq=3"];
@@ -53,7 +35,7 @@ const FIRST_CHAR_ASCII: OfResponse = OfResponse {
 
 fn run_with(world: usize, root: &Path, extra: &[&str], binary: bool) -> (PathBuf, Vec<Weights>) {
     let extra: Vec<String> = EXTRA.iter().chain(extra).map(|s| s.to_string()).collect();
-    let port = free_port();
+    let port = common::free_port();
     let handles: Vec<_> = (0..world)
         .map(|rank| {
             let root = root.to_path_buf();
@@ -199,7 +181,7 @@ fn dapo_filtering_and_sharded_evaluation_run_data_parallel_like_one_rank() {
 
 #[test]
 fn a_rank_that_goes_away_stops_the_other_with_a_message() {
-    let port = free_port();
+    let port = common::free_port();
     let root = common::temp_dir("dp-gone");
     let gone = std::thread::spawn(move || {
         // Joins, then leaves before the first step's collective.
@@ -222,7 +204,7 @@ fn a_rank_that_goes_away_stops_the_other_with_a_message() {
 
 #[test]
 fn ranks_with_different_configs_are_refused_on_every_rank() {
-    let port = free_port();
+    let port = common::free_port();
     let handles: Vec<_> = (0..2)
         .map(|rank| {
             std::thread::spawn(move || {
@@ -478,23 +460,9 @@ fn sharded_ranks_train_like_replicated_ones() {
     same_metrics(&dl_dir, &fl_dir);
 }
 
-/// Copies the folder `from` to `to` (a run, to resume it twice).
-fn copy_tree(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).unwrap();
-    for e in std::fs::read_dir(from).unwrap() {
-        let e = e.unwrap();
-        let dst = to.join(e.file_name());
-        if e.file_type().unwrap().is_dir() {
-            copy_tree(&e.path(), &dst);
-        } else {
-            std::fs::copy(e.path(), dst).unwrap();
-        }
-    }
-}
-
 /// Resumes the run in `dir` for one more step over `world` ranks; the ranks' final weights.
 fn resume(dir: &Path, world: usize) -> Vec<Weights> {
-    let port = free_port();
+    let port = common::free_port();
     let handles: Vec<_> = (0..world)
         .map(|rank| {
             let dir = dir.to_path_buf();
@@ -524,7 +492,7 @@ fn a_sharded_checkpoint_resumes_at_another_world_size() {
         .iter()
         .map(|n| {
             let to = common::temp_dir(&format!("fsdp-resume-{n}"));
-            copy_tree(&dir, &to);
+            common::copy_tree(&dir, &to);
             to
         })
         .collect();

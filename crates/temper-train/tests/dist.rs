@@ -3,10 +3,9 @@
 //! rank's gradients; small buckets exercise the multi-bucket path, and a parameter the loss did not
 //! reach still gets the other rank's gradient.
 use std::collections::HashMap;
-use std::time::Duration;
 
 use tch::{Device, Kind, Tensor};
-use temper_kernels::{Backend, Comm, Rendezvous};
+use temper_kernels::Backend;
 use temper_train::dist::{rendezvous_from, Dist};
 
 fn env(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
@@ -85,11 +84,6 @@ fn shards_are_contiguous_and_must_divide() {
     assert!(d.is_root());
 }
 
-fn free_port() -> u16 {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    l.local_addr().unwrap().port()
-}
-
 /// Parameters of rank `rank` with gradients of a rank-dependent loss; on rank 1 the loss leaves the
 /// last parameter untouched (no gradient).
 fn params_with_grads(rank: usize) -> Vec<(String, Tensor)> {
@@ -115,20 +109,11 @@ fn params_with_grads(rank: usize) -> Vec<(String, Tensor)> {
 
 #[test]
 fn gradients_are_summed_in_buckets() {
-    let port = free_port();
+    let port = temper_testkit::free_port();
     let ranks: Vec<_> = (0..2)
         .map(|rank| {
             std::thread::spawn(move || {
-                let comm = Comm::connect(&Rendezvous {
-                    host: "127.0.0.1".into(),
-                    port,
-                    rank,
-                    world: 2,
-                    store_is_external: false,
-                    timeout: Duration::from_secs(60),
-                    backend: temper_kernels::Backend::Gloo,
-                })
-                .unwrap();
+                let comm = temper_testkit::gloo_comm(port, rank, 2);
                 let dist = Dist::from_comm(comm);
                 assert_eq!(dist.shard(&[10, 11, 12, 13], "rows").unwrap(), &[10 + 2 * rank as i32, 11 + 2 * rank as i32]);
                 let e = dist.shard(&[1, 2, 3], "data.train_batch_size").unwrap_err().to_string();

@@ -68,22 +68,42 @@ pub struct Args {
     pub python: Option<PathBuf>,
 }
 
+impl Args {
+    /// The benchmark's model: Qwen2-shaped, of the sizes given, tied head.
+    pub fn model_config(&self) -> ModelConfig {
+        ModelConfig::qwen2_like(
+            self.vocab,
+            self.hidden,
+            self.intermediate,
+            self.layers,
+            self.heads,
+            self.kv_heads,
+            true,
+        )
+    }
+
+    /// The batch and model sizes as the Python sides' flags (`tools/bench_train*.py`).
+    pub fn shape_flags(&self) -> Vec<(&'static str, i64)> {
+        vec![
+            ("--batch", self.batch),
+            ("--seq", self.seq),
+            ("--vocab", self.vocab),
+            ("--hidden", self.hidden),
+            ("--layers", self.layers),
+            ("--heads", self.heads),
+            ("--kv-heads", self.kv_heads),
+            ("--intermediate", self.intermediate),
+        ]
+    }
+}
+
 /// transformers + torch.optim in `tools/bench_train.py`.
 struct TorchWorker(PyWorker);
 
 impl TorchWorker {
     fn start(args: &Args) -> Result<(Self, serde_json::Value)> {
-        let flags = [
-            ("--batch", args.batch),
-            ("--seq", args.seq),
-            ("--vocab", args.vocab),
-            ("--hidden", args.hidden),
-            ("--layers", args.layers),
-            ("--heads", args.heads),
-            ("--kv-heads", args.kv_heads),
-            ("--intermediate", args.intermediate),
-            ("--threads", i64::from(args.threads)),
-        ];
+        let mut flags = args.shape_flags();
+        flags.push(("--threads", i64::from(args.threads)));
         let mut worker_args: Vec<String> = flags
             .iter()
             .flat_map(|(flag, v)| [flag.to_string(), v.to_string()])
@@ -147,15 +167,7 @@ struct RustSide {
 
 impl RustSide {
     fn new(args: &Args) -> Self {
-        let cfg = ModelConfig::qwen2_like(
-            args.vocab,
-            args.hidden,
-            args.intermediate,
-            args.layers,
-            args.heads,
-            args.kv_heads,
-            true,
-        );
+        let cfg = args.model_config();
         let device = device_of(&args.device).expect("checked in run");
         let model = CausalLm::random(cfg, 0, device, ComputeKind::F32);
         let params = model.named_parameters();

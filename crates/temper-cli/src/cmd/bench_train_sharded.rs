@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use tch::{Device, Kind, Tensor};
-use temper_model::{CausalLm, ComputeKind, ModelConfig};
+use temper_model::{CausalLm, ComputeKind};
 use temper_train::config::{ActorConfig, Strategy};
 use temper_train::dist::Dist;
 use temper_train::trainer::Optimizer;
@@ -123,20 +123,13 @@ pub fn run(args: &Args, command_line: &[String]) -> Result<()> {
 fn torch_side(args: &Args) -> Result<Measured> {
     let python = temper_base::python::python(args.python.as_deref());
     let script = temper_base::python::repo_root().join("tools/bench_train_fsdp.py");
-    let flags = [
+    let mut flags = args.shape_flags();
+    flags.extend([
         ("--nproc", args.nproc as i64),
         ("--steps", args.steps as i64),
         ("--warmup", args.warmup as i64),
-        ("--batch", args.batch),
-        ("--seq", args.seq),
-        ("--vocab", args.vocab),
-        ("--hidden", args.hidden),
-        ("--layers", args.layers),
-        ("--heads", args.heads),
-        ("--kv-heads", args.kv_heads),
-        ("--intermediate", args.intermediate),
         ("--threads", threads_per_rank(args) as i64),
-    ];
+    ]);
     let mut cmd = std::process::Command::new(&python);
     cmd.arg(&script);
     for (flag, v) in flags {
@@ -189,16 +182,7 @@ pub fn rank(args: &Args) -> Result<()> {
     if args.threads > 0 {
         tch::set_num_threads(args.threads);
     }
-    let cfg = ModelConfig::qwen2_like(
-        args.vocab,
-        args.hidden,
-        args.intermediate,
-        args.layers,
-        args.heads,
-        args.kv_heads,
-        true,
-    );
-    let model = CausalLm::random(cfg, 0, Device::Cpu, ComputeKind::F32);
+    let model = CausalLm::random(args.model_config(), 0, Device::Cpu, ComputeKind::F32);
     let params = model.trainable_parameters();
     let mut actor = ActorConfig {
         strategy,

@@ -153,7 +153,7 @@ pub(crate) fn estimate(
     // parameter over the world size) and the weights outside the decoder layers whole; a layer
     // is whole while it runs (and, in a ZeRO-2 update, all of them).
     let world64 = world.max(1) as u64;
-    let (outside, _) = trainable_outside_and_per_layer(cfg, m);
+    let (outside, layer) = trainable_outside_and_per_layer(cfg, m);
     let (weights, slices) = if place.sharded {
         (
             weights - trainable * f32 + outside * f32,
@@ -284,16 +284,12 @@ pub(crate) fn estimate(
     let (update_weights, gradients) = match (place.sharded, place.per_layer) {
         (false, _) => (0, trainable * f32),
         (true, false) => (trainable * f32, trainable * f32),
-        (true, true) => {
-            let (outside, layer) = trainable_outside_and_per_layer(cfg, m);
-            (layer * f32, (outside + layer) * f32)
-        }
+        (true, true) => (layer * f32, (outside + layer) * f32),
     };
     // Sharded, outside the update the layers are gathered one at a time (the sampler's copies
     // are built layer by layer, the old and reference passes run layer by layer).
     let mut rollout = rollout;
     if place.sharded {
-        let (_, layer) = trainable_outside_and_per_layer(cfg, m);
         rollout.push(("gathered layer", layer * f32));
     }
     let update = vec![

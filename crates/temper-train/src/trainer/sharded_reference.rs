@@ -3,10 +3,8 @@
 //! ranks on Gloo, the per-layer (ZeRO-3, checkpointed) and the whole-weights (ZeRO-2) update, and
 //! the per-layer update with one rank a micro-batch short (swept idle).
 use std::sync::Arc;
-use std::time::Duration;
 
 use tch::{Device, Kind, Tensor};
-use temper_kernels::{Comm, Rendezvous};
 use temper_model::{CausalLm, ComputeKind};
 
 use super::optimizer::Optimizer;
@@ -41,24 +39,11 @@ fn micro_batches(rank: usize, uneven: bool) -> Vec<Vec<usize>> {
 }
 
 fn temper_run(world: usize, per_layer: bool, uneven: bool) -> Run {
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let port = temper_testkit::free_port();
     let handles: Vec<_> = (0..world)
         .map(|rank| {
             std::thread::spawn(move || {
-                let comm = Comm::connect(&Rendezvous {
-                    host: "127.0.0.1".into(),
-                    port,
-                    rank,
-                    world,
-                    store_is_external: false,
-                    timeout: Duration::from_secs(60),
-                    backend: temper_kernels::Backend::Gloo,
-                })
-                .unwrap();
+                let comm = temper_testkit::gloo_comm(port, rank, world);
                 let dist = Arc::new(Dist::from_comm(comm));
                 rank_run(&dist, per_layer, uneven)
             })
