@@ -88,7 +88,7 @@ pub use model::{CausalLm, LayerCheckpoints, TRIM_HEAP_MIN_PARAMS};
 pub use padded::PaddedRows;
 pub use policy::Policy;
 pub use residency::LayerResidency;
-pub use roof::Roof;
+pub use roof::{DecodeWork, Roof};
 pub use shared_base::{SharedBase, SharedBases};
 pub use shared_prefix::SharedPrefixRows;
 pub use static_decode::DecodeCounts;

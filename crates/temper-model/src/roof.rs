@@ -6,7 +6,9 @@
 //! (the memory bandwidth, which bounds decoding). FLOPs follow the usual MFU convention: 2 per
 //! multiply-add of the model's matmuls; a training pass is three forwards' worth (the backward's
 //! input and weight gradients) when every weight trains, two with LoRA (no base weight gradients);
-//! recomputation (activation checkpointing) is not counted.
+//! recomputation (activation checkpointing) is not counted. A decode step is read against the
+//! copy roof (the usual MBU convention): it reads every matmul weight once for all its rows, and
+//! each row reads its keys and values.
 
 use std::time::Instant;
 
@@ -88,6 +90,72 @@ fn best_of(device: Device, runs: usize, mut f: impl FnMut()) -> f64 {
         best = best.min(t.elapsed().as_secs_f64());
     }
     best.max(1e-12)
+}
+
+/// What decode steps did, counted by the sampling engine: the work a decoding rate is read
+/// against (prefill steps, compute-bound, are not counted here).
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct DecodeWork {
+    /// Decode steps (each one forward of every running row by one token).
+    pub steps: u64,
+    /// Tokens decoded (rows summed over steps).
+    pub tokens: u64,
+    /// Positions the decoded tokens attended to (each row's prompt and completion so far).
+    pub attended: u64,
+    /// Seconds the decode steps took, sampling and bookkeeping included.
+    pub seconds: f64,
+}
+
+impl DecodeWork {
+    /// The work of both.
+    pub fn plus(self, other: DecodeWork) -> DecodeWork {
+        DecodeWork {
+            steps: self.steps + other.steps,
+            tokens: self.tokens + other.tokens,
+            attended: self.attended + other.attended,
+            seconds: self.seconds + other.seconds,
+        }
+    }
+
+    /// Bytes the steps read at least, for `config` with weights and cache in `compute`: every
+    /// matmul weight once a step, every attended position's key and value once a token.
+    pub fn bytes(&self, config: &ModelConfig, compute: ComputeKind) -> f64 {
+        let elem = compute.kind().elt_size_in_bytes() as f64;
+        let weights = (config.layer_matmul_params() + config.head_matmul_params()) as f64;
+        let kv_per_position =
+            2 * config.num_hidden_layers * config.num_key_value_heads * config.head_dim;
+        elem * (weights * self.steps as f64 + kv_per_position as f64 * self.attended as f64)
+    }
+
+    /// FLOPs of the steps: the matmuls for every token, and the attention's two products
+    /// (scores and the weighted values) over every attended position.
+    pub fn flops(&self, config: &ModelConfig) -> f64 {
+        let matmuls = 2.0
+            * (config.layer_matmul_params() + config.head_matmul_params()) as f64
+            * self.tokens as f64;
+        let per_position =
+            4 * config.num_hidden_layers * config.num_attention_heads * config.head_dim;
+        matmuls + per_position as f64 * self.attended as f64
+    }
+
+    /// `perf/decode_*`: achieved TFLOP/s, GB/s, and the GB/s as a fraction of `roof`'s copy.
+    pub fn metrics(
+        &self,
+        config: &ModelConfig,
+        compute: ComputeKind,
+        roof: &Roof,
+    ) -> [(&'static str, f64); 3] {
+        let secs = self.seconds.max(1e-9);
+        let bytes_per_s = self.bytes(config, compute) / secs;
+        [
+            ("perf/decode_tflops", self.flops(config) / secs / 1e12),
+            ("perf/decode_gb_per_s", bytes_per_s / 1e9),
+            (
+                "perf/decode_bandwidth_fraction",
+                bytes_per_s / roof.copy_bytes,
+            ),
+        ]
+    }
 }
 
 impl ModelConfig {

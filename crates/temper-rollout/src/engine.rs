@@ -17,11 +17,12 @@
 
 use std::collections::HashMap;
 use std::sync::Mutex;
+use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha20Rng;
-use temper_model::CausalLm;
+use temper_model::{CausalLm, DecodeWork};
 
 use crate::draw::next_key;
 use crate::params::{Finish, Request, Sample, StopReason};
@@ -81,6 +82,8 @@ pub struct Engine<'a> {
     decode: DecodeMode,
     /// Seeds for requests without one: reproducible per engine, different on every call.
     seeder: Mutex<ChaCha20Rng>,
+    /// What this engine's decode steps did, over all its calls.
+    work: Mutex<DecodeWork>,
 }
 
 /// How decode steps run.
@@ -135,6 +138,7 @@ impl<'a> Engine<'a> {
             config,
             decode: DecodeMode::Auto,
             seeder: Mutex::new(ChaCha20Rng::seed_from_u64(config.seed)),
+            work: Mutex::new(DecodeWork::default()),
         }
     }
 
@@ -159,6 +163,11 @@ impl<'a> Engine<'a> {
 
     pub fn model(&self) -> &CausalLm {
         self.model
+    }
+
+    /// What this engine's decode steps did so far, over all its calls (`perf/decode_*`).
+    pub fn decode_work(&self) -> DecodeWork {
+        *self.work.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     pub fn eos_ids(&self) -> &[i64] {
@@ -331,9 +340,18 @@ impl<'a> Engine<'a> {
                 batch.keep_rows(self.model, &keep);
             }
             let units = scheduler.admit(batch.rows().len());
+            // A decode step (not a prefill): its work and time, to the end of this iteration
+            // (sampling reads the tokens back, so the time is the device's too).
+            let mut decoding = None;
             let logits = if !units.is_empty() {
                 batch.rebuild(self.model, &prepared, &units)?
             } else if !batch.rows().is_empty() {
+                let attended: usize = batch
+                    .rows()
+                    .iter()
+                    .map(|r| prepared[&r.request].request.prompt_ids.len() + r.completion.len())
+                    .sum();
+                decoding = Some((Instant::now(), batch.rows().len(), attended));
                 batch.decode(self.model)?
             } else if accepting {
                 continue;
@@ -401,6 +419,15 @@ impl<'a> Engine<'a> {
                 prepared.remove(&r);
             }
             batch.keep_rows(self.model, &keep);
+            if let Some((started, rows, attended)) = decoding {
+                let mut work = self.work.lock().unwrap_or_else(|e| e.into_inner());
+                *work = work.plus(DecodeWork {
+                    steps: 1,
+                    tokens: rows as u64,
+                    attended: attended as u64,
+                    seconds: started.elapsed().as_secs_f64(),
+                });
+            }
             progress(Progress {
                 finished_samples: finished,
                 total_samples: 0,

@@ -15,12 +15,14 @@
 //!
 //! Each configuration is timed twice: with `--new-tokens` and with 1 new token (prefill + one
 //! step), so decode tok/s = rows * (new_tokens - 1) / (t_full - t_one); end-to-end tok/s counts
-//! every new token over the whole `generate` call.
+//! every new token over the whole `generate` call. The decode rate is also read as bytes: every
+//! matmul weight once a step and every attended key and value once a token
+//! (`temper_model::DecodeWork`), beside the copy roof measured at the start.
 use std::path::PathBuf;
 use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
-use temper_model::{CausalLm, ComputeKind};
+use temper_model::{CausalLm, ComputeKind, DecodeWork, Roof};
 use temper_rollout::draw::request_seed;
 use temper_rollout::{Engine, EngineConfig, Request, SamplingParams};
 
@@ -263,6 +265,7 @@ pub fn run(args: Args) -> Result<()> {
         }
     }
     eprintln!("libtorch threads: {}", tch::get_num_threads());
+    let roof = Roof::measure(args.dtype, device);
     // Warm-up (allocator, oneDNN kernels) on every side.
     let warm = prompts(2, args.prompt_len, vocab);
     temper_generate(&model, &warm, 4)?;
@@ -275,11 +278,12 @@ pub fn run(args: Args) -> Result<()> {
         args.model, args.dtype, args.device, args.prompt_len, args.new_tokens, args.rounds
     );
     println!("kernels: {}", model.kernel_report());
+    println!("roof: {}", roof.describe(args.dtype));
     for peer in peers.iter().filter(|p| p.worker.is_some()) {
         println!("peer: {}", peer.imp.label());
     }
-    println!("| batch | side | end-to-end tok/s | decode tok/s |");
-    println!("| ---: | --- | ---: | ---: |");
+    println!("| batch | side | end-to-end tok/s | decode tok/s | decode GB/s (of copy roof) |");
+    println!("| ---: | --- | ---: | ---: | ---: |");
     for &b in &args.batch {
         let ps = prompts(b, args.prompt_len, vocab);
         // Untimed, as the compiled peer's warm-up: on CUDA this captures the batch's decode step.
@@ -301,20 +305,31 @@ pub fn run(args: Args) -> Result<()> {
                 }
             }
         }
+        // The decode steps after the first token: step j attends to the prompt and j tokens.
+        let steps = (args.new_tokens - 1) as u64;
+        let decode_work = |seconds: f64| DecodeWork {
+            steps,
+            tokens: b as u64 * steps,
+            attended: b as u64 * (1..=steps).map(|j| args.prompt_len as u64 + j).sum::<u64>(),
+            seconds,
+        };
         let rates = |full: &mut Vec<f64>, one: &mut Vec<f64>| {
             let (f, o) = (median(full), median(one));
             let e2e = (b * args.new_tokens) as f64 / f;
             let decode = (b * (args.new_tokens - 1)) as f64 / (f - o).max(1e-9);
-            (e2e, decode)
+            let [_, (_, gb_per_s), (_, of_roof)] =
+                decode_work(f - o).metrics(model.config(), args.dtype, &roof);
+            let bandwidth = format!("{gb_per_s:.1} ({:.0}%)", 100.0 * of_roof);
+            (e2e, decode, bandwidth)
         };
-        let (oe, od) = rates(&mut ours_full, &mut ours_one);
-        println!("| {b} | temper | {oe:.1} | {od:.1} |");
+        let (oe, od, ob) = rates(&mut ours_full, &mut ours_one);
+        println!("| {b} | temper | {oe:.1} | {od:.1} | {ob} |");
         // A peer that failed during this batch size has no row for it.
         for peer in peers.iter_mut().filter(|p| p.worker.is_some()) {
-            let (he, hd) = rates(&mut peer.full, &mut peer.one);
-            println!("| {b} | {} | {he:.1} | {hd:.1} |", peer.imp.label());
+            let (he, hd, hb) = rates(&mut peer.full, &mut peer.one);
+            println!("| {b} | {} | {he:.1} | {hd:.1} | {hb} |", peer.imp.label());
             println!(
-                "| {b} | {} | {:.2}x | {:.2}x |",
+                "| {b} | {} | {:.2}x | {:.2}x | |",
                 peer.imp.ratio_label(),
                 oe / he,
                 od / hd

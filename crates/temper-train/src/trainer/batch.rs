@@ -2,7 +2,7 @@
 //! ([`temper_model::PaddedRows`]): prompts left-padded to the longest prompt `P`, responses
 //! right-padded to the longest response `R` (verl's), so that a response token `j` sits at
 //! column `P + j` and is predicted by the hidden state at `P + j - 1`.
-use super::partition::MiniBatch;
+use super::partition::{MiniBatch, Rows};
 use crate::dist::Dist;
 use anyhow::Result;
 use tch::{Device, Kind, Tensor};
@@ -136,32 +136,22 @@ impl Batch {
         }
     }
 
-    /// Rows `idx` of a (N, ...) tensor of this batch.
-    pub fn rows_of(t: &Tensor, idx: &[i64]) -> Tensor {
-        let is_range = idx.windows(2).all(|w| w[1] == w[0] + 1);
-        if is_range && !idx.is_empty() {
-            t.narrow(0, idx[0], idx.len() as i64)
-        } else {
-            t.index_select(0, &Tensor::from_slice(idx).to(t.device()))
-        }
-    }
-
     /// `(logp, entropy)` (rows, R) of the response tokens of rows `idx` under `model`, with
     /// autograd unless called under no_grad (then finish `loss.backward()` with
     /// [`TokenScores::backward`]). Only response positions reach the LM head, `chunk` tokens at a
     /// time.
     /// With `checkpoint_layers` (`actor.gradient_checkpointing`), the decoder keeps only each
     /// layer's input and runs the layers again in the scores' backward.
-    pub fn response_scores<'m>(
+    pub(crate) fn response_scores<'m>(
         &self,
         model: &'m CausalLm,
-        idx: &[i64],
+        idx: &Rows,
         temperature: f64,
         chunk: i64,
         checkpoint_layers: bool,
     ) -> Result<TokenScores<'m>> {
         let t = if temperature > 0.0 { temperature } else { 1.0 };
-        let ids = Self::rows_of(&self.input_ids, idx);
+        let ids = idx.of(&self.input_ids);
         let (hidden, checkpoints) = match (&self.packed, &self.prompt_owner) {
             (Some(tokens), owner) => {
                 let rows: Vec<(&[i64], &[i64])> = idx
@@ -180,8 +170,8 @@ impl Batch {
             }
             (None, Some(owner)) => self.shared_hidden(model, idx, owner, checkpoint_layers),
             (None, None) => {
-                let mask = Self::rows_of(&self.attention_mask, idx);
-                let pos = Self::rows_of(&self.position_ids, idx);
+                let mask = idx.of(&self.attention_mask);
+                let pos = idx.of(&self.position_ids);
                 let (hidden, checkpoints) = if checkpoint_layers {
                     let (h, c) = model.forward_hidden_checkpointed(&ids, &pos, &mask);
                     (h, Some(c))
@@ -233,9 +223,7 @@ impl Batch {
                 let (lp, _) = self
                     .response_scores(model, idx, temperature, chunk, false)?
                     .into_parts();
-                let _ =
-                    out.shallow_clone()
-                        .index_copy_(0, &Tensor::from_slice(idx).to(device), &lp);
+                let _ = out.shallow_clone().index_copy_(0, idx.on_device(), &lp);
             }
             for _ in 0..idle {
                 model.sweep_idle_micro_batch(self.forward_sweeps(), false);
@@ -251,7 +239,7 @@ impl Batch {
     fn shared_hidden<'m>(
         &self,
         model: &'m CausalLm,
-        idx: &[i64],
+        idx: &Rows,
         owner: &[usize],
         checkpoint_layers: bool,
     ) -> (Tensor, Option<LayerCheckpoints<'m>>) {
@@ -268,15 +256,16 @@ impl Batch {
                 k as i64
             })
             .collect();
-        let cols = |t: &Tensor, rows: &[i64], start: i64, len: i64| {
-            Self::rows_of(t, rows).narrow(1, start, len)
-        };
-        let device = self.input_ids.device();
+        let cols = |t: &Tensor, rows: &Rows, start: i64, len: i64| rows.of(t).narrow(1, start, len);
+        // The distinct prompts and each row's prompt, in one copy to the device.
+        let (k, n) = (distinct.len() as i64, prompt_of_row.len() as i64);
+        let both = Rows::new([distinct, prompt_of_row].concat(), self.input_ids.device());
+        let distinct = both.narrow(0, k);
         let rows = temper_model::SharedPrefixRows {
             prompt_ids: &cols(&self.input_ids, &distinct, 0, p),
             prompt_mask: &cols(&self.attention_mask, &distinct, 0, p),
             prompt_positions: &cols(&self.position_ids, &distinct, 0, p),
-            prompt_of_row: &Tensor::from_slice(&prompt_of_row).to(device),
+            prompt_of_row: &both.on_device().narrow(0, k, n),
             response_ids: &cols(&self.input_ids, idx, p, r),
             response_mask: &cols(&self.attention_mask, idx, p, r),
             response_positions: &cols(&self.position_ids, idx, p, r),

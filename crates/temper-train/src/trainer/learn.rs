@@ -133,6 +133,7 @@ impl Learner {
             seed: mix(self.settings.seed, step as u64, 0x7368_7566),
             rank: dist.rank,
             world,
+            device: self.model.device(),
         }
     }
 }

@@ -483,6 +483,7 @@ impl Trainer {
                 ahead,
                 sampler_model,
                 cfg: cfg.rollout,
+                decode_work: Default::default(),
             },
             env,
         })

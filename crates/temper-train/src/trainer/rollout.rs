@@ -20,6 +20,8 @@ pub(crate) struct Rollouts {
     pub(super) sampler_model: Option<CausalLm>,
     /// The `rollout` section (engine batch size, weight sync, prefetch, sampling).
     pub(super) cfg: crate::config::RolloutConfig,
+    /// What the in-process engine's decode steps did since [`Rollouts::take_decode_work`].
+    pub(super) decode_work: std::sync::Mutex<temper_model::DecodeWork>,
 }
 
 impl Rollouts {
@@ -55,15 +57,23 @@ impl Rollouts {
         if requests.is_empty() {
             return Ok(vec![]);
         }
-        let engine;
+        let mut engine = None;
         let sampler: &dyn Sampler = match &self.servers {
             Some(r) if on_servers => r.sampler.as_ref(),
-            _ => {
-                engine = self.engine(self.engine_model(policy), eos_ids, tokenizer, seed);
-                &engine
-            }
+            _ => engine.insert(self.engine(self.engine_model(policy), eos_ids, tokenizer, seed)),
         };
-        sampler.sample(requests)
+        let samples = sampler.sample(requests);
+        if let Some(engine) = engine {
+            let mut work = self.decode_work.lock().unwrap_or_else(|e| e.into_inner());
+            *work = work.plus(engine.decode_work());
+        }
+        samples
+    }
+
+    /// What the in-process engine's decode steps did since the last call (nothing with
+    /// servers or the sampler thread).
+    pub(super) fn take_decode_work(&self) -> temper_model::DecodeWork {
+        std::mem::take(&mut *self.decode_work.lock().unwrap_or_else(|e| e.into_inner()))
     }
 
     /// The in-process engine over `model` (the policy, its copy, or a debate's judge),

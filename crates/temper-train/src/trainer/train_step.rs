@@ -25,6 +25,20 @@ impl Trainer {
             .then(|| model.static_decode_counts())
     }
 
+    /// `perf/decode_tflops`, `perf/decode_gb_per_s` and `perf/decode_bandwidth_fraction` of the
+    /// in-process engine's decode steps this step, read against the roof measured at start
+    /// (when the engine samples on the trainer's device, where the roof was measured).
+    fn decode_metrics(&self, m: &mut StepMetrics) {
+        let work = self.rollouts.take_decode_work();
+        let model = self.rollouts.engine_model(&self.learner.model);
+        if work.steps == 0 || model.device() != self.learner.model.device() {
+            return;
+        }
+        for (k, v) in work.metrics(model.config(), model.compute(), &self.learner.roof) {
+            m.insert(k.into(), v);
+        }
+    }
+
     pub(crate) fn rollout_params(&self) -> SamplingParams {
         self.rollouts
             .cfg
@@ -61,6 +75,8 @@ impl Trainer {
         let t_step = Instant::now();
         let mut m = StepMetrics::new();
         let decode_before = self.decode_counts();
+        // Decoding done outside the step (evaluation) is not this step's.
+        self.rollouts.take_decode_work();
         // 1. Draw, roll out, score.
         let episodes = match self.env.is_some() {
             true => self.env_episodes(step, &mut m)?,
@@ -80,6 +96,7 @@ impl Trainer {
                 before.failed_captures,
             );
         }
+        self.decode_metrics(&mut m);
         // 2. The batch (none: nothing to learn from this step).
         let batch = self.step_batch(step, &episodes, &mut m)?;
         // 3. Advantages and the update.

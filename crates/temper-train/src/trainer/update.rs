@@ -99,11 +99,11 @@ impl Learner {
                 // The loss normalises by the whole mini-batch (every rank's rows).
                 let ctx = self
                     .loss_cfg
-                    .context(&[&Batch::rows_of(response_mask, &mb.all)])?;
+                    .context(&[&mb.all.of(response_mask)])?;
                 let masks: Vec<Tensor> = mb
                     .mine
                     .iter()
-                    .map(|idx| Batch::rows_of(response_mask, idx))
+                    .map(|idx| idx.of(response_mask))
                     .collect();
                 let mut additive: BTreeMap<&'static str, Tensor> = BTreeMap::new();
                 for (idx, mask) in mb.mine.iter().zip(&masks) {
@@ -123,20 +123,16 @@ impl Learner {
                         scores.entropy.detach()
                     };
                     let old_mb = match old {
-                        Some(o) => Batch::rows_of(o, idx),
+                        Some(o) => idx.of(o),
                         None => {
                             let d = logp.detach();
-                            let _ = recorded.index_copy_(
-                                0,
-                                &Tensor::from_slice(idx).to(d.device()),
-                                &d,
-                            );
+                            let _ = recorded.index_copy_(0, idx.on_device(), &d);
                             d
                         }
                     };
-                    let adv_mb = Batch::rows_of(advantages, idx);
-                    let ref_mb = reference.map(|r| Batch::rows_of(r, idx));
-                    let w_mb = is_weights.map(|w| Batch::rows_of(w, idx));
+                    let adv_mb = idx.of(advantages);
+                    let ref_mb = reference.map(|r| idx.of(r));
+                    let w_mb = is_weights.map(|w| idx.of(w));
                     let out = temper_algo::actor_loss(
                         &self.loss_cfg,
                         &temper_algo::ActorLossInput {
@@ -151,7 +147,7 @@ impl Learner {
                         &ctx,
                     )?;
                     if self.settings.check_on_policy && epoch == 0 && mb_i == 0 {
-                        let valid = Batch::rows_of(&batch.response_mask, idx);
+                        let valid = idx.of(&batch.response_mask);
                         check_reproduces(step, &logp, &old_mb, &valid)?;
                     }
                     // A loss without a graph (no token left to train on) adds no gradient;
