@@ -47,7 +47,7 @@ pub use policy_loss::{
     policy_loss, PolicyLossInput, PolicyLossMode, PolicyLossOutput, PolicyLossParams,
 };
 pub use rollout_correction::{
-    rollout_correction, CorrectionLevel, RolloutCorrection, RolloutCorrectionOutput,
+    rollout_correction, CorrectionLevel, IsCap, RolloutCorrection, RolloutCorrectionOutput,
 };
 pub use tinker_loss::TinkerLoss;
 pub use vectors::{run_vectors, CaseResult, Report};

@@ -5,6 +5,9 @@
 //! `rho_i = exp(sum_t M (old - roll))`:
 //! - truncated IS (`rollout_is`): token weights `min(rho_t, C)`, or the sequence weight
 //!   `min(rho_i, C)` on every token of the sequence; detached; `C` = `rollout_is_threshold` (2).
+//!   With `rollout_is_cap = "drop"` a weight above `C` is 0 instead (the token stays in the
+//!   loss's denominator): AReaL's `behav_imp_weight_cap`, its decoupled PPO's behaviour weight
+//!   `pi_prox / pi_behav` with `old` the proximal policy and `roll` the behaviour one.
 //! - masked IS / rejection (`rollout_rs`): tokens (or whole sequences) whose ratio is outside
 //!   `[1/C, C]` are removed from the mask; `C` = `rollout_rs_threshold`, else the IS threshold.
 //! - `bypass_mode`: the trainer uses `roll` as `old` (no recompute); nothing to compute here.
@@ -29,6 +32,18 @@ named_enum! {
     }
 }
 
+named_enum! {
+    /// What a truncated-IS weight above the threshold becomes.
+    #[derive(Default)]
+    pub enum IsCap ("rollout_is_cap") {
+        /// The threshold (verl's truncated IS).
+        #[default]
+        Truncate => "truncate",
+        /// 0: the token adds nothing (AReaL's `behav_imp_weight_cap`).
+        Drop => "drop",
+    }
+}
+
 fn default_threshold() -> f64 {
     2.0
 }
@@ -42,6 +57,8 @@ pub struct RolloutCorrection {
     #[serde(default = "default_threshold")]
     pub rollout_is_threshold: f64,
     #[serde(default)]
+    pub rollout_is_cap: IsCap,
+    #[serde(default)]
     pub rollout_rs: Option<CorrectionLevel>,
     #[serde(default)]
     pub rollout_rs_threshold: Option<f64>,
@@ -54,6 +71,7 @@ impl Default for RolloutCorrection {
         RolloutCorrection {
             rollout_is: None,
             rollout_is_threshold: default_threshold(),
+            rollout_is_cap: IsCap::Truncate,
             rollout_rs: None,
             rollout_rs_threshold: None,
             bypass_mode: false,
@@ -124,7 +142,15 @@ pub fn rollout_correction(
     };
 
     let weights = cfg.rollout_is.map(|level| {
-        let w = log_ratio(level).exp().clamp_max(cfg.rollout_is_threshold);
+        let rho = log_ratio(level).exp();
+        let c = cfg.rollout_is_threshold;
+        let w = match cfg.rollout_is_cap {
+            IsCap::Truncate => rho.clamp_max(c),
+            IsCap::Drop => {
+                let kept = rho.le(c).to_kind(rho.kind());
+                &rho * kept
+            }
+        };
         metrics.insert(
             "rollout_corr/rollout_is_mean",
             value(&masked_mean(&w, &m, None)),

@@ -140,6 +140,7 @@ pub(crate) const OPS: &[OpSpec] = &[
         args: &[
             "rollout_is",
             "rollout_is_threshold",
+            "rollout_is_cap",
             "rollout_rs",
             "rollout_rs_threshold",
         ],

@@ -15,7 +15,7 @@ use crate::grpo_microbatch::{grpo_microbatch_train_step, MicrobatchStep};
 use crate::kl::{apply_kl_in_reward, kl_penalty, KlController, KlCtrlConfig, KlType};
 use crate::masked::masked_mean;
 use crate::policy_loss::{policy_loss, PolicyLossInput, PolicyLossMode, PolicyLossParams};
-use crate::rollout_correction::{rollout_correction, CorrectionLevel, RolloutCorrection};
+use crate::rollout_correction::{rollout_correction, CorrectionLevel, IsCap, RolloutCorrection};
 
 fn want_dims(t: &Tensor, dims: usize, name: &str) -> Result<()> {
     if t.dim() != dims {
@@ -342,6 +342,7 @@ pub(super) fn run_rollout_correction(a: &Args, inp: &Inputs, wants: &Want) -> Re
     let cfg = RolloutCorrection {
         rollout_is: a.parse::<CorrectionLevel>("rollout_is")?,
         rollout_is_threshold: a.f64_or("rollout_is_threshold", d.rollout_is_threshold)?,
+        rollout_is_cap: a.parse::<IsCap>("rollout_is_cap")?.unwrap_or_default(),
         rollout_rs: a.parse::<CorrectionLevel>("rollout_rs")?,
         rollout_rs_threshold: a.opt_f64("rollout_rs_threshold", None)?,
         bypass_mode: false,

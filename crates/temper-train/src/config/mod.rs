@@ -416,6 +416,9 @@ pub struct RolloutCorrectionConfig {
     /// `token` or `sequence`; `None` = off.
     pub rollout_is: Option<CorrectionLevel>,
     pub rollout_is_threshold: f64,
+    /// A weight above the threshold: `truncate` (verl) or `drop` (AReaL's
+    /// `behav_imp_weight_cap`).
+    pub rollout_is_cap: temper_algo::IsCap,
     /// `token` or `sequence` rejection sampling; `None` = off.
     pub rollout_rs: Option<CorrectionLevel>,
     pub rollout_rs_threshold: f64,
@@ -428,6 +431,7 @@ impl Default for RolloutCorrectionConfig {
         Self {
             rollout_is: None,
             rollout_is_threshold: 2.0,
+            rollout_is_cap: temper_algo::IsCap::Truncate,
             rollout_rs: None,
             rollout_rs_threshold: 2.0,
             bypass_mode: false,

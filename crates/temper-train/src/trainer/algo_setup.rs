@@ -68,6 +68,7 @@ pub(super) fn algo_configs(
     let corr = temper_algo::RolloutCorrection {
         rollout_is: rc.rollout_is,
         rollout_is_threshold: rc.rollout_is_threshold,
+        rollout_is_cap: rc.rollout_is_cap,
         rollout_rs: rc.rollout_rs,
         rollout_rs_threshold: Some(rc.rollout_rs_threshold),
         bypass_mode: rc.bypass_mode,
