@@ -119,5 +119,8 @@ fn decoupled_objective_matches_areal_papers_formula() {
             );
         }
     }
-    assert!(capped_somewhere, "no case has a behaviour weight above its cap");
+    assert!(
+        capped_somewhere,
+        "no case has a behaviour weight above its cap"
+    );
 }

@@ -75,7 +75,9 @@ fn decode_work_matches_transformers_cache_and_flop_counter() {
     let model = temper_model::CausalLm::random(cfg.clone(), 7, tch::Device::Cpu, ComputeKind::F32);
     let requests: Vec<temper_rollout::Request> = (0..rows)
         .map(|i| temper_rollout::Request {
-            prompt_ids: (0..prompt as i64).map(|t| (t * 31 + i as i64) % vocab).collect(),
+            prompt_ids: (0..prompt as i64)
+                .map(|t| (t * 31 + i as i64) % vocab)
+                .collect(),
             params: temper_rollout::SamplingParams {
                 max_tokens: new,
                 min_tokens: new,
@@ -84,12 +86,11 @@ fn decode_work_matches_transformers_cache_and_flop_counter() {
             },
         })
         .collect();
-    let engine = temper_rollout::Engine::new(&model, vec![]).with_config(
-        temper_rollout::EngineConfig {
+    let engine =
+        temper_rollout::Engine::new(&model, vec![]).with_config(temper_rollout::EngineConfig {
             max_batch_rows: rows,
             ..Default::default()
-        },
-    );
+        });
     let samples = engine.generate(&requests, &mut |_| {}).unwrap();
     assert!(samples.iter().all(|s| s.completion_ids.len() == new));
     let work = engine.decode_work();

@@ -193,8 +193,14 @@ mod tests {
             a[0].all.to_vec()
         );
         // Each list's copy on the device is its own indices (views of one copy).
-        for rows in a.iter().flat_map(|mb| std::iter::once(&mb.all).chain(&mb.mine)) {
-            assert_eq!(Vec::<i64>::try_from(rows.on_device()).unwrap(), rows.to_vec());
+        for rows in a
+            .iter()
+            .flat_map(|mb| std::iter::once(&mb.all).chain(&mb.mine))
+        {
+            assert_eq!(
+                Vec::<i64>::try_from(rows.on_device()).unwrap(),
+                rows.to_vec()
+            );
         }
         // A mini-batch the world does not divide: every row is one rank's.
         let odd = |rank| Partition {

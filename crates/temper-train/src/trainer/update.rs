@@ -97,14 +97,8 @@ impl Learner {
                 }
                 let mut backward_ran = false;
                 // The loss normalises by the whole mini-batch (every rank's rows).
-                let ctx = self
-                    .loss_cfg
-                    .context(&[&mb.all.of(response_mask)])?;
-                let masks: Vec<Tensor> = mb
-                    .mine
-                    .iter()
-                    .map(|idx| idx.of(response_mask))
-                    .collect();
+                let ctx = self.loss_cfg.context(&[&mb.all.of(response_mask)])?;
+                let masks: Vec<Tensor> = mb.mine.iter().map(|idx| idx.of(response_mask)).collect();
                 let mut additive: BTreeMap<&'static str, Tensor> = BTreeMap::new();
                 for (idx, mask) in mb.mine.iter().zip(&masks) {
                     let (positions, scored) = batch.forward_positions(idx);
