@@ -608,10 +608,18 @@ fn summary(m: &StepMetrics) -> String {
         ("timing_s/step", "s/step"),
         ("perf/max_memory_allocated_gb", "mem_gb"),
     ];
-    keys.iter()
+    let mut parts: Vec<String> = keys
+        .iter()
         .filter_map(|(k, short)| m.get(*k).map(|v| format!("{short}={v:.4}")))
-        .collect::<Vec<_>>()
-        .join(" ")
+        .collect();
+    // An overlapped run's staleness: the most versions a trained answer lagged this step.
+    let overlapped = m.contains_key("async/hidden_fraction");
+    if let Some(&lag) = m.get("rollout/policy_lag_max") {
+        if overlapped || lag > 0.0 {
+            parts.push(format!("lag={lag:.0}"));
+        }
+    }
+    parts.join(" ")
 }
 
 /// `model.path` resolved to a folder (`smollm2` and hub ids via temper-model).
@@ -631,5 +639,23 @@ impl Drop for Trainer {
         if !self.dist.is_root() {
             let _ = std::fs::remove_dir_all(&self.run.root);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_progress_line_shows_the_lag_of_an_overlapped_run() {
+        let mut m = StepMetrics::new();
+        m.insert("critic/score/mean".into(), 0.5);
+        m.insert("rollout/policy_lag_max".into(), 0.0);
+        assert_eq!(summary(&m), "score=0.5000");
+        m.insert("async/hidden_fraction".into(), 0.3);
+        assert_eq!(summary(&m), "score=0.5000 lag=0");
+        m.insert("rollout/policy_lag_max".into(), 2.0);
+        m.remove("async/hidden_fraction");
+        assert_eq!(summary(&m), "score=0.5000 lag=2");
     }
 }
