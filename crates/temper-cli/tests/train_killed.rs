@@ -31,16 +31,13 @@ fn a_killed_async_run_resumes_without_losing_what_it_wrote() {
     std::fs::write(&config, "").unwrap();
     let mut args: Vec<String> = vec!["train".into(), config.display().to_string()];
     args.extend(common::tiny_overrides(&root));
-    args.extend(
-        [
-            format!("trainer.total_training_steps={STEPS}"),
-            "trainer.save_freq=1".into(),
-            "trainer.test_freq=-1".into(),
-            "trainer.check_on_policy=false".into(),
-            "rollout.async_steps=1".into(),
-        ]
-        .into_iter(),
-    );
+    args.extend([
+        format!("trainer.total_training_steps={STEPS}"),
+        "trainer.save_freq=1".into(),
+        "trainer.test_freq=-1".into(),
+        "trainer.check_on_policy=false".into(),
+        "rollout.async_steps=1".into(),
+    ]);
     let run = root.join("run");
     let checkpoints = run.join("checkpoints");
     let mut child = Command::new(env!("CARGO_BIN_EXE_temper"))

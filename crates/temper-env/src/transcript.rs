@@ -159,6 +159,7 @@ mod tests {
             completion_logprobs: completion.iter().map(|&t| -(t as f32) / 10.0).collect(),
             finish: Finish::Stop,
             stop_reason: None,
+            completion_versions: vec![],
         }
     }
 

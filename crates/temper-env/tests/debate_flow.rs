@@ -99,6 +99,7 @@ impl Responders for Scripted {
                     completion_ids: ids,
                     finish: Finish::Stop,
                     stop_reason: None,
+                    completion_versions: vec![],
                 }
             })
             .collect())

@@ -16,6 +16,7 @@
 //! of slots replayed as a CUDA graph ([`temper_model::static_decode`]).
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::Instant;
 
@@ -84,6 +85,8 @@ pub struct Engine<'a> {
     seeder: Mutex<ChaCha20Rng>,
     /// What this engine's decode steps did, over all its calls.
     work: Mutex<DecodeWork>,
+    /// The version of the weights sampling now, read at every token (None: not recorded).
+    policy_version: Option<&'a AtomicU64>,
 }
 
 /// How decode steps run.
@@ -139,6 +142,7 @@ impl<'a> Engine<'a> {
             decode: DecodeMode::Auto,
             seeder: Mutex::new(ChaCha20Rng::seed_from_u64(config.seed)),
             work: Mutex::new(DecodeWork::default()),
+            policy_version: None,
         }
     }
 
@@ -152,6 +156,14 @@ impl<'a> Engine<'a> {
     pub fn with_config(mut self, config: EngineConfig) -> Self {
         self.config = config;
         self.seeder = Mutex::new(ChaCha20Rng::seed_from_u64(config.seed));
+        self
+    }
+
+    /// Records with every token the value of `version` when it was drawn
+    /// ([`Sample::completion_versions`]): the caller bumps it when it changes the weights
+    /// between two steps (from the `inbox` of [`Engine::generate_continuous`]).
+    pub fn with_policy_version(mut self, version: &'a AtomicU64) -> Self {
+        self.policy_version = Some(version);
         self
     }
 
@@ -385,6 +397,9 @@ impl<'a> Engine<'a> {
                 let p = &prepared[&row.request];
                 row.completion.push(token);
                 row.logprobs.push(logprob);
+                if let Some(v) = self.policy_version {
+                    row.versions.push(v.load(Ordering::SeqCst));
+                }
                 if p.request.params.repetition_penalty != 1.0 {
                     if let Err(at) = row.seen.binary_search(&token) {
                         row.seen.insert(at, token);
@@ -405,6 +420,7 @@ impl<'a> Engine<'a> {
                     completion_logprobs: std::mem::take(&mut row.logprobs),
                     finish,
                     stop_reason: reason,
+                    completion_versions: std::mem::take(&mut row.versions),
                 });
                 *left -= 1;
                 if *left == 0 {

@@ -198,6 +198,11 @@ pub struct Sample {
     pub completion_logprobs: Vec<f32>,
     pub finish: Finish,
     pub stop_reason: Option<StopReason>,
+    /// Per completion token, the policy version that sampled it, when the engine counted
+    /// versions (an in-process sampler whose weights change while it samples: partial
+    /// rollouts); empty otherwise.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub completion_versions: Vec<u64>,
 }
 
 #[cfg(test)]
@@ -295,8 +300,11 @@ mod tests {
             completion_logprobs: vec![-0.5],
             finish: Finish::Stop,
             stop_reason: Some(StopReason::Eos(2)),
+            completion_versions: vec![],
         };
         let j = serde_json::to_string(&s).unwrap();
+        // Written only when recorded, so files from before read the same.
+        assert!(!j.contains("completion_versions"), "{j}");
         assert!(
             j.contains(r#""finish":"stop""#) && j.contains(r#""stop_reason":{"eos":2}"#),
             "{j}"

@@ -16,6 +16,9 @@ pub(crate) struct Row {
     pub(crate) sample: usize,
     pub(crate) completion: Vec<i64>,
     pub(crate) logprobs: Vec<f32>,
+    /// Per completion token, the policy version that sampled it (kept only when the engine
+    /// counts versions: [`crate::Engine::with_policy_version`]).
+    pub(crate) versions: Vec<u64>,
     pub(crate) rng: ChaCha20Rng,
     /// Sorted unique ids of prompt + completion, kept only when a repetition penalty is set.
     pub(crate) seen: Vec<i64>,
@@ -108,6 +111,7 @@ pub(crate) fn prefill_units(
                 sample,
                 completion: Vec::new(),
                 logprobs: Vec::new(),
+                versions: Vec::new(),
                 rng: sample_rng(p.seed, sample),
                 seen: seen.clone(),
             });

@@ -480,3 +480,32 @@ fn verls_fully_async_keys_point_at_rollout_async_steps() {
         );
     }
 }
+
+/// Partial rollouts need overlap and the in-process sampler: one line naming the key.
+#[test]
+fn partial_rollouts_need_overlap_in_process() {
+    let ok = load(
+        MIN,
+        &["rollout.async_steps=1", "rollout.partial_rollouts=true"],
+    )
+    .unwrap();
+    assert!(ok.rollout.partial_rollouts);
+    for (extra, want) in [
+        (
+            vec!["rollout.partial_rollouts=true"],
+            "rollout.partial_rollouts = true needs rollout.async_steps >= 1",
+        ),
+        (
+            vec![
+                "rollout.partial_rollouts=true",
+                "rollout.async_steps=1",
+                "rollout.backend=vllm",
+                "rollout.base_urls=[\"http://127.0.0.1:30000\"]",
+            ],
+            "partial rollouts need the in-process sampler",
+        ),
+    ] {
+        let e = format!("{:#}", load(MIN, &extra).unwrap_err());
+        assert!(e.contains(want) && !e.contains('\n'), "{extra:?}: {e}");
+    }
+}

@@ -545,6 +545,7 @@ fn in_process_overlap_draws_the_strict_loops_batches_when_weights_stay() {
         t.run().root.clone()
     };
     let (strict, ahead) = (run(&[]), run(&["rollout.async_steps=2"]));
+    let partial = run(&["rollout.async_steps=2", "rollout.partial_rollouts=true"]);
     for step in 1..=3 {
         let read = |d: &std::path::Path| -> Vec<serde_json::Value> {
             std::fs::read_to_string(d.join(format!("rollouts/step_{step}.jsonl")))
@@ -553,12 +554,73 @@ fn in_process_overlap_draws_the_strict_loops_batches_when_weights_stay() {
                 .map(|l| serde_json::from_str(l).unwrap())
                 .collect()
         };
-        let (a, b) = (read(&strict), read(&ahead));
+        let (a, b, c) = (read(&strict), read(&ahead), read(&partial));
         assert_eq!(a.len(), b.len());
-        for (x, y) in a.iter().zip(&b) {
+        assert_eq!(a.len(), c.len());
+        for ((x, y), z) in a.iter().zip(&b).zip(&c) {
             assert_eq!(x["completion_ids"], y["completion_ids"], "step {step}");
             assert_eq!(x["rollout_logprobs"], y["rollout_logprobs"], "step {step}");
             assert!(x["rollout_logprobs"].is_array());
+            // Partial rollouts: the same draws, each token with the version that drew it.
+            assert_eq!(x["completion_ids"], z["completion_ids"], "step {step}");
+            assert_eq!(x["rollout_logprobs"], z["rollout_logprobs"], "step {step}");
+            let versions = z["completion_versions"].as_array().unwrap();
+            assert_eq!(
+                versions.len(),
+                z["completion_ids"].as_array().unwrap().len()
+            );
+            assert!(x.get("completion_versions").is_none());
+        }
+    }
+}
+
+/// Partial rollouts (`rollout.partial_rollouts`): new weights reach the sampler thread between
+/// two tokens of the batch it samples. The lag of an answer is counted from its first token's
+/// version, so it stays within the bound; each token's version lies between that and the
+/// version trained on, never decreasing along the answer; each step says which share of its
+/// answers spanned an update.
+#[test]
+fn partial_rollouts_keep_the_lag_within_its_bound() {
+    let root = common::temp_dir("async-partial");
+    let cfg = tiny_config(
+        &root,
+        &[
+            "rollout.async_steps=1",
+            "rollout.partial_rollouts=true",
+            "trainer.check_on_policy=false",
+            "trainer.total_training_steps=5",
+        ],
+    );
+    let mut t = Trainer::create(cfg, "t", &[]).unwrap();
+    t.set_reward(Box::new(ASCII_FRACTION));
+    let before = weights(&t);
+    t.fit().unwrap();
+    assert!(!same_weights(&before, &weights(&t)));
+    let dir = t.run().root.clone();
+    for (i, m) in metrics(&t).iter().enumerate() {
+        let step = i + 1;
+        let lag = m["rollout/policy_lag_max"].as_f64().unwrap();
+        assert!(lag <= 1.0 && lag <= (step - 1) as f64, "step {step}: {lag}");
+        let partial = m["async/partial_fraction"].as_f64().unwrap();
+        assert!((0.0..=1.0).contains(&partial), "{partial}");
+        let text =
+            std::fs::read_to_string(dir.join(format!("rollouts/step_{step}.jsonl"))).unwrap();
+        for line in text.lines() {
+            let r: serde_json::Value = serde_json::from_str(line).unwrap();
+            let first = r["policy_version"].as_u64().unwrap();
+            let versions: Vec<u64> = r["completion_versions"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|v| v.as_u64().unwrap())
+                .collect();
+            // The answer's lag counts from the batch's oldest token.
+            assert!(versions.iter().all(|&v| v >= first), "{first} {versions:?}");
+            assert!(versions.windows(2).all(|w| w[0] <= w[1]), "{versions:?}");
+            assert!(
+                versions.iter().all(|&v| v < step as u64),
+                "step {step}: {versions:?}"
+            );
         }
     }
 }

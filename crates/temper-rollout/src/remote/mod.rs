@@ -45,6 +45,7 @@ pub(crate) fn finished_sample(
         completion_logprobs: lps,
         finish,
         stop_reason: None,
+        completion_versions: vec![],
     })
 }
 

@@ -40,6 +40,10 @@ pub struct RolloutConfig {
     /// or in process by a sampler thread with its own copy of the policy), at most this many
     /// policy versions stale. 0 = strictly on-policy.
     pub async_steps: usize,
+    /// With `async_steps > 0` in process: new weights reach the sampler between two decode steps
+    /// of the batch it is sampling (the answers in flight go on under them, each token
+    /// recording the version that drew it), not after the batch (AReaL's partial rollouts).
+    pub partial_rollouts: bool,
     /// Intra-op threads of the in-process sampler thread of `async_steps > 0` (unset: libtorch's
     /// default, every core).
     pub threads: Option<usize>,
@@ -73,6 +77,7 @@ impl Default for RolloutConfig {
             sync_every: 1,
             vllm_reload_method: "reload_weights".into(),
             async_steps: 0,
+            partial_rollouts: false,
             threads: None,
             request_timeout_s: 600,
             device: String::new(),
@@ -115,6 +120,20 @@ impl RolloutConfig {
             bail!(
                 "rollout.async_steps = {}: expected 0 to {MAX_ASYNC_STEPS} (policy versions a batch may lag)",
                 self.async_steps
+            );
+        }
+        if self.partial_rollouts && self.async_steps == 0 {
+            bail!(
+                "rollout.partial_rollouts = true needs rollout.async_steps >= 1 (without overlap no weights \
+                 change while a batch is sampled)"
+            );
+        }
+        if self.partial_rollouts && self.is_remote() {
+            bail!(
+                "rollout.partial_rollouts = true with rollout.backend = {:?}: the servers reload their weights \
+                 from disk between batches; partial rollouts need the in-process sampler (rollout.backend = \
+                 \"local\")",
+                self.backend
             );
         }
         if self.threads == Some(0) {

@@ -43,8 +43,9 @@ const NO_REWARD_MODEL: &str = "temper has no learned reward model: rewards are r
 const FULLY_ASYNC: &str =
     "verl's fully-async trainer: temper's overlap is rollout.async_steps (how \
                            many policy versions a batch may lag, in process or on servers; \
-                           docs/training.md); staleness counted in samples, parameter-sync \
-                           triggers and partial rollouts are not implemented";
+                           docs/training.md) and its partial rollouts rollout.partial_rollouts \
+                           (in process); staleness counted in samples and parameter-sync \
+                           triggers are not implemented";
 const NO_COV_LOSSES: &str = "verl's clip_cov and kl_cov losses are not implemented in temper \
                              (actor.policy_loss.loss_mode lists the losses it has)";
 

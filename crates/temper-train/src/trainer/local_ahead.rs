@@ -11,7 +11,8 @@
 //! (`rollout/policy_lag_max`). The thread's intra-op threads are its own
 //! (`rollout.threads`; OpenMP's thread count is per calling thread).
 
-use std::collections::HashMap;
+use std::cell::Cell;
+use std::collections::{HashMap, VecDeque};
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{channel, Receiver, Sender};
@@ -21,7 +22,7 @@ use std::thread::JoinHandle;
 use anyhow::{anyhow, Context, Result};
 use tch::{Device, Tensor};
 use temper_model::{CausalLm, ComputeKind, Tokenizer};
-use temper_rollout::{Engine, EngineConfig, Request, Sample, Sampler};
+use temper_rollout::{Engine, EngineConfig, Incoming, Request, Sample, Sampler};
 
 use super::servers::SentAhead;
 
@@ -42,8 +43,8 @@ enum Job {
     },
 }
 
-/// A finished batch: (its epoch, data batch, the policy version that sampled it, seconds the
-/// thread spent sampling it, its samples).
+/// A finished batch: (its epoch, data batch, the policy version that sampled it (the first, with
+/// partial rollouts), seconds the thread spent sampling it, its samples).
 type Done = (u64, usize, u64, f64, Result<Vec<Sample>>);
 
 /// What the batches taken since the last [`LocalAhead::take_stats`] cost: seconds the thread
@@ -80,6 +81,9 @@ pub(crate) struct AheadSpec<'a> {
     pub max_num_seqs: usize,
     /// Intra-op threads of the sampler thread (None: libtorch's default).
     pub threads: Option<usize>,
+    /// `rollout.partial_rollouts`: new weights are taken between two decode steps of a batch,
+    /// not after it.
+    pub partial_rollouts: bool,
 }
 
 impl LocalAhead {
@@ -93,6 +97,7 @@ impl LocalAhead {
         let (jobs, inbox) = channel::<Job>();
         let (outbox, done) = channel::<Done>();
         let (eos_ids, rows, threads) = (spec.eos_ids, spec.max_num_seqs, spec.threads);
+        let partial = spec.partial_rollouts;
         let epoch = Arc::new(AtomicU64::new(0));
         let current = Arc::clone(&epoch);
         let thread = std::thread::Builder::new()
@@ -101,15 +106,19 @@ impl LocalAhead {
                 if let Some(n) = threads {
                     tch::set_num_threads(n as i32);
                 }
-                let mut version = 0;
-                for job in inbox {
+                // The version of the weights the copy holds (read by the engine at every token
+                // with partial rollouts).
+                let version = AtomicU64::new(0);
+                // Jobs taken off the queue while a batch was sampled with partial rollouts.
+                let mut pending: VecDeque<Job> = VecDeque::new();
+                while let Some(job) = pending.pop_front().or_else(|| inbox.recv().ok()) {
                     match job {
                         Job::Load {
                             version: v,
                             weights,
                         } => {
                             copy_into(&model, &weights);
-                            version = v;
+                            version.store(v, Ordering::SeqCst);
                         }
                         Job::Generate {
                             epoch,
@@ -128,9 +137,31 @@ impl LocalAhead {
                                     ..EngineConfig::default()
                                 });
                             let started = std::time::Instant::now();
-                            let samples = model.with_sampling_weights(|| engine.sample(&requests));
+                            let first_version = version.load(Ordering::SeqCst);
+                            let samples = match partial {
+                                false => model.with_sampling_weights(|| engine.sample(&requests)),
+                                true => {
+                                    let engine = engine.with_policy_version(&version);
+                                    let mut updates = InFlightUpdates {
+                                        model: &model,
+                                        jobs: &inbox,
+                                        pending: &mut pending,
+                                        version: &version,
+                                    };
+                                    model.with_sampling_weights(|| {
+                                        updates.sample(&engine, &requests)
+                                    })
+                                }
+                            };
                             let secs = started.elapsed().as_secs_f64();
-                            if outbox.send((epoch, batch, version, secs, samples)).is_err() {
+                            // With partial rollouts the batch's version is its oldest token's
+                            // (new weights may have come before its first step).
+                            let oldest = samples.as_ref().ok().and_then(|s| {
+                                s.iter().filter_map(|s| s.completion_versions.first()).min()
+                            });
+                            let first_version = oldest.copied().unwrap_or(first_version);
+                            let done = (epoch, batch, first_version, secs, samples);
+                            if outbox.send(done).is_err() {
                                 return;
                             }
                         }
@@ -241,6 +272,66 @@ impl Drop for LocalAhead {
     }
 }
 
+/// A batch sampled with partial rollouts: before every decode step, weights queued meanwhile are
+/// copied in (the rows in flight go on under them, their cache kept, as AReaL's and PipelineRL's
+/// in-flight updates do) and the version the engine records with each token moves on; other
+/// jobs wait in `pending`, in order.
+struct InFlightUpdates<'a> {
+    model: &'a CausalLm,
+    jobs: &'a Receiver<Job>,
+    pending: &'a mut VecDeque<Job>,
+    version: &'a AtomicU64,
+}
+
+impl InFlightUpdates<'_> {
+    fn sample(&mut self, engine: &Engine, requests: &[Request]) -> Result<Vec<Sample>> {
+        engine.validate(requests)?;
+        let left = Cell::new(requests.len());
+        let mut answers: Vec<Option<Result<Vec<Sample>, String>>> =
+            (0..requests.len()).map(|_| None).collect();
+        let mut first = Some(requests.to_vec());
+        let mut inbox = |_idle: bool| {
+            self.take_new_weights();
+            match first.take() {
+                Some(all) => Incoming::Requests(all),
+                None if left.get() == 0 => Incoming::Close,
+                None => Incoming::Requests(vec![]),
+            }
+        };
+        let mut done = |index: usize, result: Result<Vec<Sample>, String>| {
+            answers[index] = Some(result);
+            left.set(left.get() - 1);
+        };
+        engine.generate_continuous(&mut inbox, &mut done, &mut |_| false)?;
+        let mut samples = Vec::new();
+        for (i, answer) in answers.into_iter().enumerate() {
+            match answer {
+                Some(Ok(s)) => samples.extend(s),
+                Some(Err(e)) => return Err(anyhow!("request {i}: {e}")),
+                None => return Err(anyhow!("request {i} was not answered")),
+            }
+        }
+        Ok(samples)
+    }
+
+    /// Copies in the newest weights queued so far (the sampling copies rebuilt from them).
+    fn take_new_weights(&mut self) {
+        let mut newest = None;
+        while let Ok(job) = self.jobs.try_recv() {
+            match job {
+                Job::Load { version, weights } => newest = Some((version, weights)),
+                other => self.pending.push_back(other),
+            }
+        }
+        if let Some((version, weights)) = newest {
+            copy_into(self.model, &weights);
+            self.model.thaw_after_sampling();
+            self.model.freeze_for_sampling();
+            self.version.store(version, Ordering::SeqCst);
+        }
+    }
+}
+
 /// `weights` (by name) into `model`'s parameters.
 fn copy_into(model: &CausalLm, weights: &[(String, Tensor)]) {
     let params: HashMap<String, Tensor> = model.named_parameters().into_iter().collect();
@@ -251,4 +342,98 @@ fn copy_into(model: &CausalLm, weights: &[(String, Tensor)]) {
             }
         }
     });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::AtomicBool;
+    use temper_model::ModelConfig;
+    use temper_rollout::SamplingParams;
+
+    /// Weights sent while a batch is sampled reach it between two tokens: every token records
+    /// the version that drew it (never decreasing along an answer, answers spanning several),
+    /// and the copy ends with the newest weights sent, bit for bit.
+    #[test]
+    fn weights_sent_while_a_batch_is_sampled_reach_it_between_two_tokens() {
+        let cfg = ModelConfig::qwen2_like(260, 32, 64, 2, 4, 2, true);
+        let model = CausalLm::random(cfg, 3, Device::Cpu, ComputeKind::F32);
+        let base: Vec<(String, Tensor)> = tch::no_grad(|| {
+            model
+                .named_parameters()
+                .into_iter()
+                .map(|(n, p)| (n, p.detach().copy()))
+                .collect()
+        });
+        let scaled = |v: u64| -> Vec<(String, Tensor)> {
+            base.iter()
+                .map(|(n, w)| (n.clone(), w * (1.0 + 0.01 * v as f64)))
+                .collect()
+        };
+        let (jobs, queue) = channel::<Job>();
+        let stop = Arc::new(AtomicBool::new(false));
+        let sender = {
+            let stop = Arc::clone(&stop);
+            let base: Vec<(String, Tensor)> =
+                base.iter().map(|(n, w)| (n.clone(), w.copy())).collect();
+            std::thread::spawn(move || {
+                for version in 1u64.. {
+                    std::thread::sleep(std::time::Duration::from_millis(2));
+                    if stop.load(Ordering::SeqCst) {
+                        return;
+                    }
+                    let weights = base
+                        .iter()
+                        .map(|(n, w)| (n.clone(), w * (1.0 + 0.01 * version as f64)))
+                        .collect();
+                    if jobs.send(Job::Load { version, weights }).is_err() {
+                        return;
+                    }
+                }
+            })
+        };
+        let version = AtomicU64::new(0);
+        let mut pending = VecDeque::new();
+        let engine = Engine::new(&model, vec![]).with_policy_version(&version);
+        let requests: Vec<Request> = (0..3)
+            .map(|i| Request {
+                prompt_ids: vec![1, 2, 3 + i],
+                params: SamplingParams {
+                    max_tokens: 300,
+                    min_tokens: 300,
+                    seed: Some(i as u64),
+                    ..SamplingParams::default()
+                },
+            })
+            .collect();
+        let samples = {
+            let mut updates = InFlightUpdates {
+                model: &model,
+                jobs: &queue,
+                pending: &mut pending,
+                version: &version,
+            };
+            model.with_sampling_weights(|| updates.sample(&engine, &requests))
+        }
+        .unwrap();
+        stop.store(true, Ordering::SeqCst);
+        sender.join().unwrap();
+        assert!(pending.is_empty());
+        assert_eq!(samples.len(), 3);
+        let mut spanning = 0;
+        for s in &samples {
+            let v = &s.completion_versions;
+            assert_eq!(v.len(), s.completion_ids.len());
+            assert!(v.windows(2).all(|w| w[0] <= w[1]), "{v:?}");
+            spanning += usize::from(v.first() != v.last());
+        }
+        assert!(spanning > 0, "no answer was sampled across an update");
+        let last = version.load(Ordering::SeqCst);
+        assert!(last > 0);
+        let want = scaled(last);
+        let have: HashMap<String, Tensor> = model.named_parameters().into_iter().collect();
+        for (name, w) in &want {
+            assert!(have[name].equal(w), "{name}");
+        }
+    }
 }

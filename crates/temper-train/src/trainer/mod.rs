@@ -333,6 +333,7 @@ impl Trainer {
                 eos_ids: eos_ids.clone(),
                 max_num_seqs: cfg.rollout.max_num_seqs,
                 threads: cfg.rollout.threads,
+                partial_rollouts: cfg.rollout.partial_rollouts,
             })?)
         } else {
             None

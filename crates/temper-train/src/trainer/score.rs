@@ -39,7 +39,13 @@ impl Trainer {
                 reward_errors: 0,
             })
             .collect();
-        for (s, text) in samples.into_iter().zip(texts) {
+        // With partial rollouts every answer records its tokens' versions; those sampled in
+        // process by the trainer's own weights (the first step's) were all drawn by one.
+        let per_token = self.rollouts.cfg.partial_rollouts;
+        for (mut s, text) in samples.into_iter().zip(texts) {
+            if per_token && s.completion_versions.is_empty() {
+                s.completion_versions = vec![policy_version; s.completion_ids.len()];
+            }
             let g = &mut groups[s.request_index];
             g.samples.push(s);
             g.texts.push(text);

@@ -175,6 +175,9 @@ impl Trainer {
         self.generate_ahead(self.state.batches_drawn, &params)?;
         m.extend(drawn.metrics(self.state.policy_version));
         let groups = drawn.groups;
+        if self.rollouts.cfg.partial_rollouts {
+            m.insert("async/partial_fraction".into(), partial_fraction(&groups));
+        }
         if !groups.is_empty() {
             let clip_ratio = prompt_metrics(&groups, m);
             self.warn_if_no_eos(step, clip_ratio);
@@ -300,7 +303,7 @@ impl Trainer {
             let ex = &self.questions.train.examples[g.example];
             for (k, s) in g.samples.iter().enumerate() {
                 let len = s.completion_ids.len();
-                let line = json!({
+                let mut line = json!({
                     "group": gi,
                     "example": g.example,
                     "sample": k,
@@ -319,6 +322,10 @@ impl Trainer {
                     "rollout_logprobs": s.completion_logprobs,
                     "old_logprobs": old[row][..len],
                 });
+                // With partial rollouts: the policy version that drew each token.
+                if !s.completion_versions.is_empty() {
+                    line["completion_versions"] = json!(s.completion_versions);
+                }
                 out.push_str(&serde_json::to_string(&line)?);
                 out.push('\n');
                 row += 1;
@@ -356,6 +363,17 @@ pub(super) struct PromptGroups {
     groups: Vec<Group>,
     /// Seconds the rollouts took (for `perf/gen_tokens_per_s`).
     gen_s: f64,
+}
+
+/// The share of the answers of `groups` whose tokens were drawn by more than one policy
+/// version (weights that changed while they were sampled: partial rollouts).
+fn partial_fraction(groups: &[Group]) -> f64 {
+    let samples: Vec<_> = groups.iter().flat_map(|g| &g.samples).collect();
+    let partial = samples
+        .iter()
+        .filter(|s| s.completion_versions.windows(2).any(|w| w[0] != w[1]))
+        .count();
+    partial as f64 / samples.len().max(1) as f64
 }
 
 /// A prompt run's `response_length/clip_ratio`, `critic/score/*` and the reward's own `reward/*`
