@@ -100,6 +100,60 @@ fn every_protocol_gives_the_local_rollouts() {
     );
 }
 
+/// `rollout.weight_sync = "distributed"`: the weights reach the servers over a Gloo group (SGLang's
+/// `init_weights_update_group` / `update_weights_from_distributed`, served by `temper serve`), not
+/// a folder: two servers, both protocols that have the routes, the local run's rollouts token
+/// for token and its weights bitwise; no `rollout_weights/` folder; each step times the push. A
+/// second trainer (the same server, a new group under the same name) works as well: a resumed
+/// run forms the group anew.
+#[test]
+fn weights_pushed_over_a_group_give_the_local_rollouts() {
+    let a = serve_util::start(&common::tiny_model_dir(), &[]);
+    let b = serve_util::start(&common::tiny_model_dir(), &[]);
+    let (local_run, local_w) = train("local-push", &[]);
+    let urls = format!("rollout.base_urls=[{:?}, {:?}]", a.url, b.url);
+    for backend in ["sglang", "openai"] {
+        let be = format!("rollout.backend={backend:?}");
+        let (run, w) = train(
+            &format!("push-{backend}"),
+            &[&be, &urls, "rollout.weight_sync=\"distributed\""],
+        );
+        assert_same_rollouts(&run, &local_run, 3);
+        for ((n, x), (_, y)) in w.iter().zip(&local_w) {
+            assert!(x.equal(y), "{backend}: {n} differs after 3 steps");
+        }
+        assert!(!run.join("rollout_weights").exists(), "{backend}");
+        for m in metrics(&run) {
+            let push = m["timing_s/weight_push"].as_f64().unwrap();
+            assert!(push > 0.0, "{backend}: {m}");
+        }
+        for step in 1..=3 {
+            for r in rollouts(&run, step) {
+                assert_eq!(r["policy_version"], step as u64 - 1, "{backend}");
+            }
+        }
+    }
+    // vLLM servers have no such routes: refused before anything starts.
+    let root = common::temp_dir("push-vllm");
+    let e = temper_train::config::load_config(
+        None,
+        &common::tiny_overrides(&root)
+            .into_iter()
+            .chain([
+                "rollout.backend=\"vllm\"".to_string(),
+                urls.clone(),
+                "rollout.weight_sync=\"distributed\"".to_string(),
+            ])
+            .collect::<Vec<_>>(),
+    )
+    .unwrap_err();
+    let e = format!("{e:#}");
+    assert!(
+        e.contains("rollout.weight_sync = \"distributed\" needs"),
+        "{e}"
+    );
+}
+
 #[test]
 fn overlap_samples_the_next_batch_one_version_behind() {
     let server = serve_util::start(&common::tiny_model_dir(), &[]);

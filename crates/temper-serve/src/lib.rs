@@ -7,6 +7,7 @@
 //!
 //! - [`chat`]: `/v1/chat/completions`, through the model's chat template.
 //! - [`reload`]: weight reload from a folder: SGLang's and vLLM's routes, and temper's own.
+//! - [`weight_push`]: weights pushed over a c10d group (SGLang's `update_weights_from_distributed`).
 //! - [`sglang`]: SGLang's native `/generate`.
 //!
 //! - [`tinker`]: Tinker's REST protocol under `/api/v1/*` (training models and sampling sessions of
@@ -21,6 +22,7 @@ pub mod reply;
 pub mod sglang;
 pub mod tinker;
 pub mod top_logprobs;
+pub mod weight_push;
 pub mod worker;
 
 use std::net::SocketAddr;
@@ -61,6 +63,7 @@ pub fn router(state: Arc<AppState>) -> axum::Router {
     openai::routes()
         .merge(chat::routes())
         .merge(reload::routes())
+        .merge(weight_push::routes())
         .merge(sglang::routes())
         .merge(tinker::routes(state.clone()))
         .layer(axum::middleware::from_fn(move |req, next| {

@@ -33,6 +33,7 @@ use crate::limits::{FieldNames, Limits};
 use crate::models::Models;
 pub use crate::models::Weights;
 use crate::reply::{bad, Failure};
+use crate::weight_push::WeightGroups;
 
 mod batch;
 use batch::Batch;
@@ -63,6 +64,11 @@ enum Job {
     },
     /// Unload the other models that none of these folders needs.
     Prune { keep: Vec<PathBuf> },
+    /// Receive the served model's weights from a weight update group's rank 0.
+    ReceiveWeights {
+        incoming: crate::weight_push::Incoming,
+        reply: tokio::sync::oneshot::Sender<Result<(), String>>,
+    },
 }
 
 /// How long an idle worker waits, after a request arrives, for the others sent with it.
@@ -79,6 +85,8 @@ pub struct Worker {
     pub limits: Limits,
     /// Requests queued or running.
     in_flight: Arc<AtomicUsize>,
+    /// The weight update groups joined (weights pushed over c10d).
+    weight_groups: Arc<WeightGroups>,
 }
 
 /// Tells the worker which sampler folders are still in use, so it unloads the others; cheap to
@@ -123,6 +131,8 @@ impl Worker {
         let (tx, rx) = mpsc::channel::<Job>();
         let (ready_tx, ready_rx) = mpsc::channel::<Result<(i64, Option<i64>, Vec<i64>)>>();
         let d = dir.to_path_buf();
+        let weight_groups = Arc::new(WeightGroups::new(device));
+        let groups = Arc::clone(&weight_groups);
         std::thread::Builder::new()
             .name("temper-model-worker".into())
             .spawn(move || {
@@ -141,7 +151,7 @@ impl Worker {
                     served.eos_ids.clone(),
                 );
                 let _ = ready_tx.send(Ok(ready));
-                run(models, max_batch_rows, rx);
+                run(models, max_batch_rows, rx, &groups);
             })?;
         let (vocab_size, max_model_len, eos_ids) = ready_rx
             .recv()
@@ -157,6 +167,7 @@ impl Worker {
             dir: dir.to_path_buf(),
             limits,
             in_flight: Arc::new(AtomicUsize::new(0)),
+            weight_groups,
         })
     }
 
@@ -301,9 +312,32 @@ impl Worker {
     /// The folder is read whole before anything changes: a missing or half-written file, or
     /// weights of another shape, leave the served weights as they were.
     pub async fn reload(&self, dir: PathBuf) -> Result<(), String> {
+        self.ask(|reply| Job::Reload { dir, reply }).await
+    }
+
+    /// The weight update groups the served model receives from.
+    pub(crate) fn weight_groups(&self) -> Arc<WeightGroups> {
+        Arc::clone(&self.weight_groups)
+    }
+
+    /// Replace the served weights by those broadcast in a weight update group, once the requests
+    /// queued before are done (as [`Worker::reload`]).
+    pub(crate) async fn receive_weights(
+        &self,
+        incoming: crate::weight_push::Incoming,
+    ) -> Result<(), String> {
+        self.ask(|reply| Job::ReceiveWeights { incoming, reply })
+            .await
+    }
+
+    /// Queues the job `make` builds around a reply channel, and waits for the reply.
+    async fn ask(
+        &self,
+        make: impl FnOnce(tokio::sync::oneshot::Sender<Result<(), String>>) -> Job,
+    ) -> Result<(), String> {
         let (reply, rx) = tokio::sync::oneshot::channel();
         self.tx
-            .send(Job::Reload { dir, reply })
+            .send(make(reply))
             .map_err(|_| "the model worker has stopped".to_string())?;
         rx.await
             .map_err(|_| "the model worker dropped the request".to_string())?
@@ -320,7 +354,7 @@ fn reload(model: &mut CausalLm, dir: &Path) -> Result<()> {
 }
 
 /// The worker's loop: jobs in arrival order, samples for the same weights batched together.
-fn run(mut models: Models, max_batch_rows: usize, rx: mpsc::Receiver<Job>) {
+fn run(mut models: Models, max_batch_rows: usize, rx: mpsc::Receiver<Job>, groups: &WeightGroups) {
     // Seeds for requests without one: different for every engine call (and every server run).
     let mut seeds = ChaCha20Rng::seed_from_u64(
         std::time::SystemTime::now()
@@ -343,8 +377,13 @@ fn run(mut models: Models, max_batch_rows: usize, rx: mpsc::Receiver<Job>) {
         // The backstop: a panic anywhere in a job (loading weights, attaching adapters) drops
         // that job's reply channels, which its clients see as a failed request (500 / a Tinker
         // server error), and the worker goes on with the next job.
-        let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            run_job(
+        let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| match job {
+            // Weights broadcast in a weight update group, between two batches.
+            Job::ReceiveWeights { incoming, reply } => {
+                let result = groups.receive(incoming, models.served_model_mut());
+                let _ = reply.send(result.map_err(|e| format!("{e:#}")));
+            }
+            job => run_job(
                 job,
                 linger,
                 &mut models,
@@ -352,7 +391,7 @@ fn run(mut models: Models, max_batch_rows: usize, rx: mpsc::Receiver<Job>) {
                 &mut seeds,
                 &mut pending,
                 &rx,
-            )
+            ),
         }));
         if let Err(panic) = ran {
             tracing::error!(
@@ -420,6 +459,7 @@ fn run_job(
                 temper_kernels::memory::release_free_memory();
             }
         }
+        Job::ReceiveWeights { .. } => unreachable!("taken by the worker's loop"),
     }
 }
 

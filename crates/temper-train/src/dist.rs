@@ -22,6 +22,16 @@ pub struct Dist {
 /// error: `TEMPER_DIST_TIMEOUT` seconds, default 300 (a step's generation can be long).
 const DEFAULT_TIMEOUT_S: u64 = 300;
 
+/// [`DEFAULT_TIMEOUT_S`] or `TEMPER_DIST_TIMEOUT`, for groups outside the data-parallel one (the
+/// weight update group of `rollout.weight_sync = "distributed"`).
+pub(crate) fn collective_timeout() -> Duration {
+    let secs = std::env::var("TEMPER_DIST_TIMEOUT")
+        .ok()
+        .and_then(|s| s.trim().parse::<u64>().ok())
+        .unwrap_or(DEFAULT_TIMEOUT_S);
+    Duration::from_secs(secs.max(1))
+}
+
 impl Dist {
     /// One process, no communication.
     pub fn single() -> Dist {

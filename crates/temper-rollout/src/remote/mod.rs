@@ -335,6 +335,63 @@ impl RemoteSampler {
     }
 }
 
+impl RemoteSampler {
+    /// How many servers are in use (the weight group's ranks after the trainer's).
+    pub fn live_count(&self) -> usize {
+        self.live_urls().len()
+    }
+
+    /// Posts `body(k)` to `route` of the k-th live server, all at once, while `during` runs on
+    /// this thread (the calls that answer only once a collective has run on both sides: SGLang's
+    /// `/init_weights_update_group` and `/update_weights_from_distributed`). Only the SGLang
+    /// protocol and `temper serve` have these routes; an error names the server that failed.
+    pub fn post_each_during<T>(
+        &self,
+        route: &str,
+        body: impl Fn(usize) -> Value + Sync,
+        during: impl FnOnce() -> Result<T>,
+    ) -> Result<T> {
+        if self.cfg.protocol == Protocol::Vllm {
+            bail!("{route}: vLLM servers reload weights from disk only (rollout.weight_sync = \"disk\")");
+        }
+        let live: Vec<&Server> = self
+            .servers
+            .iter()
+            .filter(|s| s.alive.load(Ordering::Relaxed))
+            .collect();
+        let (posted, ran) = std::thread::scope(|scope| {
+            let calls: Vec<_> = live
+                .iter()
+                .enumerate()
+                .map(|(k, s)| {
+                    let body = body(k);
+                    scope.spawn(move || -> Result<()> {
+                        let v = self.post(s, route, &body)?;
+                        if v["success"] == json!(false) {
+                            bail!("{}{route}: {}", s.url, error_message(&v));
+                        }
+                        Ok(())
+                    })
+                })
+                .collect();
+            let ran = during();
+            let posted: Vec<Result<()>> = calls
+                .into_iter()
+                .map(|h| {
+                    h.join()
+                        .unwrap_or_else(|_| Err(anyhow::anyhow!("{route}: the call panicked")))
+                })
+                .collect();
+            (posted, ran)
+        });
+        // The server's own message says more than the collective's timeout.
+        for p in posted {
+            p?;
+        }
+        ran
+    }
+}
+
 /// The model a server serves.
 fn served_model(
     client: &reqwest::blocking::Client,

@@ -132,6 +132,9 @@ named_enum! {
         Disk => "disk",
         /// The servers keep their own weights (off-policy).
         None => "none",
+        /// Broadcast over a c10d group the servers join (SGLang's
+        /// `update_weights_from_distributed`; `temper serve` and SGLang servers).
+        Distributed => "distributed",
     }
 }
 

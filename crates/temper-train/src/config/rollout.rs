@@ -31,8 +31,12 @@ pub struct RolloutConfig {
     /// `<run>/rollout_weights` and every server reloads them; `none`: the servers keep their own
     /// weights (off-policy, corrected by `algorithm.rollout_correction`).
     pub weight_sync: WeightSync,
-    /// With `weight_sync = "disk"`: sync after every this many optimizer steps.
+    /// With `weight_sync = "disk"` or `"distributed"`: sync after every this many optimizer
+    /// steps.
     pub sync_every: usize,
+    /// With `weight_sync = "distributed"`: the address of this machine the servers reach the
+    /// weight update group's store at (rank 0, the trainer's first rank).
+    pub weight_group_address: String,
     /// The `collective_rpc` method vLLM reloads with: `reload_weights`, or the name a worker
     /// extension registers.
     pub vllm_reload_method: String,
@@ -75,6 +79,7 @@ impl Default for RolloutConfig {
             base_urls: vec![],
             weight_sync: WeightSync::Disk,
             sync_every: 1,
+            weight_group_address: "127.0.0.1".into(),
             vllm_reload_method: "reload_weights".into(),
             async_steps: 0,
             partial_rollouts: false,
@@ -112,6 +117,23 @@ impl RolloutConfig {
                 "rollout.backend = {:?} needs rollout.base_urls (e.g. [\"http://127.0.0.1:30000\"])",
                 self.backend
             );
+        }
+        if self.weight_sync == WeightSync::Distributed
+            && !matches!(
+                self.backend,
+                RolloutBackend::Sglang | RolloutBackend::OpenAi
+            )
+        {
+            bail!(
+                "rollout.weight_sync = \"distributed\" needs rollout.backend = \"sglang\" or \"openai\" (temper \
+                 serve); got {:?} (vLLM servers reload from disk: weight_sync = \"disk\")",
+                self.backend.name()
+            );
+        }
+        if self.weight_sync == WeightSync::Distributed
+            && self.weight_group_address.trim().is_empty()
+        {
+            bail!("rollout.weight_group_address is empty (the address the servers reach this machine at)");
         }
         if self.sync_every == 0 {
             bail!("rollout.sync_every = 0: must be at least 1");

@@ -65,6 +65,8 @@ pub(crate) struct LocalAhead {
     /// Batches finished and not yet taken: (version, seconds sampling, samples).
     finished: HashMap<usize, (u64, f64, Result<Vec<Sample>>)>,
     stats: AheadStats,
+    /// Seconds the last weight snapshot took to copy and queue (`timing_s/weight_push`).
+    pub(crate) last_push_s: Option<f64>,
     /// Bumped when what was sent is dropped: the thread skips older jobs, and their results
     /// (of one already running) are ignored.
     epoch: Arc<AtomicU64>,
@@ -174,6 +176,7 @@ impl LocalAhead {
             sent: HashMap::new(),
             finished: HashMap::new(),
             stats: AheadStats::default(),
+            last_push_s: None,
             epoch,
             thread: Some(thread),
         })
@@ -205,7 +208,8 @@ impl LocalAhead {
     }
 
     /// Queues new weights (`policy`'s now, copied: the trainer goes on changing its own).
-    pub fn load(&self, policy: &CausalLm, version: u64) -> Result<()> {
+    pub fn load(&mut self, policy: &CausalLm, version: u64) -> Result<()> {
+        let started = std::time::Instant::now();
         let weights = tch::no_grad(|| {
             policy
                 .named_parameters()
@@ -213,7 +217,9 @@ impl LocalAhead {
                 .map(|(n, p)| (n, p.detach().copy()))
                 .collect()
         });
-        self.send(Job::Load { version, weights })
+        self.send(Job::Load { version, weights })?;
+        self.last_push_s = Some(started.elapsed().as_secs_f64());
+        Ok(())
     }
 
     /// Data batch `batch` if it was sent, with its samples (waited for).

@@ -30,6 +30,7 @@ mod stats;
 mod step_batch;
 mod train_step;
 mod update;
+mod weight_push;
 
 pub use batch::Batch;
 pub(crate) use learner::{Learner, LearnerSettings, Reference};
@@ -411,6 +412,7 @@ impl Trainer {
             true => Some(servers::RolloutServers::connect(
                 &cfg.rollout,
                 model.config().vocab_size,
+                dist.is_root().then_some(device),
             )?),
             false => None,
         };

@@ -182,7 +182,7 @@ impl Trainer {
         // The servers only when they hold the trainer's weights (evaluation must score this
         // policy, not one a few versions back or a server's own with `weight_sync = "none"`).
         let on_servers = self.rollouts.servers.as_ref().is_some_and(|r| {
-            self.rollouts.cfg.weight_sync == WeightSync::Disk
+            self.rollouts.cfg.weight_sync != WeightSync::None
                 && r.served_version == self.state.policy_version
         });
         let (samples, texts) = self.one_turn_rollouts(requests, seed, on_servers)?;

@@ -19,8 +19,10 @@ use anyhow::{anyhow, Context, Result};
 use temper_rollout::remote::{RemoteConfig, RemoteSampler};
 use temper_rollout::{Sample, SamplingParams};
 
+use super::weight_push::WeightGroup;
 use super::Trainer;
 use crate::config::{RolloutBackend, RolloutConfig, WeightSync};
+use tch::Device;
 
 /// The servers, the policy version they hold, and the batches being generated ahead.
 pub(crate) struct RolloutServers {
@@ -29,6 +31,10 @@ pub(crate) struct RolloutServers {
     /// started with, for `weight_sync = "none"`).
     pub served_version: u64,
     pending: VecDeque<Prefetch>,
+    /// `weight_sync = "distributed"`, on the first rank: the group the weights are broadcast in.
+    weight_group: Option<WeightGroup>,
+    /// Seconds the last weight handover took (`timing_s/weight_push`), until taken.
+    pub last_push_s: Option<f64>,
 }
 
 /// A data batch that was sampled ahead: the example indices kept, the policy version that
@@ -64,8 +70,9 @@ impl Generation {
 }
 
 impl RolloutServers {
-    /// Connects to `rollout.base_urls` with the configured protocol.
-    pub fn connect(r: &RolloutConfig, vocab_size: i64) -> Result<Self> {
+    /// Connects to `rollout.base_urls` with the configured protocol; with `weight_sync =
+    /// "distributed"` and `weights_on` (the first rank's device) forms the weight update group.
+    pub fn connect(r: &RolloutConfig, vocab_size: i64, weights_on: Option<Device>) -> Result<Self> {
         let sampler = RemoteSampler::connect(RemoteConfig {
             protocol: r
                 .backend
@@ -77,10 +84,20 @@ impl RolloutServers {
             vocab_size: Some(vocab_size),
         })
         .context("rollout.base_urls")?;
+        let weight_group = match (r.weight_sync, weights_on) {
+            (WeightSync::Distributed, Some(device)) => Some(WeightGroup::create(
+                &sampler,
+                &r.weight_group_address,
+                device,
+            )?),
+            _ => None,
+        };
         Ok(Self {
             sampler: Arc::new(sampler),
             served_version: 0,
             pending: VecDeque::new(),
+            weight_group,
+            last_push_s: None,
         })
     }
 
@@ -175,7 +192,7 @@ impl Trainer {
         self.load_ahead_weights()?;
         let every = self.rollouts.cfg.sync_every as u64;
         if self.rollouts.servers.is_none()
-            || self.rollouts.cfg.weight_sync != WeightSync::Disk
+            || self.rollouts.cfg.weight_sync == WeightSync::None
             || !self.state.policy_version.is_multiple_of(every)
         {
             return Ok(false);
@@ -184,11 +201,13 @@ impl Trainer {
         Ok(true)
     }
 
-    /// With a remote backend and `rollout.weight_sync = "disk"`: the servers load the trainer's
-    /// current weights (after the batches in flight are done).
+    /// With a remote backend and `rollout.weight_sync = "disk"` or `"distributed"`: the servers
+    /// load the trainer's current weights (after the batches in flight are done), from a folder
+    /// or broadcast over the weight update group.
     pub fn sync_rollout_weights(&mut self) -> Result<()> {
         self.load_ahead_weights()?;
-        if self.rollouts.cfg.weight_sync != WeightSync::Disk {
+        let how = self.rollouts.cfg.weight_sync;
+        if how == WeightSync::None {
             return Ok(());
         }
         let version = self.state.policy_version;
@@ -202,12 +221,20 @@ impl Trainer {
         // Sharded, every rank gathers the layers for rank 0 to write them.
         self.learner.optimizer.hold_whole()?;
         if self.dist.is_root() {
-            let dir = self.run.root.join("rollout_weights");
-            self.learner.model.save(&dir)?;
-            let r = self.rollouts.servers.as_ref().expect("checked above");
-            r.sampler
-                .reload(&dir, version)
-                .context("rollout.weight_sync = \"disk\"")?;
+            let r = self.rollouts.servers.as_mut().expect("checked above");
+            match &r.weight_group {
+                Some(group) => {
+                    let weights = self.learner.model.merged_parameters();
+                    r.last_push_s = Some(group.push(&r.sampler, &weights, version)?);
+                }
+                None => {
+                    let dir = self.run.root.join("rollout_weights");
+                    self.learner.model.save(&dir)?;
+                    r.sampler
+                        .reload(&dir, version)
+                        .context("rollout.weight_sync = \"disk\"")?;
+                }
+            }
         }
         self.learner.optimizer.let_go();
         self.dist.barrier()?;
@@ -242,8 +269,8 @@ pub(crate) fn metadata(rollout: &RolloutConfig, r: &RolloutServers) -> serde_jso
 impl Trainer {
     /// The in-process sampler thread (`rollout.async_steps > 0`) samples with the trainer's
     /// weights from now on (the batches queued before keep the weights they were queued under).
-    pub(crate) fn load_ahead_weights(&self) -> Result<()> {
-        let Some(a) = &self.rollouts.ahead else {
+    pub(crate) fn load_ahead_weights(&mut self) -> Result<()> {
+        let Some(a) = self.rollouts.ahead.as_mut() else {
             return Ok(());
         };
         self.learner.optimizer.hold_whole()?;

@@ -120,6 +120,16 @@ impl Trainer {
                     t_sync.elapsed().as_secs_f64(),
                 );
             }
+            // The handover itself: the broadcast of `weight_sync = "distributed"`, or the
+            // snapshot queued for the in-process sampler thread.
+            let pushed = match (&mut self.rollouts.servers, &mut self.rollouts.ahead) {
+                (Some(r), _) => r.last_push_s.take(),
+                (None, Some(a)) => a.last_push_s.take(),
+                (None, None) => None,
+            };
+            if let Some(push) = pushed {
+                m.insert("timing_s/weight_push".into(), push);
+            }
         }
         // 5. Logs.
         match &episodes.source {

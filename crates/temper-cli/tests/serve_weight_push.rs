@@ -1,0 +1,205 @@
+//! `temper serve`'s weight update group (SGLang's `/init_weights_update_group`,
+//! `/update_weights_from_distributed`, `/destroy_weights_update_group`) driven by this test as
+//! the group's rank 0, with real c10d (Gloo): a bad request is a 400 naming its field, checked
+//! before anything is received; a tensor broadcast lands in the served weights (the sampled
+//! tokens change, and come back when the old values are sent again); a rendezvous that never
+//! completes does not stop the serving.
+use temper_testkit as common;
+mod serve_util;
+
+use serde_json::{json, Value};
+use std::time::{Duration, Instant};
+use tch::Tensor;
+use temper_kernels::{Backend, Comm, Rendezvous};
+
+fn message(v: &Value) -> String {
+    v.to_string()
+}
+
+fn greedy_tokens(server: &serve_util::Server) -> Value {
+    let (status, v) = serve_util::post_json(
+        server,
+        "/generate",
+        &json!({"input_ids": [1, 2, 3, 4], "sampling_params": {"max_new_tokens": 8, "temperature": 0.0}}),
+    );
+    assert_eq!(status, 200, "{v}");
+    v["output_ids"].clone()
+}
+
+#[test]
+fn a_weight_group_checks_its_requests_and_moves_the_weights() {
+    let server = serve_util::start(&common::tiny_model_dir(), &[]);
+    let bad = |route: &str, body: Value, field: &str| {
+        let (status, v) = serve_util::post_json(&server, route, &body);
+        assert_eq!(status, 400, "{route} {body}: {v}");
+        assert!(message(&v).contains(field), "{route} {body}: {v}");
+    };
+    let init = |port: u16| {
+        json!({"master_address": "127.0.0.1", "master_port": port, "rank_offset": 1,
+               "world_size": 2, "group_name": "g", "backend": "gloo"})
+    };
+    let mut x = init(1);
+    x["rank_offset"] = json!(0);
+    bad("/init_weights_update_group", x, "rank_offset");
+    let mut x = init(1);
+    x["world_size"] = json!(1);
+    bad("/init_weights_update_group", x, "world_size");
+    let mut x = init(1);
+    x["backend"] = json!("mpi");
+    bad("/init_weights_update_group", x, "backend");
+    let mut x = init(1);
+    x["backend"] = json!("nccl");
+    bad(
+        "/init_weights_update_group",
+        x,
+        "nccl needs the served model on a GPU",
+    );
+    let mut x = init(1);
+    x["color"] = json!(1);
+    bad("/init_weights_update_group", x, "color");
+    let update = |names: Value, dtypes: Value, shapes: Value| json!({"names": names, "dtypes": dtypes, "shapes": shapes, "group_name": "g"});
+    bad(
+        "/update_weights_from_distributed",
+        update(
+            json!(["model.norm.weight"]),
+            json!(["float32"]),
+            json!([[32]]),
+        ),
+        "no weight update group \\\"g\\\"",
+    );
+    bad(
+        "/update_weights_from_distributed",
+        update(json!(["a", "b"]), json!(["float32"]), json!([[1], [1]])),
+        "one entry per tensor",
+    );
+    bad(
+        "/update_weights_from_distributed",
+        update(json!(["a"]), json!(["int8"]), json!([[1]])),
+        "dtypes[0]",
+    );
+    bad(
+        "/update_weights_from_distributed",
+        update(json!(["a"]), json!(["float32"]), json!([[-4]])),
+        "shapes[0]",
+    );
+
+    // This test is rank 0: it hosts the store and joins while the server does.
+    let port = common::free_port();
+    let (status, comm) = std::thread::scope(|scope| {
+        let call = scope
+            .spawn(|| serve_util::post_json(&server, "/init_weights_update_group", &init(port)));
+        let comm = Comm::connect(&Rendezvous {
+            host: "127.0.0.1".into(),
+            port,
+            rank: 0,
+            world: 2,
+            store_is_external: false,
+            timeout: Duration::from_secs(60),
+            backend: Backend::Gloo,
+        })
+        .unwrap();
+        let (status, v) = call.join().unwrap();
+        assert_eq!(v["success"], json!(true), "{v}");
+        (status, comm)
+    });
+    assert_eq!(status, 200);
+    // Checked against the served model before anything is received.
+    bad(
+        "/update_weights_from_distributed",
+        update(
+            json!(["model.nope.weight"]),
+            json!(["float32"]),
+            json!([[32]]),
+        ),
+        "names[0]",
+    );
+    bad(
+        "/update_weights_from_distributed",
+        update(
+            json!(["model.norm.weight"]),
+            json!(["float32"]),
+            json!([[31]]),
+        ),
+        "shapes[0]",
+    );
+
+    let before = greedy_tokens(&server);
+    let server = &server;
+    let push = |values: &Tensor| {
+        std::thread::scope(|scope| {
+            let body = update(
+                json!(["model.norm.weight"]),
+                json!(["float32"]),
+                json!([[32]]),
+            );
+            let call = scope.spawn(move || {
+                serve_util::post_json(server, "/update_weights_from_distributed", &body)
+            });
+            comm.broadcast(values, 0).unwrap();
+            let answer = call.join();
+            if answer.is_err() {
+                std::thread::sleep(Duration::from_millis(500));
+                panic!("the server: {:?}", server.log.lock().unwrap());
+            }
+            let (status, v) = answer.unwrap();
+            assert_eq!((status, v["success"].clone()), (200, json!(true)), "{v}");
+        })
+    };
+    // The final norm's weights negated (every logit negated): other tokens; then the originals back.
+    let original = {
+        let dir = common::tiny_model_dir();
+        let m =
+            temper_model::CausalLm::load(&dir, tch::Device::Cpu, temper_model::ComputeKind::F32)
+                .unwrap();
+        let p: std::collections::HashMap<String, Tensor> =
+            m.named_parameters().into_iter().collect();
+        p["model.norm.weight"].detach().copy()
+    };
+    let changed = (-&original).contiguous();
+    push(&changed);
+    let after = greedy_tokens(server);
+    assert_ne!(before, after, "the pushed weights are not served");
+    push(&original.contiguous());
+    assert_eq!(greedy_tokens(server), before);
+
+    let (status, v) = serve_util::post_json(
+        server,
+        "/destroy_weights_update_group",
+        &json!({"group_name": "g"}),
+    );
+    assert_eq!(status, 200, "{v}");
+    bad(
+        "/destroy_weights_update_group",
+        json!({"group_name": "g"}),
+        "no weight update group",
+    );
+}
+
+/// A rendezvous nobody completes (rank 0 never comes) does not stop the serving.
+#[test]
+fn a_group_that_never_forms_does_not_stop_the_serving() {
+    let timeout = std::path::Path::new("5");
+    let server = serve_util::start_with_env(
+        &common::tiny_model_dir(),
+        &[],
+        &[("TEMPER_DIST_TIMEOUT", timeout)],
+    );
+    let port = common::free_port();
+    std::thread::scope(|scope| {
+        let call = scope.spawn(|| {
+            serve_util::post_json(
+                &server,
+                "/init_weights_update_group",
+                &json!({"master_address": "127.0.0.1", "master_port": port, "rank_offset": 1,
+                        "world_size": 2, "backend": "gloo"}),
+            )
+        });
+        std::thread::sleep(Duration::from_millis(300));
+        let started = Instant::now();
+        greedy_tokens(&server);
+        assert!(!call.is_finished(), "the join ended before its rank 0 came");
+        assert!(started.elapsed() < Duration::from_secs(15));
+        let (status, v) = call.join().unwrap();
+        assert_eq!(status, 400, "{v}");
+    });
+}
