@@ -379,6 +379,19 @@ fn bad_environment_settings_are_one_line_errors() {
     assert!(err(&["env.name=debate", "rollout.n=3"]).contains("must be even"));
     assert!(err(&["env.name=debate", "env.judge=model"]).contains("env.judge_model"));
     assert!(err(&["env.name=chess"]).contains("env.name"));
+    // What acts on a prompt run's groups and rewards only is refused by name, not ignored.
+    for key in [
+        "algorithm.use_kl_in_reward",
+        "algorithm.filter_groups.enable",
+        "reward.overlong_buffer.enable",
+    ] {
+        let on = format!("{key}=true");
+        let e = err(&["env.name=qa", &on]);
+        assert!(
+            e.contains(&format!("{key} = true with env.name")) && !e.contains('\n'),
+            "{e}"
+        );
+    }
     assert!(err(&[
         "env.name=qa",
         "data.train_batch_size=16",

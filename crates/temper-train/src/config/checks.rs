@@ -42,6 +42,31 @@ impl Config {
             );
         }
         self.env.validate(self.rollout.n)?;
+        if self.env.enabled() {
+            // An environment's episodes are played, scored and given their advantages by the
+            // environment: these act on a prompt run's groups and rewards only.
+            for (on, key, why) in [
+                (
+                    self.algorithm.use_kl_in_reward,
+                    "algorithm.use_kl_in_reward",
+                    "the environment gives the advantages itself (a KL term goes in the loss: actor.use_kl_loss)",
+                ),
+                (
+                    self.algorithm.filter_groups.enable,
+                    "algorithm.filter_groups.enable",
+                    "DAPO's group filter draws and resamples prompt groups, not environment episodes",
+                ),
+                (
+                    self.reward.overlong_buffer.enable,
+                    "reward.overlong_buffer.enable",
+                    "the overlong penalty shapes a prompt run's rewards; the environment scores its episodes",
+                ),
+            ] {
+                if on {
+                    bail!("{key} = true with env.name = {:?}: {why}", self.env.name);
+                }
+            }
+        }
         let d = &self.data;
         // Environments with a built-in question set need no data files.
         if d.task.is_none() && d.train_files.is_empty() && !self.env.enabled() {
