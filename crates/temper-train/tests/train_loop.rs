@@ -510,6 +510,12 @@ fn in_process_overlap_keeps_the_lag_within_its_bound() {
                 "{busy} {hidden}"
             );
             assert!(m["async/sampler_tokens_per_s"].as_f64().unwrap() > 0.0);
+            for side in ["learner", "sampler"] {
+                let idle = m[format!("async/{side}_idle_fraction").as_str()]
+                    .as_f64()
+                    .unwrap();
+                assert!((0.0..=1.0).contains(&idle), "{side}: {idle}");
+            }
         }
         for step in 1..=5usize {
             for r in rollouts(&dir, step) {

@@ -144,6 +144,18 @@ impl Trainer {
         }
         let secs = t_step.elapsed().as_secs_f64();
         m.insert("timing_s/step".into(), secs);
+        // Overlap in process: the share of this step each side spent idle (the learner waiting
+        // for its batch; the sampler thread without a batch to sample, counting the seconds it
+        // sampled the batch this step trained).
+        if let (Some(&wait), Some(&busy)) =
+            (m.get("async/learner_wait_s"), m.get("async/sampler_busy_s"))
+        {
+            m.insert("async/learner_idle_fraction".into(), (wait / secs).min(1.0));
+            m.insert(
+                "async/sampler_idle_fraction".into(),
+                (1.0 - busy / secs).clamp(0.0, 1.0),
+            );
+        }
         if let Some(sb) = &batch {
             m.insert("perf/tokens_per_s".into(), sb.tokens() / secs);
         }
