@@ -227,15 +227,21 @@ fn without_weight_sync_the_logprob_gap_grows_and_is_reported() {
 #[test]
 fn a_server_killed_mid_run_is_survived_by_the_other() {
     let dir = common::tiny_model_dir();
-    // With weight sync the dead server fails its reload; without, it fails rollout requests,
-    // which are retried on the other. Either way the run gives what one server alone gives.
-    for sync in ["disk", "none"] {
+    // With weight sync the dead server fails its reload (or, pushing over a group, is found gone
+    // before the push and the group formed anew without it); without, it fails rollout
+    // requests, which are retried on the other. Either way the run gives what one server alone
+    // gives.
+    for sync in ["disk", "distributed", "none"] {
+        let backend = match sync {
+            "distributed" => "rollout.backend=\"sglang\"",
+            _ => "rollout.backend=\"vllm\"",
+        };
         let first = serve_util::start(&dir, &[]);
         let second = serve_util::start(&dir, &[]);
         let sync_arg = format!("rollout.weight_sync={sync:?}");
         let args = |urls: &str| -> Vec<String> {
             vec![
-                "rollout.backend=\"vllm\"".into(),
+                backend.into(),
                 format!("rollout.base_urls={urls}"),
                 sync_arg.clone(),
                 "trainer.check_on_policy=false".into(),

@@ -9,7 +9,7 @@ use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-const STEPS: usize = 8;
+const STEPS: usize = 12;
 
 fn metric_lines(run: &Path) -> Vec<String> {
     std::fs::read_to_string(run.join("metrics.jsonl"))
@@ -62,7 +62,7 @@ fn a_killed_async_run_resumes_without_losing_what_it_wrote() {
             started.elapsed() < Duration::from_secs(600),
             "no checkpoint"
         );
-        std::thread::sleep(Duration::from_millis(20));
+        std::thread::sleep(Duration::from_millis(5));
     }
     child.kill().unwrap();
     child.wait().unwrap();

@@ -54,6 +54,24 @@ extern "C" {
 }
 
 /// Whether this build has c10d's Gloo process group (the gloo headers were found at build time).
+/// How long a rank waits for the others (the rendezvous, then each collective) before it fails
+/// with an error: `value` is `TEMPER_DIST_TIMEOUT` (seconds), 300 when unset (a step's generation
+/// can be long). A value that is not a whole number of seconds of at least 1 is an error.
+pub fn collective_timeout(value: Option<&str>) -> Result<Duration> {
+    let Some(v) = value else {
+        return Ok(Duration::from_secs(300));
+    };
+    match v.trim().parse::<u64>() {
+        Ok(s) if s >= 1 => Ok(Duration::from_secs(s)),
+        _ => bail!("TEMPER_DIST_TIMEOUT = {v:?}: expected a whole number of seconds, at least 1"),
+    }
+}
+
+/// [`collective_timeout`] of this process's `TEMPER_DIST_TIMEOUT`.
+pub fn collective_timeout_from_env() -> Result<Duration> {
+    collective_timeout(std::env::var("TEMPER_DIST_TIMEOUT").ok().as_deref())
+}
+
 pub fn comm_available() -> bool {
     // SAFETY: a constant query.
     unsafe { temper_comm_available() != 0 }

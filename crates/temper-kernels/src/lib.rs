@@ -15,7 +15,10 @@ pub mod optim;
 pub mod profiler;
 mod swiglu;
 
-pub use comm::{comm_available, nccl_available, Backend, Comm, Rendezvous};
+pub use comm::{
+    collective_timeout, collective_timeout_from_env, comm_available, nccl_available, Backend, Comm,
+    Rendezvous,
+};
 
 /// Whether this temper links a CUDA libtorch (a CPU build links libtorch_cpu only, so it sees no
 /// CUDA device even on a machine with GPUs).

@@ -167,3 +167,20 @@ fn three_ranks_gather_into_one_tensor_and_reduce_scatter() {
         r.join().unwrap();
     }
 }
+
+/// `TEMPER_DIST_TIMEOUT`: unset is 300 s; a whole number of seconds >= 1 is taken (spaces
+/// trimmed); anything else is an error naming the variable.
+#[test]
+fn the_collective_timeout_is_read_or_refused() {
+    use std::time::Duration;
+    use temper_kernels::collective_timeout;
+    assert_eq!(collective_timeout(None).unwrap(), Duration::from_secs(300));
+    assert_eq!(
+        collective_timeout(Some(" 5 ")).unwrap(),
+        Duration::from_secs(5)
+    );
+    for bad in ["0", "-3", "1.5", "soon"] {
+        let e = collective_timeout(Some(bad)).unwrap_err().to_string();
+        assert!(e.starts_with("TEMPER_DIST_TIMEOUT = "), "{e}");
+    }
+}

@@ -27,6 +27,30 @@ impl ComputeKind {
     }
 }
 
+/// A floating dtype's name as PyTorch spells it after `torch.` (`float32`, `bfloat16`, ...): the
+/// `torch_dtype` of a saved config.json, and the dtypes of SGLang's weight updates.
+pub fn torch_dtype_name(kind: Kind) -> Option<&'static str> {
+    Some(match kind {
+        Kind::Float => "float32",
+        Kind::BFloat16 => "bfloat16",
+        Kind::Half => "float16",
+        Kind::Double => "float64",
+        _ => return None,
+    })
+}
+
+/// The floating dtype PyTorch names `name` (`torch.` prefix and the aliases `float`, `half`,
+/// `double` allowed): the inverse of [`torch_dtype_name`].
+pub fn kind_from_torch_name(name: &str) -> Option<Kind> {
+    Some(match name.trim_start_matches("torch.") {
+        "float32" | "float" => Kind::Float,
+        "bfloat16" => Kind::BFloat16,
+        "float16" | "half" => Kind::Half,
+        "float64" | "double" => Kind::Double,
+        _ => return None,
+    })
+}
+
 /// Whether bf16 matmuls run natively on `device` rather than emulated: always on CUDA; on CPU
 /// only with a bf16 dot product (AVX512_BF16 or AMX-BF16, from CPUID). Native bf16 can still be
 /// slower than f32 on a CPU ([`resolve_compute_kind`] measures it for `auto`). With

@@ -33,11 +33,9 @@ impl CausalLm {
 
     /// Save with weights in `dtype` (f32, bf16 or f16) and tokenizer files from `files_from`.
     pub fn save_as(&self, dir: &Path, dtype: Kind, files_from: Option<&Path>) -> Result<()> {
-        let dtype_name = match dtype {
-            Kind::Float => "float32",
-            Kind::BFloat16 => "bfloat16",
-            Kind::Half => "float16",
-            other => bail!("cannot save weights as {other:?} (f32, bf16 or f16)"),
+        let dtype_name = match crate::dtype::torch_dtype_name(dtype) {
+            Some(name) if dtype != Kind::Double => name,
+            _ => bail!("cannot save weights as {dtype:?} (f32, bf16 or f16)"),
         };
         temper_base::atomic_dir::write_dir_atomically(dir, |tmp| {
             self.write_files(tmp, dtype, dtype_name, files_from)

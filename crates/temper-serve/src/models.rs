@@ -83,6 +83,9 @@ pub struct Models {
     others: VecDeque<(PathBuf, Loaded)>,
     device: tch::Device,
     compute: ComputeKind,
+    /// Why the served weights are not to be sampled: a weight push failed after some weights
+    /// changed (cleared when weights arrive whole, pushed or reloaded).
+    served_broken: Option<String>,
 }
 
 impl Models {
@@ -93,7 +96,23 @@ impl Models {
             others: VecDeque::new(),
             device,
             compute,
+            served_broken: None,
         })
+    }
+
+    /// Marks the served weights as not to be sampled (`why`), or whole again (`None`).
+    pub fn set_served_broken(&mut self, why: Option<String>) {
+        self.served_broken = why;
+    }
+
+    fn served_ok(&self) -> Result<()> {
+        match &self.served_broken {
+            Some(why) => anyhow::bail!(
+                "the served weights are incomplete ({why}); they serve again once weights arrive whole \
+                 (a push or a reload)"
+            ),
+            None => Ok(()),
+        }
     }
 
     pub fn served(&self) -> &Loaded {
@@ -109,15 +128,22 @@ impl Models {
     /// when it is not (dropping the least recently used other model).
     pub fn select(&mut self, weights: &Weights) -> Result<&Loaded> {
         let dir = match weights {
-            Weights::Served => return self.served.plain(),
+            Weights::Served => {
+                self.served_ok()?;
+                return self.served.plain();
+            }
             Weights::Folder(dir) => dir,
         };
         match lora_snapshot(dir)? {
             Some((base, cfg)) if same_folder(&base, &self.served_dir) => {
+                self.served_ok()?;
                 self.served.adapted(dir, &cfg)
             }
             Some((base, cfg)) => self.other(&base)?.adapted(dir, &cfg),
-            None if same_folder(dir, &self.served_dir) => self.served.plain(),
+            None if same_folder(dir, &self.served_dir) => {
+                self.served_ok()?;
+                self.served.plain()
+            }
             None => self.other(dir)?.plain(),
         }
     }

@@ -10,9 +10,8 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
-use anyhow::{bail, Context, Result};
+use anyhow::{bail, Result};
 use axum::body::Bytes;
 use axum::extract::State;
 use axum::http::HeaderMap;
@@ -102,16 +101,8 @@ pub(crate) struct Incoming {
     pub tensors: Vec<(String, Kind, Vec<i64>)>,
 }
 
-/// How long joining a group and each broadcast may wait for the trainer.
-fn group_timeout() -> Duration {
-    let secs = std::env::var("TEMPER_DIST_TIMEOUT")
-        .ok()
-        .and_then(|s| s.parse::<u64>().ok())
-        .unwrap_or(300);
-    Duration::from_secs(secs)
-}
-
 fn join_request(r: InitRequest) -> Result<Join, String> {
+    let timeout = temper_kernels::collective_timeout_from_env().map_err(|e| format!("{e:#}"))?;
     if r.master_address.trim().is_empty() {
         return Err("master_address: empty".into());
     }
@@ -149,20 +140,9 @@ fn join_request(r: InitRequest) -> Result<Join, String> {
             rank: r.rank_offset,
             world: r.world_size,
             store_is_external: false,
-            timeout: group_timeout(),
+            timeout,
             backend,
         },
-    })
-}
-
-/// A dtype as SGLang takes it (`getattr(torch, name)`; `torch.` prefix allowed).
-fn kind_of(name: &str) -> Option<Kind> {
-    Some(match name.trim_start_matches("torch.") {
-        "float32" | "float" => Kind::Float,
-        "bfloat16" => Kind::BFloat16,
-        "float16" | "half" => Kind::Half,
-        "float64" | "double" => Kind::Double,
-        _ => return None,
     })
 }
 
@@ -178,7 +158,7 @@ fn update_request(r: UpdateRequest) -> Result<Incoming, String> {
     let mut tensors = Vec::with_capacity(n);
     for (i, ((name, dtype), shape)) in r.names.into_iter().zip(&r.dtypes).zip(r.shapes).enumerate()
     {
-        let kind = kind_of(dtype).ok_or_else(|| {
+        let kind = temper_model::dtype::kind_from_torch_name(dtype).ok_or_else(|| {
             format!("dtypes[{i}]: {dtype:?} (expected float32, bfloat16, float16 or float64)")
         })?;
         if shape.iter().any(|&d| d < 0) {
@@ -235,14 +215,21 @@ async fn destroy(State(state): State<Arc<AppState>>, headers: HeaderMap, body: B
     .await
 }
 
+/// One group joined: its membership (used by one broadcast at a time) and whether it moves GPU
+/// tensors (NCCL) or host ones (Gloo).
+struct Group {
+    comm: Mutex<Comm>,
+    backend: Backend,
+}
+
 /// The groups the served model receives weights from, by name. Shared by the request handlers
 /// (joining runs on a blocking thread of its own, so that a rendezvous that never completes
-/// does not stop the serving) and the worker (receiving runs between its batches).
+/// does not stop the serving) and the worker (receiving runs between its batches). The map is
+/// locked only to find or change a group, never across a collective.
 pub(crate) struct WeightGroups {
     /// The served model's device (NCCL groups move its memory).
     device: Device,
-    /// Each group and whether it moves GPU tensors (NCCL) or host ones (Gloo).
-    groups: Mutex<HashMap<String, (Comm, Backend)>>,
+    groups: Mutex<HashMap<String, Arc<Group>>>,
 }
 
 impl WeightGroups {
@@ -253,7 +240,7 @@ impl WeightGroups {
         }
     }
 
-    fn groups(&self) -> std::sync::MutexGuard<'_, HashMap<String, (Comm, Backend)>> {
+    fn groups(&self) -> std::sync::MutexGuard<'_, HashMap<String, Arc<Group>>> {
         self.groups.lock().unwrap_or_else(|e| e.into_inner())
     }
 
@@ -271,8 +258,11 @@ impl WeightGroups {
         }
         self.groups().remove(&join.name);
         let comm = Comm::connect(&join.rendezvous)?;
-        self.groups()
-            .insert(join.name, (comm, join.rendezvous.backend));
+        let group = Group {
+            comm: Mutex::new(comm),
+            backend: join.rendezvous.backend,
+        };
+        self.groups().insert(join.name, Arc::new(group));
         Ok(())
     }
 
@@ -284,40 +274,60 @@ impl WeightGroups {
     }
 
     /// Receives `incoming`'s tensors from rank 0 into `model`'s parameters of those names. Every
-    /// name and shape is checked against the model before anything is received.
-    pub fn receive(&self, incoming: Incoming, model: &CausalLm) -> Result<()> {
-        let groups = self.groups();
-        let Some((comm, backend)) = groups.get(&incoming.group) else {
-            bail!(
+    /// name and shape is checked against the model before anything is received. The error says
+    /// whether some weights had been replaced already ([`Received::Partly`]).
+    pub fn receive(&self, incoming: Incoming, model: &CausalLm) -> Result<(), (Received, String)> {
+        let refused = |e: String| (Received::Nothing, e);
+        let group = self.groups().get(&incoming.group).cloned().ok_or_else(|| {
+            refused(format!(
                 "group_name: no weight update group {:?} (POST /init_weights_update_group first)",
                 incoming.group
-            );
-        };
+            ))
+        })?;
         let params: HashMap<String, Tensor> = model.named_parameters().into_iter().collect();
         for (i, (name, _, shape)) in incoming.tensors.iter().enumerate() {
             let Some(p) = params.get(name) else {
-                bail!("names[{i}]: {name:?} is not a parameter of the served model");
+                return Err(refused(format!(
+                    "names[{i}]: {name:?} is not a parameter of the served model"
+                )));
             };
             if p.size() != *shape {
-                bail!(
+                return Err(refused(format!(
                     "shapes[{i}]: {shape:?} for {name:?}, the served model's is {:?}",
                     p.size()
-                );
+                )));
             }
         }
         // Gloo moves host tensors; NCCL the GPU's.
-        let device = match backend {
-            Backend::Nccl { device } => Device::Cuda(*device),
+        let device = match group.backend {
+            Backend::Nccl { device } => Device::Cuda(device),
             Backend::Gloo => Device::Cpu,
         };
-        tch::no_grad(|| -> Result<()> {
-            for (name, kind, shape) in &incoming.tensors {
+        let comm = group.comm.lock().unwrap_or_else(|e| e.into_inner());
+        tch::no_grad(|| {
+            for (k, (name, kind, shape)) in incoming.tensors.iter().enumerate() {
                 let buffer = Tensor::empty(shape.as_slice(), (*kind, device));
-                comm.broadcast(&buffer, 0)
-                    .with_context(|| format!("receiving {name}"))?;
+                if let Err(e) = comm.broadcast(&buffer, 0) {
+                    let how = if k == 0 {
+                        Received::Nothing
+                    } else {
+                        Received::Partly
+                    };
+                    return Err((how, format!("receiving {name}: {e:#}")));
+                }
                 params[name].shallow_clone().copy_(&buffer);
             }
             Ok(())
         })
     }
+}
+
+/// How far a failed update got.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Received {
+    /// Refused or failed before any weight changed: the old weights serve on.
+    Nothing,
+    /// Some weights are the new ones, others the old: the model serves nothing until weights
+    /// arrive whole (a push or a reload).
+    Partly,
 }

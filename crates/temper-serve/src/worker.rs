@@ -33,7 +33,7 @@ use crate::limits::{FieldNames, Limits};
 use crate::models::Models;
 pub use crate::models::Weights;
 use crate::reply::{bad, Failure};
-use crate::weight_push::WeightGroups;
+use crate::weight_push::{Received, WeightGroups};
 
 mod batch;
 use batch::Batch;
@@ -380,8 +380,18 @@ fn run(mut models: Models, max_batch_rows: usize, rx: mpsc::Receiver<Job>, group
         let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| match job {
             // Weights broadcast in a weight update group, between two batches.
             Job::ReceiveWeights { incoming, reply } => {
-                let result = groups.receive(incoming, models.served_model_mut());
-                let _ = reply.send(result.map_err(|e| format!("{e:#}")));
+                let result = match groups.receive(incoming, models.served_model_mut()) {
+                    Ok(()) => {
+                        models.set_served_broken(None);
+                        Ok(())
+                    }
+                    Err((Received::Partly, e)) => {
+                        models.set_served_broken(Some(format!("a weight push failed: {e}")));
+                        Err(e)
+                    }
+                    Err((Received::Nothing, e)) => Err(e),
+                };
+                let _ = reply.send(result);
             }
             job => run_job(
                 job,
@@ -452,6 +462,9 @@ fn run_job(
         }
         Job::Reload { dir, reply } => {
             let result = reload(models.served_model_mut(), &dir);
+            if result.is_ok() {
+                models.set_served_broken(None);
+            }
             let _ = reply.send(result.map_err(|e| format!("{e:#}")));
         }
         Job::Prune { keep } => {

@@ -9,8 +9,7 @@ pub fn python() -> PathBuf {
 
 /// A TCP port free on 127.0.0.1 now (a test's rendezvous).
 pub fn free_port() -> u16 {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    l.local_addr().unwrap().port()
+    temper_base::net::free_port().unwrap()
 }
 
 /// Rank `rank` of a Gloo group of `world` ranks meeting at 127.0.0.1:`port` (tests run the ranks

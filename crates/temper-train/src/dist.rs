@@ -3,8 +3,6 @@
 //! prompts, summing gradients (and the token counts the loss divides by), reducing metrics. World
 //! size 1 is the no-op case and never touches c10d.
 
-use std::time::Duration;
-
 use anyhow::{bail, Context, Result};
 use tch::Tensor;
 use temper_kernels::{Backend, Comm, Rendezvous};
@@ -16,20 +14,6 @@ pub struct Dist {
     comm: Option<std::sync::Mutex<Comm>>,
     pub rank: usize,
     pub world: usize,
-}
-
-/// How long a rank waits for the others (rendezvous and each collective) before failing with an
-/// error: `TEMPER_DIST_TIMEOUT` seconds, default 300 (a step's generation can be long).
-const DEFAULT_TIMEOUT_S: u64 = 300;
-
-/// [`DEFAULT_TIMEOUT_S`] or `TEMPER_DIST_TIMEOUT`, for groups outside the data-parallel one (the
-/// weight update group of `rollout.weight_sync = "distributed"`).
-pub(crate) fn collective_timeout() -> Duration {
-    let secs = std::env::var("TEMPER_DIST_TIMEOUT")
-        .ok()
-        .and_then(|s| s.trim().parse::<u64>().ok())
-        .unwrap_or(DEFAULT_TIMEOUT_S);
-    Duration::from_secs(secs.max(1))
 }
 
 impl Dist {
@@ -326,7 +310,7 @@ pub fn rendezvous_from(var: &dyn Fn(&str) -> Option<String>) -> Result<Option<Re
     if port == 0 || port > u16::MAX as usize {
         bail!("rank {rank}: MASTER_PORT = {port} is not a TCP port");
     }
-    let timeout = num("TEMPER_DIST_TIMEOUT")?.unwrap_or(DEFAULT_TIMEOUT_S as usize) as u64;
+    let timeout = temper_kernels::collective_timeout(var("TEMPER_DIST_TIMEOUT").as_deref())?;
     // NCCL where CUDA is (the rank's GPU is its LOCAL_RANK, as torchrun sets it), else Gloo;
     // TEMPER_DIST_BACKEND = gloo | nccl chooses.
     let local = match num("LOCAL_RANK")? {
@@ -343,6 +327,6 @@ pub fn rendezvous_from(var: &dyn Fn(&str) -> Option<String>) -> Result<Option<Re
         world,
         store_is_external: var("TORCHELASTIC_USE_AGENT_STORE")
             .is_some_and(|v| v.eq_ignore_ascii_case("true") || v == "1"),
-        timeout: Duration::from_secs(timeout.max(1)),
+        timeout,
     }))
 }

@@ -7,13 +7,7 @@ use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 
-/// A TCP port free on the loopback interface now (for a rendezvous store or a child server).
-pub fn free_port() -> Result<u16> {
-    Ok(std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .context("finding a free loopback port")?
-        .port())
-}
+pub use temper_base::net::free_port;
 
 pub fn spawn_local_ranks(nproc: usize, command_line: &[String]) -> Result<()> {
     let exe = std::env::current_exe().context("finding the temper binary")?;

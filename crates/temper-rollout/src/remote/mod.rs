@@ -336,9 +336,47 @@ impl RemoteSampler {
 }
 
 impl RemoteSampler {
-    /// How many servers are in use (the weight group's ranks after the trainer's).
-    pub fn live_count(&self) -> usize {
-        self.live_urls().len()
+    /// Asks every live server for `/health`; those that cannot be reached are left out from now
+    /// on (said once each), as a failed request leaves them out. Before a collective with the
+    /// servers: a member that is gone would make it wait for its timeout.
+    pub fn check_alive(&self) {
+        for s in self
+            .servers
+            .iter()
+            .filter(|s| s.alive.load(Ordering::Relaxed))
+        {
+            let answered = self
+                .client
+                .get(format!("{}/health", s.url))
+                .timeout(Duration::from_secs(10))
+                .send();
+            if let Err(e) = answered {
+                if (e.is_connect() || e.is_timeout()) && s.alive.swap(false, Ordering::Relaxed) {
+                    eprintln!(
+                        "warning: rollout server {} does not answer; leaving it out",
+                        s.url
+                    );
+                }
+            }
+        }
+    }
+
+    /// Each live server's answer to `GET route` (in `live_urls` order), `None` where it has no
+    /// such route or does not answer with JSON (SGLang's `/get_server_info` says how many ranks a
+    /// server has; `temper serve` has no such route: one rank).
+    pub fn get_each(&self, route: &str) -> Vec<Option<Value>> {
+        self.servers
+            .iter()
+            .filter(|s| s.alive.load(Ordering::Relaxed))
+            .map(|s| {
+                self.client
+                    .get(format!("{}{route}", s.url))
+                    .send()
+                    .and_then(|r| r.error_for_status())
+                    .and_then(|r| r.json::<Value>())
+                    .ok()
+            })
+            .collect()
     }
 
     /// Posts `body(k)` to `route` of the k-th live server, all at once, while `during` runs on

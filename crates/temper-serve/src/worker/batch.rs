@@ -26,8 +26,8 @@ impl Batch {
             max_batch_rows,
             seed,
         } = self;
-        // The queued requests for these weights join now, up to the first reload (those after
-        // it must see the reloaded weights).
+        // The queued requests for these weights join now, up to the first reload or weight push
+        // (those after it must see the new weights).
         let mut initial = vec![first];
         let mut rest = VecDeque::new();
         let mut barrier = false;
@@ -39,7 +39,7 @@ impl Batch {
                     reply,
                 } if !barrier && w == weights => initial.push((request, reply)),
                 job => {
-                    barrier |= matches!(job, Job::Reload { .. });
+                    barrier |= matches!(job, Job::Reload { .. } | Job::ReceiveWeights { .. });
                     rest.push_back(job);
                 }
             }

@@ -139,6 +139,21 @@ named_enum! {
 }
 
 named_enum! {
+    /// `rollout.weight_group_backend`: what the weight update group of `weight_sync =
+    /// "distributed"` runs on.
+    #[derive(Default)]
+    pub enum WeightGroupBackend ("weight_group_backend") {
+        /// NCCL from a trainer on a GPU, else Gloo.
+        #[default]
+        Auto => "auto",
+        /// Host memory over TCP (also from a GPU trainer: for a server on the trainer's own GPU,
+        /// which NCCL cannot pair with it).
+        Gloo => "gloo",
+        Nccl => "nccl",
+    }
+}
+
+named_enum! {
     /// `trainer.logger` (verl's key and names): where each step's metrics go besides
     /// metrics.jsonl.
     pub enum Logger ("logger") {

@@ -13,7 +13,7 @@ pub mod verl_keys;
 
 pub use choices::{
     AnswerExtract, GroupMetric, Logger, ModelDtype, OnError, RolloutBackend, Strategy,
-    TrainerDevice, Truncation, WeightSync,
+    TrainerDevice, Truncation, WeightGroupBackend, WeightSync,
 };
 pub use env::EnvConfig;
 pub use load::{

@@ -2,7 +2,7 @@
 //! on inference servers.
 use serde::{Deserialize, Serialize};
 
-use super::choices::{RolloutBackend, WeightSync};
+use super::choices::{RolloutBackend, WeightGroupBackend, WeightSync};
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(default, deny_unknown_fields)]
@@ -28,7 +28,8 @@ pub struct RolloutConfig {
     /// `generation.base_url` is one of them).
     pub base_urls: Vec<String>,
     /// `disk`: after an optimizer step the weights are written atomically to
-    /// `<run>/rollout_weights` and every server reloads them; `none`: the servers keep their own
+    /// `<run>/rollout_weights` and every server reloads them; `distributed`: they are broadcast
+    /// over a c10d group the servers join (SGLang's protocol); `none`: the servers keep their own
     /// weights (off-policy, corrected by `algorithm.rollout_correction`).
     pub weight_sync: WeightSync,
     /// With `weight_sync = "disk"` or `"distributed"`: sync after every this many optimizer
@@ -37,6 +38,9 @@ pub struct RolloutConfig {
     /// With `weight_sync = "distributed"`: the address of this machine the servers reach the
     /// weight update group's store at (rank 0, the trainer's first rank).
     pub weight_group_address: String,
+    /// With `weight_sync = "distributed"`: `auto` (NCCL from a GPU trainer, else Gloo), `gloo` or
+    /// `nccl`.
+    pub weight_group_backend: WeightGroupBackend,
     /// The `collective_rpc` method vLLM reloads with: `reload_weights`, or the name a worker
     /// extension registers.
     pub vllm_reload_method: String,
@@ -80,6 +84,7 @@ impl Default for RolloutConfig {
             weight_sync: WeightSync::Disk,
             sync_every: 1,
             weight_group_address: "127.0.0.1".into(),
+            weight_group_backend: WeightGroupBackend::Auto,
             vllm_reload_method: "reload_weights".into(),
             async_steps: 0,
             partial_rollouts: false,

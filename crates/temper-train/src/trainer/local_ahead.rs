@@ -8,7 +8,10 @@
 //! and after its update the new weights; so a batch sent at step k is sampled by the weights
 //! before update k (or older: with k steps ahead, the weights before update k - k + 1) and
 //! trained at step k + j <= k + async_steps, a policy at most `async_steps` versions newer
-//! (`rollout/policy_lag_max`). The thread's intra-op threads are its own
+//! (`rollout/policy_lag_max`). With `rollout.partial_rollouts` the thread also takes weights
+//! queued while it samples a batch, between two decode steps ([`InFlightUpdates`]): later tokens
+//! of that batch are drawn by newer weights, and the batch counts as sampled by its oldest
+//! token's version, so the bound holds all the same. The thread's intra-op threads are its own
 //! (`rollout.threads`; OpenMP's thread count is per calling thread).
 
 use std::cell::Cell;

@@ -510,9 +510,17 @@ impl Trainer {
                 self.record_metrics(0, &m)?;
             }
         }
-        // The servers start from the trainer's weights (a resumed run's, too).
+        // The servers start from the trainer's weights (a resumed run's, too); that handover is
+        // no step's.
         self.sync_rollout_weights()?;
+        if let Some(r) = self.rollouts.servers.as_mut() {
+            r.last_push_s = None;
+        }
+        if let Some(a) = self.rollouts.ahead.as_mut() {
+            a.last_push_s = None;
+        }
         let bar = self.progress_bar(start_step);
+        let overlapped = self.rollouts.cfg.async_steps > 0;
         let mut last = StepMetrics::new();
         let end = match self.stop_after {
             Some(n) => (start_step + n).min(self.total_steps),
@@ -546,9 +554,13 @@ impl Trainer {
                 self.save_checkpoint()?;
             }
             bar.set_position(step as u64);
-            bar.set_message(summary(&m));
+            bar.set_message(summary(&m, overlapped));
             if root && bar.is_hidden() && self.trainer_cfg.progress {
-                eprintln!("step {step}/{}: {}", self.total_steps, summary(&m));
+                eprintln!(
+                    "step {step}/{}: {}",
+                    self.total_steps,
+                    summary(&m, overlapped)
+                );
             }
             last = m;
         }
@@ -600,7 +612,8 @@ impl Trainer {
 }
 
 /// One line of the headline numbers of a step.
-fn summary(m: &StepMetrics) -> String {
+/// `overlapped`: the run samples ahead (`rollout.async_steps`), so the lag is shown.
+fn summary(m: &StepMetrics, overlapped: bool) -> String {
     let keys = [
         ("critic/score/mean", "score"),
         ("val/accuracy", "val_acc"),
@@ -616,7 +629,6 @@ fn summary(m: &StepMetrics) -> String {
         .filter_map(|(k, short)| m.get(*k).map(|v| format!("{short}={v:.4}")))
         .collect();
     // An overlapped run's staleness: the most versions a trained answer lagged this step.
-    let overlapped = m.contains_key("async/hidden_fraction");
     if let Some(&lag) = m.get("rollout/policy_lag_max") {
         if overlapped || lag > 0.0 {
             parts.push(format!("lag={lag:.0}"));
@@ -654,11 +666,10 @@ mod tests {
         let mut m = StepMetrics::new();
         m.insert("critic/score/mean".into(), 0.5);
         m.insert("rollout/policy_lag_max".into(), 0.0);
-        assert_eq!(summary(&m), "score=0.5000");
-        m.insert("async/hidden_fraction".into(), 0.3);
-        assert_eq!(summary(&m), "score=0.5000 lag=0");
+        assert_eq!(summary(&m, false), "score=0.5000");
+        assert_eq!(summary(&m, true), "score=0.5000 lag=0");
+        // Servers without weight sync lag too, overlap or not.
         m.insert("rollout/policy_lag_max".into(), 2.0);
-        m.remove("async/hidden_fraction");
-        assert_eq!(summary(&m), "score=0.5000 lag=2");
+        assert_eq!(summary(&m, false), "score=0.5000 lag=2");
     }
 }

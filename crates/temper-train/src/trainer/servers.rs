@@ -89,6 +89,7 @@ impl RolloutServers {
                 &sampler,
                 &r.weight_group_address,
                 device,
+                r.weight_group_backend,
             )?),
             _ => None,
         };
@@ -183,10 +184,11 @@ impl Trainer {
         Ok(())
     }
 
-    /// After an optimizer step (`policy_version` already counted): with `weight_sync = "disk"`
-    /// and every `sync_every` versions, waits for the batches in flight, writes the weights
-    /// (atomically, LoRA merged) to `<run>/rollout_weights` and has every server reload them.
-    /// Returns whether it synced.
+    /// After an optimizer step (`policy_version` already counted): with `weight_sync = "disk"` or
+    /// `"distributed"` and every `sync_every` versions, waits for the batches in flight and hands
+    /// the weights (LoRA merged) to every server: written atomically to
+    /// `<run>/rollout_weights` and reloaded, or broadcast over the weight update group. Returns
+    /// whether it synced.
     pub(crate) fn maybe_sync_rollout_weights(&mut self) -> Result<bool> {
         self.sync_sampler_model()?;
         self.load_ahead_weights()?;
@@ -222,7 +224,7 @@ impl Trainer {
         self.learner.optimizer.hold_whole()?;
         if self.dist.is_root() {
             let r = self.rollouts.servers.as_mut().expect("checked above");
-            match &r.weight_group {
+            match r.weight_group.as_mut() {
                 Some(group) => {
                     let weights = self.learner.model.merged_parameters();
                     r.last_push_s = Some(group.push(&r.sampler, &weights, version)?);
