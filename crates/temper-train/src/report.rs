@@ -8,11 +8,22 @@ use serde_json::Value;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-/// One panel: a title and the metrics drawn on it.
+/// One panel: a title, the metrics drawn on it, and against what.
 pub struct Panel {
     pub file: &'static str,
     pub title: &'static str,
     pub keys: &'static [&'static str],
+    pub x: Axis,
+}
+
+/// A panel's horizontal axis.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Axis {
+    Step,
+    /// Minutes of the run's own time at the end of each step: the steps' `timing_s/step` and
+    /// evaluations' `timing_s/eval` summed (what compares a synchronous run with an overlapped
+    /// one: the same curve reached sooner).
+    Minutes,
 }
 
 /// The panels of a report, in page order.
@@ -21,53 +32,94 @@ pub const PANELS: &[Panel] = &[
         file: "reward",
         title: "Reward (training batch)",
         keys: &["critic/score/mean", "critic/rewards/mean"],
+        x: Axis::Step,
     },
     Panel {
         file: "accuracy",
         title: "Held-out accuracy",
         keys: &["val/accuracy", "val/pass@1"],
+        x: Axis::Step,
     },
     Panel {
         file: "kl",
         title: "KL",
         keys: &["actor/ppo_kl", "actor/kl_loss", "rollout_corr/kl"],
+        x: Axis::Step,
     },
     Panel {
         file: "entropy",
         title: "Entropy",
         keys: &["actor/entropy"],
+        x: Axis::Step,
     },
     Panel {
         file: "length",
         title: "Response length (tokens)",
         keys: &["response_length/mean", "response_length/max"],
+        x: Axis::Step,
     },
     Panel {
         file: "clip_ratio",
         title: "Responses cut at max length",
         keys: &["response_length/clip_ratio"],
+        x: Axis::Step,
     },
     Panel {
         file: "loss",
         title: "Policy loss",
         keys: &["actor/pg_loss"],
+        x: Axis::Step,
     },
     Panel {
         file: "grad_norm",
         title: "Grad norm (pre-clip)",
         keys: &["actor/grad_norm"],
+        x: Axis::Step,
     },
     Panel {
         file: "zero_adv",
         title: "Zero-advantage groups",
         keys: &["batch/zero_adv_groups_frac"],
+        x: Axis::Step,
     },
     Panel {
         file: "time",
         title: "Seconds per step",
         keys: &["timing_s/step", "timing_s/gen", "timing_s/update"],
+        x: Axis::Step,
+    },
+    Panel {
+        file: "reward_by_time",
+        title: "Reward by wall-clock time",
+        keys: &["critic/score/mean"],
+        x: Axis::Minutes,
+    },
+    Panel {
+        file: "accuracy_by_time",
+        title: "Held-out accuracy by wall-clock time",
+        keys: &["val/accuracy"],
+        x: Axis::Minutes,
     },
 ];
+
+/// Per step, the minutes of the run's own time at its end ([`Axis::Minutes`]): a resumed run
+/// counts the time of the steps it kept, not the time it was stopped.
+pub fn minutes_by_step(lines: &[BTreeMap<String, Value>]) -> BTreeMap<u64, f64> {
+    let mut out = BTreeMap::new();
+    let mut seconds = 0.0;
+    for l in lines {
+        let Some(step) = l.get("step").and_then(Value::as_u64) else {
+            continue;
+        };
+        for key in ["timing_s/step", "timing_s/eval"] {
+            if let Some(s) = l.get(key).and_then(Value::as_f64).filter(|s| s.is_finite()) {
+                seconds += s;
+            }
+        }
+        out.insert(step, seconds / 60.0);
+    }
+    out
+}
 
 /// (step, value) series of every numeric metric.
 pub fn series(lines: &[BTreeMap<String, Value>]) -> BTreeMap<String, Vec<(f64, f64)>> {
@@ -109,6 +161,7 @@ const COLORS: [RGBColor; 4] = [
 fn draw<DB: DrawingBackend>(
     root: DrawingArea<DB, plotters::coord::Shift>,
     title: &str,
+    x: Axis,
     lines: &[(&str, &[(f64, f64)])],
 ) -> Result<()>
 where
@@ -127,8 +180,12 @@ where
     if x0 > x1 {
         return Ok(());
     }
-    if x1 - x0 < 1.0 {
-        x1 = x0 + 1.0;
+    let least = match x {
+        Axis::Step => 1.0,
+        Axis::Minutes => 1e-3,
+    };
+    if x1 - x0 < least {
+        x1 = x0 + least;
     }
     let pad = ((y1 - y0).abs() * 0.08).max(1e-6);
     let (y0, y1) = (y0 - pad, y1 + pad);
@@ -141,8 +198,14 @@ where
         .map_err(err)?;
     chart
         .configure_mesh()
-        .x_desc("step")
-        .x_label_formatter(&|x| format!("{}", x.round() as i64))
+        .x_desc(match x {
+            Axis::Step => "step",
+            Axis::Minutes => "minutes",
+        })
+        .x_label_formatter(&|v| match x {
+            Axis::Step => format!("{}", v.round() as i64),
+            Axis::Minutes => format!("{v:.1}"),
+        })
         .label_style(("sans-serif", 13))
         .draw()
         .map_err(err)?;
@@ -190,6 +253,20 @@ pub fn render_report(run_dir: &Path, out: Option<&Path>) -> Result<PathBuf> {
         bail!("{}: no steps recorded yet", metrics_path.display());
     }
     let all = series(&lines);
+    let minutes = minutes_by_step(&lines);
+    // The same series against the run's time (a step without a time keeps its step's place).
+    let timed: BTreeMap<String, Vec<(f64, f64)>> = all
+        .iter()
+        .map(|(k, s)| {
+            let at = |step: f64| minutes.get(&(step as u64)).copied();
+            (
+                k.clone(),
+                s.iter()
+                    .filter_map(|&(step, v)| at(step).map(|m| (m, v)))
+                    .collect(),
+            )
+        })
+        .collect();
     let out = out
         .map(Path::to_path_buf)
         .unwrap_or_else(|| run_dir.join("report"));
@@ -197,11 +274,16 @@ pub fn render_report(run_dir: &Path, out: Option<&Path>) -> Result<PathBuf> {
     let (w, h) = (720u32, 400u32);
     let mut sections = String::new();
     for p in PANELS {
+        let source = match p.x {
+            Axis::Step => &all,
+            Axis::Minutes => &timed,
+        };
         let data: Vec<(&str, &[(f64, f64)])> = p
             .keys
             .iter()
             .filter_map(|k| {
-                all.get(*k)
+                source
+                    .get(*k)
                     .filter(|s| !s.is_empty())
                     .map(|s| (*k, s.as_slice()))
             })
@@ -214,6 +296,7 @@ pub fn render_report(run_dir: &Path, out: Option<&Path>) -> Result<PathBuf> {
             draw(
                 BitMapBackend::new(tmp, (w, h)).into_drawing_area(),
                 p.title,
+                p.x,
                 &data,
             )
         })?;
@@ -221,16 +304,17 @@ pub fn render_report(run_dir: &Path, out: Option<&Path>) -> Result<PathBuf> {
         draw(
             SVGBackend::with_string(&mut svg, (w, h)).into_drawing_area(),
             p.title,
+            p.x,
             &data,
         )?;
         let last: Vec<String> = data
             .iter()
             .map(|(k, s)| {
-                format!(
-                    "{k} = {:.4} (step {})",
-                    s.last().map_or(f64::NAN, |v| v.1),
-                    s.last().map_or(0.0, |v| v.0)
-                )
+                let (at, value) = s.last().copied().unwrap_or((0.0, f64::NAN));
+                match p.x {
+                    Axis::Step => format!("{k} = {value:.4} (step {at})"),
+                    Axis::Minutes => format!("{k} = {value:.4} (after {at:.1} min)"),
+                }
             })
             .collect();
         sections.push_str(&format!(
