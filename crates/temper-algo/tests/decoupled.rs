@@ -5,7 +5,8 @@
 //! the AReaL paper (tools/decoupled_ppo_reference.py, float64) on answers whose tokens were
 //! sampled by different policy versions (a partial rollout crossing weight updates): the loss
 //! and its gradient with respect to the trained log-probs.
-use std::path::PathBuf;
+
+mod reference;
 
 use serde::Deserialize;
 use tch::{Kind, Tensor};
@@ -32,17 +33,7 @@ struct Case {
 }
 
 fn reference() -> Vec<Case> {
-    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
-    let out = std::process::Command::new(root.join(".venv/bin/python"))
-        .arg(root.join("tools/decoupled_ppo_reference.py"))
-        .output()
-        .expect("running tools/decoupled_ppo_reference.py (scripts/setup-env.sh makes .venv)");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).unwrap()
+    reference::tool_json("decoupled_ppo_reference.py")
 }
 
 #[test]

@@ -5,8 +5,9 @@
 //! clip range, log-ratios beyond +-20 (not clamped, as in Tinker's snippets), negative
 //! cross-entropy weights, a GSPO ratio mask and StableReinforce's sampled positions. And the
 //! request errors a server returns.
+mod reference;
+
 use std::collections::BTreeMap;
-use std::path::PathBuf;
 
 use serde::Deserialize;
 use tch::{Kind, Tensor};
@@ -29,17 +30,7 @@ struct Case {
 }
 
 fn reference() -> Vec<Case> {
-    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
-    let out = std::process::Command::new(root.join(".venv/bin/python"))
-        .arg(root.join("tools/tinker_loss_reference.py"))
-        .output()
-        .expect("running tools/tinker_loss_reference.py (scripts/setup-env.sh makes .venv)");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).unwrap()
+    reference::tool_json("tinker_loss_reference.py")
 }
 
 #[test]

@@ -9,17 +9,9 @@ mod serve_util;
 
 use std::path::{Path, PathBuf};
 
-use common::{tiny_config, weights, ASCII_FRACTION};
+use common::{rollouts, tiny_config, weights, ASCII_FRACTION};
 use serde_json::Value;
 use temper_train::trainer::Trainer;
-
-fn rollouts(run: &Path, step: usize) -> Vec<Value> {
-    std::fs::read_to_string(run.join(format!("rollouts/step_{step}.jsonl")))
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect()
-}
 
 fn metrics(run: &Path) -> Vec<Value> {
     std::fs::read_to_string(run.join("metrics.jsonl"))

@@ -227,6 +227,15 @@ pub fn tiny_overrides(root: &std::path::Path) -> Vec<String> {
     ]
 }
 
+/// The records of a run's `rollouts/step_<step>.jsonl`, one per sample.
+pub fn rollouts(run: &std::path::Path, step: usize) -> Vec<serde_json::Value> {
+    std::fs::read_to_string(run.join(format!("rollouts/step_{step}.jsonl")))
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
 /// A detached copy of every weight of the trainer's model (to compare runs).
 pub fn weights(t: &temper_train::trainer::Trainer) -> Vec<(String, tch::Tensor)> {
     t.model()

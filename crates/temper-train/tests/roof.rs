@@ -1,18 +1,27 @@
 //! The model FLOP count behind `perf/update_tflops` and `bench train`'s TFLOP/s, against the count
 //! of PyTorch's own FLOP counter (tests/py/flop_count.py), and the roof measured on the spot.
+use std::path::PathBuf;
 use temper_model::{Arch, ComputeKind, ModelConfig, Roof};
 use temper_testkit as common;
 
-#[test]
-fn training_flops_match_pytorchs_flop_counter() {
+/// The small Qwen2 shape both references build, written for them as `<tag>/config.json`: the
+/// folder, that file, and temper's config of the same shape.
+fn qwen2_shape(tag: &str) -> (PathBuf, PathBuf, ModelConfig) {
     let (vocab, hidden, intermediate, layers, heads, kv_heads) = (512, 64, 176, 3, 4, 2);
-    let dir = common::temp_dir("flops");
+    let dir = common::temp_dir(tag);
     let config = dir.join("config.json");
     let spec = serde_json::json!({
         "vocab": vocab, "hidden": hidden, "intermediate": intermediate,
         "layers": layers, "heads": heads, "kv_heads": kv_heads,
     });
     std::fs::write(&config, spec.to_string()).unwrap();
+    let cfg = ModelConfig::qwen2_like(vocab, hidden, intermediate, layers, heads, kv_heads, true);
+    (dir, config, cfg)
+}
+
+#[test]
+fn training_flops_match_pytorchs_flop_counter() {
+    let (dir, config, cfg) = qwen2_shape("flops");
     let tokens = 37;
     let out = dir.join("flops.json");
     common::run_py(
@@ -22,7 +31,6 @@ fn training_flops_match_pytorchs_flop_counter() {
     let want: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
     let want = want["matmul_flops"].as_f64().unwrap();
-    let cfg = ModelConfig::qwen2_like(vocab, hidden, intermediate, layers, heads, kv_heads, true);
     assert_eq!(cfg.arch, Arch::Qwen2);
     let ours = cfg.training_flops(tokens as f64, tokens as f64, true);
     assert_eq!(
@@ -52,15 +60,9 @@ fn the_roof_is_measured_and_positive() {
 /// step, PyTorch's FLOP counter over the decode forwards).
 #[test]
 fn decode_work_matches_transformers_cache_and_flop_counter() {
-    let (vocab, hidden, intermediate, layers, heads, kv_heads) = (512, 64, 176, 3, 4, 2);
     let (rows, prompt, new) = (3usize, 7usize, 5usize);
-    let dir = common::temp_dir("decode_work");
-    let config = dir.join("config.json");
-    let spec = serde_json::json!({
-        "vocab": vocab, "hidden": hidden, "intermediate": intermediate,
-        "layers": layers, "heads": heads, "kv_heads": kv_heads,
-    });
-    std::fs::write(&config, spec.to_string()).unwrap();
+    let (dir, config, cfg) = qwen2_shape("decode_work");
+    let vocab = cfg.vocab_size;
     let out = dir.join("decode_work.json");
     let arg = |n: usize| std::path::PathBuf::from(n.to_string());
     common::run_py(
@@ -71,7 +73,6 @@ fn decode_work_matches_transformers_cache_and_flop_counter() {
         serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
     let num = |k: &str| want[k].as_f64().unwrap();
 
-    let cfg = ModelConfig::qwen2_like(vocab, hidden, intermediate, layers, heads, kv_heads, true);
     let model = temper_model::CausalLm::random(cfg.clone(), 7, tch::Device::Cpu, ComputeKind::F32);
     let requests: Vec<temper_rollout::Request> = (0..rows)
         .map(|i| temper_rollout::Request {

@@ -468,13 +468,7 @@ fn in_process_overlap_keeps_the_lag_within_its_bound() {
         t.fit().unwrap();
         t.run().root.clone()
     };
-    let rollouts = |dir: &std::path::Path, step: usize| -> Vec<serde_json::Value> {
-        std::fs::read_to_string(dir.join(format!("rollouts/step_{step}.jsonl")))
-            .unwrap()
-            .lines()
-            .map(|l| serde_json::from_str(l).unwrap())
-            .collect()
-    };
+    let rollouts = common::rollouts;
     for bound in [1usize, 2] {
         let root = common::temp_dir(&format!("async-{bound}"));
         let steps = format!("rollout.async_steps={bound}");
@@ -557,13 +551,7 @@ fn in_process_overlap_draws_the_strict_loops_batches_when_weights_stay() {
     let (strict, ahead) = (run(&[]), run(&["rollout.async_steps=2"]));
     let partial = run(&["rollout.async_steps=2", "rollout.partial_rollouts=true"]);
     for step in 1..=3 {
-        let read = |d: &std::path::Path| -> Vec<serde_json::Value> {
-            std::fs::read_to_string(d.join(format!("rollouts/step_{step}.jsonl")))
-                .unwrap()
-                .lines()
-                .map(|l| serde_json::from_str(l).unwrap())
-                .collect()
-        };
+        let read = |run| common::rollouts(run, step);
         let (a, b, c) = (read(&strict), read(&ahead), read(&partial));
         assert_eq!(a.len(), b.len());
         assert_eq!(a.len(), c.len());
@@ -613,10 +601,7 @@ fn partial_rollouts_keep_the_lag_within_its_bound() {
         assert!(lag <= 1.0 && lag <= (step - 1) as f64, "step {step}: {lag}");
         let partial = m["async/partial_fraction"].as_f64().unwrap();
         assert!((0.0..=1.0).contains(&partial), "{partial}");
-        let text =
-            std::fs::read_to_string(dir.join(format!("rollouts/step_{step}.jsonl"))).unwrap();
-        for line in text.lines() {
-            let r: serde_json::Value = serde_json::from_str(line).unwrap();
+        for r in common::rollouts(&dir, step) {
             let first = r["policy_version"].as_u64().unwrap();
             let versions: Vec<u64> = r["completion_versions"]
                 .as_array()
