@@ -8,19 +8,22 @@
 //! and after its update the new weights; so a batch sent at step k is sampled by the weights
 //! before update k (or older: with k steps ahead, the weights before update k - k + 1) and
 //! trained at step k + j <= k + async_steps, a policy at most `async_steps` versions newer
-//! (`rollout/policy_lag_max`). With `rollout.partial_rollouts` the thread also takes weights
-//! queued while it samples a batch, between two decode steps ([`InFlightUpdates`]): later tokens
-//! of that batch are drawn by newer weights, and the batch counts as sampled by its oldest
-//! token's version, so the bound holds all the same. The thread's intra-op threads are its own
+//! (`rollout/policy_lag_max`). With `rollout.partial_rollouts` the thread is a stream
+//! ([`ThreadSampler::stream`]): one continuous engine takes the queued jobs between two decode
+//! steps, so new weights reach the answers in flight (later tokens drawn by newer weights; a
+//! batch counts as sampled by its oldest token's version, so the bound holds all the same) and a
+//! batch's requests join the rows of the batches still sampling; the trainer queues the batch
+//! the new weights allow right after them. The thread's intra-op threads are its own
 //! (`rollout.threads`; OpenMP's thread count is per calling thread).
 
-use std::cell::Cell;
-use std::collections::{HashMap, VecDeque};
+use std::cell::RefCell;
+use std::collections::HashMap;
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::mpsc::{channel, Receiver, Sender};
+use std::sync::mpsc::{channel, Receiver, Sender, TryRecvError};
 use std::sync::Arc;
 use std::thread::JoinHandle;
+use std::time::Instant;
 
 use anyhow::{anyhow, Context, Result};
 use tch::{Device, Tensor};
@@ -114,63 +117,19 @@ impl LocalAhead {
                 // The version of the weights the copy holds (read by the engine at every token
                 // with partial rollouts).
                 let version = AtomicU64::new(0);
-                // Jobs taken off the queue while a batch was sampled with partial rollouts.
-                let mut pending: VecDeque<Job> = VecDeque::new();
-                while let Some(job) = pending.pop_front().or_else(|| inbox.recv().ok()) {
-                    match job {
-                        Job::Load {
-                            version: v,
-                            weights,
-                        } => {
-                            copy_into(&model, &weights);
-                            version.store(v, Ordering::SeqCst);
-                        }
-                        Job::Generate {
-                            epoch,
-                            batch,
-                            requests,
-                            seed,
-                        } => {
-                            if epoch != current.load(Ordering::SeqCst) {
-                                continue;
-                            }
-                            let engine = Engine::new(&model, eos_ids.clone())
-                                .with_decoder(&tokenizer)
-                                .with_config(EngineConfig {
-                                    max_batch_rows: rows,
-                                    seed,
-                                    ..EngineConfig::default()
-                                });
-                            let started = std::time::Instant::now();
-                            let first_version = version.load(Ordering::SeqCst);
-                            let samples = match partial {
-                                false => model.with_sampling_weights(|| engine.sample(&requests)),
-                                true => {
-                                    let engine = engine.with_policy_version(&version);
-                                    let mut updates = InFlightUpdates {
-                                        model: &model,
-                                        jobs: &inbox,
-                                        pending: &mut pending,
-                                        version: &version,
-                                    };
-                                    model.with_sampling_weights(|| {
-                                        updates.sample(&engine, &requests)
-                                    })
-                                }
-                            };
-                            let secs = started.elapsed().as_secs_f64();
-                            // With partial rollouts the batch's version is its oldest token's
-                            // (new weights may have come before its first step).
-                            let oldest = samples.as_ref().ok().and_then(|s| {
-                                s.iter().filter_map(|s| s.completion_versions.first()).min()
-                            });
-                            let first_version = oldest.copied().unwrap_or(first_version);
-                            let done = (epoch, batch, first_version, secs, samples);
-                            if outbox.send(done).is_err() {
-                                return;
-                            }
-                        }
-                    }
+                let sampler = ThreadSampler {
+                    model: &model,
+                    tokenizer: &tokenizer,
+                    eos_ids,
+                    rows,
+                    jobs: &inbox,
+                    outbox: &outbox,
+                    epoch: &current,
+                    version: &version,
+                };
+                match partial {
+                    true => sampler.stream(),
+                    false => sampler.batch_by_batch(),
                 }
             })?;
         Ok(Self {
@@ -281,63 +240,304 @@ impl Drop for LocalAhead {
     }
 }
 
-/// A batch sampled with partial rollouts: before every decode step, weights queued meanwhile are
-/// copied in (the rows in flight go on under them, their cache kept, as AReaL's and PipelineRL's
-/// in-flight updates do) and the version the engine records with each token moves on; other
-/// jobs wait in `pending`, in order.
-struct InFlightUpdates<'a> {
+/// The sampler thread's side: its copy of the policy, the job queue and where finished batches
+/// go.
+struct ThreadSampler<'a> {
     model: &'a CausalLm,
+    tokenizer: &'a Tokenizer,
+    eos_ids: Vec<i64>,
+    rows: usize,
     jobs: &'a Receiver<Job>,
-    pending: &'a mut VecDeque<Job>,
+    outbox: &'a Sender<Done>,
+    /// The trainer's current epoch: jobs of an older one are skipped, their rows abandoned.
+    epoch: &'a AtomicU64,
+    /// The version of the weights the copy holds.
     version: &'a AtomicU64,
 }
 
-impl InFlightUpdates<'_> {
-    fn sample(&mut self, engine: &Engine, requests: &[Request]) -> Result<Vec<Sample>> {
-        engine.validate(requests)?;
-        let left = Cell::new(requests.len());
-        let mut answers: Vec<Option<Result<Vec<Sample>, String>>> =
-            (0..requests.len()).map(|_| None).collect();
-        let mut first = Some(requests.to_vec());
-        let mut inbox = |_idle: bool| {
-            self.take_new_weights();
-            match first.take() {
-                Some(all) => Incoming::Requests(all),
-                None if left.get() == 0 => Incoming::Close,
-                None => Incoming::Requests(vec![]),
-            }
-        };
-        let mut done = |index: usize, result: Result<Vec<Sample>, String>| {
-            answers[index] = Some(result);
-            left.set(left.get() - 1);
-        };
-        engine.generate_continuous(&mut inbox, &mut done, &mut |_| false)?;
-        let mut samples = Vec::new();
-        for (i, answer) in answers.into_iter().enumerate() {
-            match answer {
-                Some(Ok(s)) => samples.extend(s),
-                Some(Err(e)) => return Err(anyhow!("request {i}: {e}")),
-                None => return Err(anyhow!("request {i} was not answered")),
-            }
-        }
-        Ok(samples)
+impl ThreadSampler<'_> {
+    fn engine(&self, seed: u64) -> Engine<'_> {
+        Engine::new(self.model, self.eos_ids.clone())
+            .with_decoder(self.tokenizer)
+            .with_config(EngineConfig {
+                max_batch_rows: self.rows,
+                seed,
+                ..EngineConfig::default()
+            })
     }
 
-    /// Copies in the newest weights queued so far (the sampling copies rebuilt from them).
-    fn take_new_weights(&mut self) {
-        let mut newest = None;
-        while let Ok(job) = self.jobs.try_recv() {
+    /// Without partial rollouts: the jobs one after the other, each batch sampled whole by the
+    /// weights loaded before it.
+    fn batch_by_batch(&self) {
+        while let Ok(job) = self.jobs.recv() {
             match job {
-                Job::Load { version, weights } => newest = Some((version, weights)),
-                other => self.pending.push_back(other),
+                Job::Load { version, weights } => {
+                    copy_into(self.model, &weights);
+                    self.version.store(version, Ordering::SeqCst);
+                }
+                Job::Generate {
+                    epoch,
+                    batch,
+                    requests,
+                    seed,
+                } => {
+                    if epoch != self.epoch.load(Ordering::SeqCst) {
+                        continue;
+                    }
+                    let started = Instant::now();
+                    let version = self.version.load(Ordering::SeqCst);
+                    let engine = self.engine(seed);
+                    let samples = self
+                        .model
+                        .with_sampling_weights(|| engine.sample(&requests));
+                    let done = (
+                        epoch,
+                        batch,
+                        version,
+                        started.elapsed().as_secs_f64(),
+                        samples,
+                    );
+                    if self.outbox.send(done).is_err() {
+                        return;
+                    }
+                }
             }
         }
-        if let Some((version, weights)) = newest {
-            copy_into(self.model, &weights);
-            self.model.thaw_after_sampling();
-            self.model.freeze_for_sampling();
-            self.version.store(version, Ordering::SeqCst);
+    }
+
+    /// With partial rollouts: one continuous engine for the thread's life, the producer of a
+    /// stream. Before every decode step the jobs queued meanwhile are taken in order: new
+    /// weights are copied in (the rows in flight go on under them, their cache kept, as AReaL's
+    /// and PipelineRL's in-flight updates do; the version the engine records with each token
+    /// moves on), and a batch's requests join the rows in flight at once, so the rows a batch's
+    /// longest answers leave free are filled by the next batch instead of waiting for them. A
+    /// batch is sent back when its last answer ends. The trainer queues a batch only after the
+    /// weights that keep it within the bound, so every token of it is drawn by those or newer.
+    fn stream(&self) {
+        let state = RefCell::new(Stream::default());
+        let engine = self.engine(0).with_policy_version(self.version);
+        loop {
+            let mut inbox = |idle: bool| self.incoming(idle, &mut state.borrow_mut());
+            let mut done = |index: usize, result: Result<Vec<Sample>, String>| {
+                self.answered(index, result, &mut state.borrow_mut())
+            };
+            let mut gone = |index: usize| {
+                state
+                    .borrow()
+                    .forgotten(index, self.epoch.load(Ordering::SeqCst))
+            };
+            let ran = engine.generate_continuous(&mut inbox, &mut done, &mut gone);
+            let mut s = state.borrow_mut();
+            match ran {
+                // Closed: the trainer is gone.
+                Ok(()) => return,
+                // The engine failed: every batch in flight fails with it; a new engine takes
+                // the next jobs.
+                Err(e) => {
+                    for (_, b) in s.batches.drain() {
+                        let error = Err(anyhow!("{e:#}"));
+                        if self.outbox.send((b.epoch, b.batch, 0, 0.0, error)).is_err() {
+                            return;
+                        }
+                    }
+                    s.requests.clear();
+                    s.next_index = 0;
+                    if s.closed {
+                        return;
+                    }
+                }
+            }
         }
+    }
+
+    /// The engine's inbox: the jobs queued since its last call, in order (blocking for one when
+    /// the engine has nothing to do).
+    fn incoming(&self, idle: bool, s: &mut Stream) -> Incoming {
+        let current = self.epoch.load(Ordering::SeqCst);
+        s.forget_older_than(current);
+        let mut admitted = Vec::new();
+        let mut newest_weights = None;
+        loop {
+            let job = match idle && admitted.is_empty() {
+                true => match self.jobs.recv() {
+                    Ok(job) => job,
+                    Err(_) => {
+                        s.closed = true;
+                        break;
+                    }
+                },
+                false => match self.jobs.try_recv() {
+                    Ok(job) => job,
+                    Err(TryRecvError::Empty) => break,
+                    Err(TryRecvError::Disconnected) => {
+                        s.closed = true;
+                        break;
+                    }
+                },
+            };
+            match job {
+                Job::Load { version, weights } => newest_weights = Some((version, weights)),
+                Job::Generate {
+                    epoch,
+                    batch,
+                    requests,
+                    ..
+                } => {
+                    if epoch != self.epoch.load(Ordering::SeqCst) {
+                        continue;
+                    }
+                    if requests.is_empty() {
+                        let version = self.version.load(Ordering::SeqCst);
+                        let _ = self.outbox.send((epoch, batch, version, 0.0, Ok(vec![])));
+                        continue;
+                    }
+                    // The weights queued before this batch, before its first token.
+                    if let Some(w) = newest_weights.take() {
+                        self.load(w);
+                    }
+                    s.admit(
+                        epoch,
+                        batch,
+                        requests.len(),
+                        self.version.load(Ordering::SeqCst),
+                    );
+                    admitted.extend(requests);
+                }
+            }
+        }
+        if let Some(w) = newest_weights {
+            self.load(w);
+        }
+        match (s.closed, admitted.is_empty()) {
+            (true, true) => Incoming::Close,
+            // Closed with requests in hand: they are sampled, and the next call closes.
+            _ => Incoming::Requests(admitted),
+        }
+    }
+
+    /// Copies in new weights (the sampling copies rebuilt from them).
+    fn load(&self, (version, weights): (u64, Vec<(String, Tensor)>)) {
+        copy_into(self.model, &weights);
+        self.model.thaw_after_sampling();
+        self.model.freeze_for_sampling();
+        self.version.store(version, Ordering::SeqCst);
+    }
+
+    /// Request `index`'s answers; the batch goes back once its last request is answered.
+    fn answered(&self, index: usize, result: Result<Vec<Sample>, String>, s: &mut Stream) {
+        let Some((key, at)) = s.requests.remove(&index) else {
+            return;
+        };
+        let Some(b) = s.batches.get_mut(&key) else {
+            return;
+        };
+        b.answers[at] = Some(result);
+        b.left -= 1;
+        if b.left > 0 {
+            return;
+        }
+        let b = s.batches.remove(&key).expect("looked up above");
+        // Seconds this batch kept the sampler busy: since it was admitted, or since the batch
+        // before it finished (batches overlap; their seconds do not).
+        let now = Instant::now();
+        let from = s.last_finished.map_or(b.admitted, |t| t.max(b.admitted));
+        s.last_finished = Some(now);
+        let mut samples = Vec::new();
+        let mut failed = None;
+        for (i, answer) in b.answers.into_iter().enumerate() {
+            match answer {
+                // Numbered within the batch, as a batch's own engine numbers them.
+                Some(Ok(x)) => samples.extend(x.into_iter().map(|x| Sample {
+                    request_index: i,
+                    ..x
+                })),
+                Some(Err(e)) => {
+                    failed.get_or_insert_with(|| anyhow!("request {i}: {e}"));
+                }
+                None => {
+                    failed.get_or_insert_with(|| anyhow!("request {i} was not answered"));
+                }
+            }
+        }
+        // The batch's version is its oldest token's (the one it was admitted under when no
+        // token was drawn).
+        let oldest = samples
+            .iter()
+            .filter_map(|x| x.completion_versions.first())
+            .min()
+            .copied()
+            .unwrap_or(b.version);
+        let result = match failed {
+            Some(e) => Err(e),
+            None => Ok(samples),
+        };
+        let secs = (now - from).as_secs_f64();
+        let _ = self.outbox.send((b.epoch, b.batch, oldest, secs, result));
+    }
+}
+
+/// The batches a streaming sampler has in flight, and which batch each engine request is of.
+#[derive(Default)]
+struct Stream {
+    /// By admission number.
+    batches: HashMap<usize, InFlight>,
+    admissions: usize,
+    /// Engine request index (admission order) -> (its batch's admission number, its place in
+    /// the batch).
+    requests: HashMap<usize, (usize, usize)>,
+    next_index: usize,
+    last_finished: Option<Instant>,
+    /// The trainer dropped its end of the queue.
+    closed: bool,
+}
+
+/// A batch being sampled by the stream.
+struct InFlight {
+    epoch: u64,
+    batch: usize,
+    answers: Vec<Option<Result<Vec<Sample>, String>>>,
+    left: usize,
+    admitted: Instant,
+    /// The version of the weights when it was admitted.
+    version: u64,
+}
+
+impl Stream {
+    /// Records a batch of `n` requests admitted now, as the engine's next `n` request indices.
+    fn admit(&mut self, epoch: u64, batch: usize, n: usize, version: u64) {
+        let key = self.admissions;
+        self.admissions += 1;
+        for at in 0..n {
+            self.requests.insert(self.next_index + at, (key, at));
+        }
+        self.next_index += n;
+        self.batches.insert(
+            key,
+            InFlight {
+                epoch,
+                batch,
+                answers: (0..n).map(|_| None).collect(),
+                left: n,
+                admitted: Instant::now(),
+                version,
+            },
+        );
+    }
+
+    /// Whether engine request `index` belongs to a batch the trainer has dropped.
+    fn forgotten(&self, index: usize, current: u64) -> bool {
+        self.requests
+            .get(&index)
+            .and_then(|(key, _)| self.batches.get(key))
+            .is_none_or(|b| b.epoch != current)
+    }
+
+    /// Drops the batches of epochs before `current` (their rows are abandoned by the engine).
+    fn forget_older_than(&mut self, current: u64) {
+        self.batches.retain(|_, b| b.epoch == current);
+        let batches = &self.batches;
+        self.requests
+            .retain(|_, (key, _)| batches.contains_key(key));
     }
 }
 
@@ -356,78 +556,109 @@ fn copy_into(model: &CausalLm, weights: &[(String, Tensor)]) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::sync::atomic::AtomicBool;
-    use temper_model::ModelConfig;
     use temper_rollout::SamplingParams;
+
+    fn tiny() -> (CausalLm, Tokenizer) {
+        let dir = temper_testkit::tiny_model_dir();
+        let model = CausalLm::load(&dir, Device::Cpu, ComputeKind::F32).unwrap();
+        (model, Tokenizer::from_dir(&dir).unwrap())
+    }
+
+    fn copies(model: &CausalLm, scale: f64) -> Vec<(String, Tensor)> {
+        tch::no_grad(|| {
+            model
+                .named_parameters()
+                .into_iter()
+                .map(|(n, p)| (n, p.detach() * scale))
+                .collect()
+        })
+    }
+
+    /// `count` requests of exactly `tokens` tokens each, seeded by `first`.
+    fn requests(count: usize, tokens: usize, first: u64) -> Vec<Request> {
+        (0..count as u64)
+            .map(|i| Request {
+                prompt_ids: vec![1, 2, 3 + i as i64],
+                params: SamplingParams {
+                    max_tokens: tokens,
+                    min_tokens: tokens,
+                    seed: Some(first + i),
+                    ..SamplingParams::default()
+                },
+            })
+            .collect()
+    }
+
+    /// Runs a streaming sampler over `model` on this thread while `feed` sends it jobs and reads
+    /// what it sends back on another; returns what `feed` returns (the sampler ends when `feed`
+    /// drops the queue).
+    fn streaming<T: Send>(
+        model: &CausalLm,
+        tokenizer: &Tokenizer,
+        feed: impl FnOnce(Sender<Job>, Receiver<Done>) -> T + Send,
+    ) -> (T, u64) {
+        let (jobs, queue) = channel::<Job>();
+        let (outbox, done) = channel::<Done>();
+        let (epoch, version) = (AtomicU64::new(0), AtomicU64::new(0));
+        let fed = std::thread::scope(|scope| {
+            let feeding = scope.spawn(|| feed(jobs, done));
+            let sampler = ThreadSampler {
+                model,
+                tokenizer,
+                eos_ids: vec![],
+                rows: 8,
+                jobs: &queue,
+                outbox: &outbox,
+                epoch: &epoch,
+                version: &version,
+            };
+            sampler.stream();
+            // What the sampler sent is all there will be.
+            drop(outbox);
+            feeding.join().unwrap()
+        });
+        (fed, version.load(Ordering::SeqCst))
+    }
 
     /// Weights sent while a batch is sampled reach it between two tokens: every token records
     /// the version that drew it (never decreasing along an answer, answers spanning several),
     /// and the copy ends with the newest weights sent, bit for bit.
     #[test]
     fn weights_sent_while_a_batch_is_sampled_reach_it_between_two_tokens() {
-        let cfg = ModelConfig::qwen2_like(260, 32, 64, 2, 4, 2, true);
-        let model = CausalLm::random(cfg, 3, Device::Cpu, ComputeKind::F32);
-        let base: Vec<(String, Tensor)> = tch::no_grad(|| {
-            model
-                .named_parameters()
-                .into_iter()
-                .map(|(n, p)| (n, p.detach().copy()))
-                .collect()
-        });
-        let scaled = |v: u64| -> Vec<(String, Tensor)> {
+        let (model, tokenizer) = tiny();
+        let scaled = |base: &[(String, Tensor)], v: u64| -> Vec<(String, Tensor)> {
             base.iter()
                 .map(|(n, w)| (n.clone(), w * (1.0 + 0.01 * v as f64)))
                 .collect()
         };
-        let (jobs, queue) = channel::<Job>();
-        let stop = Arc::new(AtomicBool::new(false));
-        let sender = {
-            let stop = Arc::clone(&stop);
-            let base: Vec<(String, Tensor)> =
-                base.iter().map(|(n, w)| (n.clone(), w.copy())).collect();
-            std::thread::spawn(move || {
-                for version in 1u64.. {
-                    std::thread::sleep(std::time::Duration::from_millis(2));
-                    if stop.load(Ordering::SeqCst) {
-                        return;
+        let (base, sent_from) = (copies(&model, 1.0), copies(&model, 1.0));
+        let ((samples, sent), last) = streaming(&model, &tokenizer, move |jobs, done| {
+            let generate = Job::Generate {
+                epoch: 0,
+                batch: 0,
+                requests: requests(3, 300, 0),
+                seed: 0,
+            };
+            jobs.send(generate).unwrap();
+            // New weights every 2 ms until the batch is back.
+            let mut sent = 0;
+            loop {
+                match done.recv_timeout(std::time::Duration::from_millis(2)) {
+                    Ok((_, batch, _, _, samples)) => {
+                        assert_eq!(batch, 0);
+                        return (samples.unwrap(), sent);
                     }
-                    let weights = base
-                        .iter()
-                        .map(|(n, w)| (n.clone(), w * (1.0 + 0.01 * version as f64)))
-                        .collect();
-                    if jobs.send(Job::Load { version, weights }).is_err() {
-                        return;
+                    Err(_) => {
+                        sent += 1;
+                        let load = Job::Load {
+                            version: sent,
+                            weights: scaled(&sent_from, sent),
+                        };
+                        jobs.send(load).unwrap();
                     }
                 }
-            })
-        };
-        let version = AtomicU64::new(0);
-        let mut pending = VecDeque::new();
-        let engine = Engine::new(&model, vec![]).with_policy_version(&version);
-        let requests: Vec<Request> = (0..3)
-            .map(|i| Request {
-                prompt_ids: vec![1, 2, 3 + i],
-                params: SamplingParams {
-                    max_tokens: 300,
-                    min_tokens: 300,
-                    seed: Some(i as u64),
-                    ..SamplingParams::default()
-                },
-            })
-            .collect();
-        let samples = {
-            let mut updates = InFlightUpdates {
-                model: &model,
-                jobs: &queue,
-                pending: &mut pending,
-                version: &version,
-            };
-            model.with_sampling_weights(|| updates.sample(&engine, &requests))
-        }
-        .unwrap();
-        stop.store(true, Ordering::SeqCst);
-        sender.join().unwrap();
-        assert!(pending.is_empty());
+            }
+        });
         assert_eq!(samples.len(), 3);
         let mut spanning = 0;
         for s in &samples {
@@ -437,12 +668,70 @@ mod tests {
             spanning += usize::from(v.first() != v.last());
         }
         assert!(spanning > 0, "no answer was sampled across an update");
-        let last = version.load(Ordering::SeqCst);
-        assert!(last > 0);
-        let want = scaled(last);
+        // Every load sent was taken (the last ones after the batch, before the queue closed).
+        assert_eq!(last, sent);
+        let want = scaled(&base, last);
         let have: HashMap<String, Tensor> = model.named_parameters().into_iter().collect();
         for (name, w) in &want {
             assert!(have[name].equal(w), "{name}");
         }
+    }
+
+    /// The stream does not wait for a batch's longest answer: a batch queued behind it (after
+    /// the weights that allow it) joins the rows in flight, is drawn wholly by those weights,
+    /// and comes back first when its answers are shorter; a batch of a dropped epoch is never
+    /// sent back.
+    #[test]
+    fn the_next_batch_joins_the_rows_of_a_batch_still_sampling() {
+        let (model, tokenizer) = tiny();
+        let newer = copies(&model, 1.01);
+        let (order, _) = streaming(&model, &tokenizer, |jobs, done| {
+            let send = |job| jobs.send(job).unwrap();
+            send(Job::Generate {
+                epoch: 0,
+                batch: 0,
+                requests: requests(1, 200, 0),
+                seed: 0,
+            });
+            send(Job::Load {
+                version: 1,
+                weights: newer,
+            });
+            send(Job::Generate {
+                epoch: 0,
+                batch: 1,
+                requests: requests(3, 5, 10),
+                seed: 0,
+            });
+            // An older epoch's batch (sent before a drop) is skipped.
+            send(Job::Generate {
+                epoch: 7,
+                batch: 9,
+                requests: requests(1, 5, 20),
+                seed: 0,
+            });
+            let mut order = vec![];
+            for _ in 0..2 {
+                let (_, batch, version, secs, samples) = done.recv().unwrap();
+                let samples = samples.unwrap();
+                if batch == 1 {
+                    assert_eq!(version, 1);
+                    assert!(samples
+                        .iter()
+                        .all(|s| s.completion_versions.iter().all(|&v| v == 1)));
+                    // Numbered within their batch, as the groups are built from them.
+                    let index: Vec<usize> = samples.iter().map(|s| s.request_index).collect();
+                    assert_eq!(index, vec![0, 1, 2]);
+                } else {
+                    assert_eq!(samples[0].completion_ids.len(), 200);
+                }
+                assert!(secs >= 0.0);
+                order.push(batch);
+            }
+            drop(jobs);
+            assert!(done.recv().is_err(), "the dropped epoch's batch came back");
+            order
+        });
+        assert_eq!(order, vec![1, 0]);
     }
 }

@@ -130,6 +130,13 @@ impl Trainer {
             if let Some(push) = pushed {
                 m.insert("timing_s/weight_push".into(), push);
             }
+            // A streaming sampler thread (partial rollouts) gets the batch these weights allow
+            // now, queued behind them, so its rows join those still sampling instead of
+            // waiting for the next step's draw (the same batch that draw would send).
+            if self.rollouts.cfg.partial_rollouts && self.env.is_none() && step < self.total_steps {
+                let params = self.rollout_params();
+                self.generate_ahead(self.state.batches_drawn + 1, &params)?;
+            }
         }
         // 5. Logs.
         match &episodes.source {
