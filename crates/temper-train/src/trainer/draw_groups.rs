@@ -69,9 +69,10 @@ impl Trainer {
     }
 
     fn draw_rounds(&mut self, step: usize, params: &SamplingParams) -> Result<Drawn> {
-        let want = self.questions.data.train_batch_size;
-        let filter = self.questions.filter_groups.enable;
-        let max_rounds = match self.questions.filter_groups.max_num_gen_batches {
+        let want = self.questions.batch_size();
+        let filter_groups = self.questions.filter_groups().clone();
+        let filter = filter_groups.enable;
+        let max_rounds = match filter_groups.max_num_gen_batches {
             0 => 100,
             k => k,
         };
@@ -105,7 +106,7 @@ impl Trainer {
                 if g.zero_variance() {
                     d.zero_groups += 1;
                 }
-                if filter && g.no_spread_in(self.questions.filter_groups.metric) {
+                if filter && g.no_spread_in(filter_groups.metric) {
                     continue;
                 }
                 d.groups.push(g);
@@ -138,11 +139,11 @@ impl Trainer {
         batch: usize,
         params: &SamplingParams,
     ) -> Result<(Vec<usize>, Vec<Request>)> {
-        let (_, idx) = self.questions.order.batch(batch);
+        let (_, idx) = self.questions.draw(batch);
         let seed = self.train_batch_seed(batch);
         let mine = self.dist.shard(&idx, "data.train_batch_size")?;
         self.rollout_requests(
-            &self.questions.train,
+            self.questions.train(),
             mine,
             params,
             seed,
@@ -169,16 +170,16 @@ impl Trainer {
             .and_then(|r| r.take_ahead(batch))
         {
             let a = ahead?;
-            return self.groups_from(&self.questions.train, &a.kept, a.samples, None, a.version);
+            return self.groups_from(self.questions.train(), &a.kept, a.samples, None, a.version);
         }
         if let Some(ahead) = self.rollouts.ahead.as_mut().and_then(|a| a.take(batch)) {
             let a = ahead?;
-            return self.groups_from(&self.questions.train, &a.kept, a.samples, None, a.version);
+            return self.groups_from(self.questions.train(), &a.kept, a.samples, None, a.version);
         }
         let (kept, requests) = self.train_batch_requests(batch, params)?;
         let version = self.rollouts.sampling_version(self.state.policy_version);
         let seed = self.train_batch_seed(batch);
         let (samples, texts) = self.one_turn_rollouts(requests, seed, true)?;
-        self.groups_from(&self.questions.train, &kept, samples, Some(texts), version)
+        self.groups_from(self.questions.train(), &kept, samples, Some(texts), version)
     }
 }

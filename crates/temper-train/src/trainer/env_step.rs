@@ -31,7 +31,7 @@ impl Trainer {
     ) -> Result<StepEpisodes> {
         let batch_index = self.state.batches_drawn;
         self.state.batches_drawn += 1;
-        let (_, questions) = self.questions.order.batch(batch_index);
+        let (_, questions) = self.questions.draw(batch_index);
         let seed = mix(self.trainer_cfg.seed, batch_index as u64, 0x656e_7673);
 
         // Episodes: this rank's share of the questions (seeded by their position in the whole
@@ -147,7 +147,7 @@ impl Trainer {
             let prompt = if env.needs_prompt() {
                 let Some(prompt) = self.questions.prompt_ids(
                     &self.tokenizer,
-                    &self.questions.train.examples[qi],
+                    &self.questions.train().examples[qi],
                     &where_,
                 )?
                 else {

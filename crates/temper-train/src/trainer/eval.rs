@@ -28,7 +28,7 @@ impl Trainer {
 
     fn evaluate_frozen(&self, step: usize) -> Result<StepMetrics> {
         let mut m = StepMetrics::new();
-        let Some(val) = &self.questions.val else {
+        let Some(val) = self.questions.val() else {
             return Ok(m);
         };
         let t0 = Instant::now();
@@ -38,7 +38,7 @@ impl Trainer {
         let (lo, hi) = (rank * count / world, (rank + 1) * count / world);
         let idx: Vec<usize> = (lo..hi).collect();
         let params = e.sampling_params(
-            self.questions.data.max_response_length,
+            self.questions.max_response_length(),
             &self.rollouts.cfg.stop,
         );
         let mine = self.rollout_groups(

@@ -441,16 +441,7 @@ impl Trainer {
         // (a filesystem all ranks share, as verl's and torch.distributed.checkpoint's need).
         let checkpoints = dist.from_root(run.checkpoints())?;
         let checkpointer = checkpointer::Checkpointer::new(checkpoints, &cfg.trainer);
-        let questions = questions::Questions {
-            train,
-            val,
-            order,
-            template,
-            reward,
-            data: cfg.data,
-            reward_cfg: cfg.reward,
-            filter_groups: cfg.algorithm.filter_groups,
-        };
+        let questions = questions::Questions::new((train, val), order, template, reward, &cfg);
         Ok(Trainer {
             checkpointer,
             dist,

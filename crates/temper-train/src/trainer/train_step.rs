@@ -42,7 +42,7 @@ impl Trainer {
     pub(crate) fn rollout_params(&self) -> SamplingParams {
         self.rollouts
             .cfg
-            .sampling_params(self.questions.data.max_response_length)
+            .sampling_params(self.questions.max_response_length())
     }
 
     /// [`Trainer::train_step`], under the profiler when it is the `--profile` step.
@@ -169,8 +169,7 @@ impl Trainer {
         m.insert(
             "training/epoch".into(),
             self.questions
-                .order
-                .batch(self.state.batches_drawn.saturating_sub(1))
+                .draw(self.state.batches_drawn.saturating_sub(1))
                 .0 as f64,
         );
         Ok(m)
@@ -313,7 +312,7 @@ impl Trainer {
             eprintln!(
                 "warning: step {step}: no response ended within data.max_response_length = {} tokens (does the model \
                  emit EOS? are rollout.stop strings reachable?)",
-                self.questions.data.max_response_length
+                self.questions.max_response_length()
             );
         }
     }
@@ -329,7 +328,7 @@ impl Trainer {
         let mut out = String::new();
         let mut row = 0;
         for (gi, g) in groups.iter().enumerate() {
-            let ex = &self.questions.train.examples[g.example];
+            let ex = &self.questions.train().examples[g.example];
             for (k, s) in g.samples.iter().enumerate() {
                 let len = s.completion_ids.len();
                 let mut line = json!({
