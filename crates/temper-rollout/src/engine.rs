@@ -87,6 +87,9 @@ pub struct Engine<'a> {
     work: Mutex<DecodeWork>,
     /// The version of the weights sampling now, read at every token (None: not recorded).
     policy_version: Option<&'a AtomicU64>,
+    /// When that version changes between two steps, the rows in flight recompute their cache
+    /// under the new weights ([`Engine::with_kv_recompute`]).
+    recompute_kv: bool,
 }
 
 /// How decode steps run.
@@ -143,6 +146,7 @@ impl<'a> Engine<'a> {
             seeder: Mutex::new(ChaCha20Rng::seed_from_u64(config.seed)),
             work: Mutex::new(DecodeWork::default()),
             policy_version: None,
+            recompute_kv: false,
         }
     }
 
@@ -164,6 +168,17 @@ impl<'a> Engine<'a> {
     /// between two steps (from the `inbox` of [`Engine::generate_continuous`]).
     pub fn with_policy_version(mut self, version: &'a AtomicU64) -> Self {
         self.policy_version = Some(version);
+        self
+    }
+
+    /// With [`Engine::with_policy_version`]: when the version changes between two steps (new
+    /// weights copied in from the `inbox`), every row in flight recomputes its keys and values
+    /// under the new weights (its prompt and completion so far, one prefill) before its next
+    /// token, so the rest of the answer is drawn by the new policy alone; without it the rows
+    /// keep the cache the old weights computed (AReaL's and PipelineRL's default). Decoding
+    /// then runs with the growing cache ([`DecodeMode::Growing`]).
+    pub fn with_kv_recompute(mut self, recompute: bool) -> Self {
+        self.recompute_kv = recompute;
         self
     }
 
@@ -310,7 +325,13 @@ impl<'a> Engine<'a> {
         // Per request: samples still running, and those finished.
         let mut open: HashMap<usize, (usize, Vec<Sample>)> = HashMap::new();
         let device = self.model.device();
-        let mut batch: Box<dyn RunningBatch> = match self.decode.resolve(device) {
+        let mode = match self.recompute_kv {
+            true => DecodeMode::Growing,
+            false => self.decode.resolve(device),
+        };
+        // The weights' version at the last step, when the cache is recomputed on a change.
+        let mut cached_version = None;
+        let mut batch: Box<dyn RunningBatch> = match mode {
             DecodeMode::Static => Box::new(SlotBatch::new(device)),
             _ => Box::new(Batch::empty(device)),
         };
@@ -350,6 +371,13 @@ impl<'a> Engine<'a> {
                     .map(|i| i as i64)
                     .collect();
                 batch.keep_rows(self.model, &keep);
+            }
+            if let (true, Some(v)) = (self.recompute_kv, self.policy_version) {
+                let now = v.load(Ordering::SeqCst);
+                if cached_version.is_some_and(|c| c != now) && !batch.rows().is_empty() {
+                    batch.recompute(self.model, &prepared)?;
+                }
+                cached_version = Some(now);
             }
             let units = scheduler.admit(batch.rows().len());
             // A decode step (not a prefill): its work and time, to the end of this iteration

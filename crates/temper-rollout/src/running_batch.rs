@@ -38,6 +38,8 @@ pub(crate) trait RunningBatch {
     fn decode(&mut self, model: &CausalLm) -> Result<Tensor>;
     /// Keep only rows `keep` (ascending indices into `rows`).
     fn keep_rows(&mut self, model: &CausalLm, keep: &[i64]);
+    /// Recompute every row's cache under `model`'s weights now ([`Batch::recompute`]).
+    fn recompute(&mut self, model: &CausalLm, prepared: &Requests) -> Result<()>;
 }
 
 impl RunningBatch for Batch {
@@ -55,6 +57,10 @@ impl RunningBatch for Batch {
     }
     fn keep_rows(&mut self, _model: &CausalLm, keep: &[i64]) {
         Batch::keep_rows(self, keep)
+    }
+    fn recompute(&mut self, model: &CausalLm, prepared: &Requests) -> Result<()> {
+        Batch::recompute(self, model, prepared);
+        Ok(())
     }
 }
 
@@ -215,6 +221,44 @@ impl Batch {
         self.cache = Some(cache);
         self.rows = p.rows;
         Ok(p.logits.index_select(0, &index))
+    }
+
+    /// Recomputes every row's cache under `model`'s weights now: each row's prompt and its
+    /// completion but the newest token (the next decode step feeds that one) as one
+    /// left-padded prefill, with room for the longest remaining answer. The rows, their
+    /// tokens and generators stay as they were.
+    pub(crate) fn recompute(&mut self, model: &CausalLm, prepared: &Requests) {
+        if self.rows.is_empty() {
+            return;
+        }
+        let seqs: Vec<Vec<i64>> = self
+            .rows
+            .iter()
+            .map(|r| {
+                let mut seq = prepared[&r.request].request.prompt_ids.clone();
+                seq.extend_from_slice(&r.completion[..r.completion.len().saturating_sub(1)]);
+                seq
+            })
+            .collect();
+        let rows: Vec<(&[i64], &[i64])> = seqs.iter().map(|s| (s.as_slice(), &[][..])).collect();
+        let padded = PaddedRows::new(&rows, 0);
+        let (ids, mask, pos) = padded.tensors(self.device);
+        let room = self
+            .rows
+            .iter()
+            .map(|r| {
+                prepared[&r.request]
+                    .max_new
+                    .saturating_sub(r.completion.len())
+                    + 1
+            })
+            .max()
+            .unwrap_or(1);
+        let mut cache =
+            KvCache::with_capacity(model.num_layers(), (padded.prompt_width + room) as i64);
+        let _ = model.forward_hidden(&ids, &pos, &mask, Some(&mut cache));
+        self.cache = Some(cache);
+        self.mask = mask;
     }
 
     /// One token per row against the cache; returns next-token logits.

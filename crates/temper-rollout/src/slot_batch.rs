@@ -123,6 +123,13 @@ impl RunningBatch for SlotBatch {
         })
     }
 
+    fn recompute(&mut self, _model: &CausalLm, _prepared: &Requests) -> Result<()> {
+        // The engine decodes with the growing cache when it recomputes (Engine::with_kv_recompute).
+        anyhow::bail!(
+            "recomputing the cache after new weights needs the growing decode, not fixed slots"
+        )
+    }
+
     fn keep_rows(&mut self, model: &CausalLm, keep: &[i64]) {
         if keep.len() == self.rows.len() {
             return;

@@ -545,3 +545,94 @@ fn bad_requests_give_errors_naming_the_field() {
         (1, Finish::Length)
     );
 }
+
+/// `Engine::with_kv_recompute`: new weights copied in from the inbox between two steps (the
+/// policy version bumped) reach the rows in flight with their cache recomputed, so every token
+/// drawn after the change has the logprob the trainer's teacher-forced forward of the new
+/// weights gives it; the same run keeping the old weights' cache (partial rollouts' default)
+/// does not.
+#[test]
+fn recomputing_the_cache_after_new_weights_draws_from_the_new_policy_alone() {
+    use std::cell::Cell;
+    use std::sync::atomic::{AtomicU64, Ordering};
+    let run_with = |recompute: bool| -> (f64, usize) {
+        let model = tiny_model();
+        tch::manual_seed(11);
+        let newer: Vec<(tch::Tensor, tch::Tensor)> = tch::no_grad(|| {
+            model
+                .named_parameters()
+                .into_iter()
+                .map(|(_, p)| {
+                    let w = &p + p.randn_like() * 0.05;
+                    (p, w)
+                })
+                .collect()
+        });
+        let version = AtomicU64::new(0);
+        let params = SamplingParams {
+            max_tokens: 24,
+            min_tokens: 24,
+            seed: Some(5),
+            ..SamplingParams::default()
+        };
+        let mut first = Some(requests(&prompts()[..3], &params));
+        let (calls, left) = (Cell::new(0), Cell::new(3));
+        let mut inbox = |_idle: bool| {
+            calls.set(calls.get() + 1);
+            // After 8 tokens of every row: the new weights, as a trainer's update would bring.
+            if calls.get() == 9 {
+                tch::no_grad(|| {
+                    for (p, w) in &newer {
+                        p.shallow_clone().copy_(w);
+                    }
+                });
+                model.thaw_after_sampling();
+                model.freeze_for_sampling();
+                version.store(1, Ordering::SeqCst);
+            }
+            match first.take() {
+                Some(all) => Incoming::Requests(all),
+                None if left.get() == 0 => Incoming::Close,
+                None => Incoming::Requests(vec![]),
+            }
+        };
+        let mut samples = vec![];
+        let mut done = |_: usize, r: Result<Vec<Sample>, String>| {
+            samples.extend(r.unwrap());
+            left.set(left.get() - 1);
+        };
+        engine(&model, vec![], 8)
+            .with_policy_version(&version)
+            .with_kv_recompute(recompute)
+            .generate_continuous(&mut inbox, &mut done, &mut |_| false)
+            .unwrap();
+        // The trainer's recomputation under the new weights (the model holds them now).
+        let want = trainer_logprobs(&model, &samples, 1.0).unwrap();
+        let (mut worst, mut after) = (0.0f64, 0);
+        for (s, w) in samples.iter().zip(&want) {
+            assert_eq!(s.completion_versions.len(), 24);
+            assert_eq!(s.completion_versions[0], 0);
+            for ((&v, &got), &wanted) in s
+                .completion_versions
+                .iter()
+                .zip(&s.completion_logprobs)
+                .zip(w)
+            {
+                if v == 1 {
+                    after += 1;
+                    worst = worst.max((got as f64 - wanted as f64).abs());
+                }
+            }
+        }
+        (worst, after)
+    };
+    let (recomputed, after) = run_with(true);
+    assert!(after >= 3 * 10, "{after} tokens after the change");
+    assert!(recomputed < 2e-4, "recomputed cache: {recomputed}");
+    let (kept, _) = run_with(false);
+    eprintln!("{after} tokens after the change: recomputed {recomputed:e}, kept {kept:e}");
+    assert!(
+        kept > 1e-3,
+        "kept cache: {kept} (the old weights' keys should show)"
+    );
+}

@@ -504,6 +504,13 @@ fn partial_rollouts_need_overlap_in_process() {
             ],
             "partial rollouts need the in-process sampler",
         ),
+        (
+            vec![
+                "rollout.recompute_kv_after_update=true",
+                "rollout.async_steps=1",
+            ],
+            "rollout.recompute_kv_after_update = true needs rollout.partial_rollouts = true",
+        ),
     ] {
         let e = format!("{:#}", load(MIN, &extra).unwrap_err());
         assert!(e.contains(want) && !e.contains('\n'), "{extra:?}: {e}");

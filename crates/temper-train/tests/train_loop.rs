@@ -576,15 +576,24 @@ fn in_process_overlap_draws_the_strict_loops_batches_when_weights_stay() {
 /// two tokens of the batch it samples. The lag of an answer is counted from its first token's
 /// version, so it stays within the bound; each token's version lies between that and the
 /// version trained on, never decreasing along the answer; each step says which share of its
-/// answers spanned an update.
+/// answers spanned an update. The same with the cache recomputed after each update
+/// (`rollout.recompute_kv_after_update`).
 #[test]
 fn partial_rollouts_keep_the_lag_within_its_bound() {
+    for recompute in [false, true] {
+        partial_run_keeps_the_lag_within_its_bound(recompute);
+    }
+}
+
+fn partial_run_keeps_the_lag_within_its_bound(recompute: bool) {
     let root = common::temp_dir("async-partial");
+    let recompute = format!("rollout.recompute_kv_after_update={recompute}");
     let cfg = tiny_config(
         &root,
         &[
             "rollout.async_steps=1",
             "rollout.partial_rollouts=true",
+            recompute.as_str(),
             "trainer.check_on_policy=false",
             "trainer.total_training_steps=5",
         ],
@@ -618,4 +627,55 @@ fn partial_rollouts_keep_the_lag_within_its_bound() {
             );
         }
     }
+}
+
+/// Partial rollouts under random delays injected on the learner's side (a pause of 0 to 30 ms
+/// before each update) with answers long enough (96 tokens) that the sampler thread is still
+/// drawing a batch when the next weights come: answers span updates, and still no step trains
+/// on a batch more than its bound behind, each token's version within it.
+#[test]
+fn partial_rollouts_under_random_delays_span_updates_within_the_bound() {
+    let root = common::temp_dir("async-partial-delays");
+    let cfg = tiny_config(
+        &root,
+        &[
+            "rollout.async_steps=2",
+            "rollout.partial_rollouts=true",
+            "data.max_response_length=96",
+            "rollout.min_tokens=96",
+            "trainer.check_on_policy=false",
+            "trainer.total_training_steps=6",
+        ],
+    );
+    let mut t = Trainer::create(cfg, "t", &[]).unwrap();
+    t.set_reward(Box::new(ASCII_FRACTION));
+    let mut state = 0x9e37_79b9_7f4a_7c15u64;
+    t.set_before_update(Box::new(move |_| {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        std::thread::sleep(std::time::Duration::from_millis(state % 31));
+    }));
+    t.fit().unwrap();
+    let dir = t.run().root.clone();
+    let mut spanning = 0;
+    for (i, m) in metrics(&t).iter().enumerate() {
+        let step = i + 1;
+        let lag = m["rollout/policy_lag_max"].as_f64().unwrap();
+        assert!(lag <= 2.0, "step {step}: lag {lag}");
+        for r in common::rollouts(&dir, step) {
+            let first = r["policy_version"].as_u64().unwrap();
+            let versions: Vec<u64> = r["completion_versions"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|v| v.as_u64().unwrap())
+                .collect();
+            assert_eq!(versions.len(), 96);
+            assert!(versions.iter().all(|&v| v >= first && v < step as u64));
+            assert!(versions.windows(2).all(|w| w[0] <= w[1]), "{versions:?}");
+            spanning += usize::from(versions.first() != versions.last());
+        }
+    }
+    assert!(spanning > 0, "no answer was sampled across an update");
 }

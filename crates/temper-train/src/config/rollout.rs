@@ -52,6 +52,10 @@ pub struct RolloutConfig {
     /// of the batch it is sampling (the answers in flight go on under them, each token
     /// recording the version that drew it), not after the batch (AReaL's partial rollouts).
     pub partial_rollouts: bool,
+    /// With `partial_rollouts`: when new weights arrive, the answers in flight recompute their
+    /// keys and values under them (prompt and tokens so far, one prefill) before their next
+    /// token, instead of going on with the cache the old weights computed.
+    pub recompute_kv_after_update: bool,
     /// Intra-op threads of the in-process sampler thread of `async_steps > 0` (unset: libtorch's
     /// default, every core).
     pub threads: Option<usize>,
@@ -88,6 +92,7 @@ impl Default for RolloutConfig {
             vllm_reload_method: "reload_weights".into(),
             async_steps: 0,
             partial_rollouts: false,
+            recompute_kv_after_update: false,
             threads: None,
             request_timeout_s: 600,
             device: String::new(),
@@ -153,6 +158,12 @@ impl RolloutConfig {
             bail!(
                 "rollout.partial_rollouts = true needs rollout.async_steps >= 1 (without overlap no weights \
                  change while a batch is sampled)"
+            );
+        }
+        if self.recompute_kv_after_update && !self.partial_rollouts {
+            bail!(
+                "rollout.recompute_kv_after_update = true needs rollout.partial_rollouts = true (only answers \
+                 sampled across an update have a cache from older weights)"
             );
         }
         if self.partial_rollouts && self.is_remote() {

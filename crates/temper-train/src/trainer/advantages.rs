@@ -1,7 +1,8 @@
 //! The Learner's log-probs before the update (old policy, reference), then the
 //! rewards turned into per-token advantages (`algorithm.adv_estimator`, with the KL penalty in
 //! the reward when `algorithm.use_kl_in_reward`) and the rollout-vs-trainer correction
-//! (`algorithm.rollout_correction`: importance weights, rejection masks, mismatch metrics).
+//! (`algorithm.rollout_correction`: importance weights, rejection masks, mismatch metrics). The
+//! one home of the estimate: an environment's one-turn answers get theirs here too.
 use super::batch::{to_rows, Batch};
 use super::partition::MiniBatch;
 use super::stats::{put_mmm, StepMetrics};
@@ -11,6 +12,7 @@ use crate::dist::Dist;
 use anyhow::Result;
 use std::time::Instant;
 use tch::{Kind, Tensor};
+use temper_env::Datum;
 
 /// The log-probs a step has before its update.
 pub(crate) struct BeforeUpdate {
@@ -146,13 +148,7 @@ impl Learner {
                 .to(tch::Device::Cpu),
         )?;
         put_mmm(&mut m, "critic/rewards", &seq_rewards);
-        let advantages = temper_algo::compute_advantages(
-            &self.adv_cfg,
-            &token_rewards,
-            &batch.response_mask,
-            &sb.index,
-        )?
-        .to_kind(Kind::Float);
+        let advantages = self.estimate(&token_rewards, &batch.response_mask, &sb.index)?;
         let valid = valid_values(&advantages, &batch.response_mask);
         put_mmm(&mut m, "critic/advantages", &valid);
         let (response_mask, is_weights) = self.correct_rollout(batch, before, &mut m)?;
@@ -165,6 +161,48 @@ impl Learner {
             valid,
             metrics: m,
         })
+    }
+
+    /// `algorithm.adv_estimator` over per-token rewards (N, R), each row's baseline its
+    /// question's rows (`index`): the one estimate of both sources' answers, (N, R) f32.
+    fn estimate(&self, token_rewards: &Tensor, mask: &Tensor, index: &[i64]) -> Result<Tensor> {
+        let advantages =
+            temper_algo::compute_advantages(&self.adv_cfg, token_rewards, mask, index)?;
+        Ok(advantages.to_kind(Kind::Float))
+    }
+
+    /// An environment's one-turn groups (per question, its answers' datums): every sampled
+    /// token of an answer gets the answer's advantage, [`Learner::estimate`] over the datums'
+    /// rewards with one group per question, as a prompt run's answers get theirs (the
+    /// environment's datums carry the advantages into its logs and batch).
+    pub(super) fn one_turn_advantages(&self, groups: &mut [Vec<Datum>]) -> Result<()> {
+        let datums: Vec<&Datum> = groups.iter().flatten().collect();
+        if datums.is_empty() {
+            return Ok(());
+        }
+        let scores: Vec<f64> = datums.iter().map(|d| d.reward).collect();
+        let index: Vec<i64> = groups
+            .iter()
+            .enumerate()
+            .flat_map(|(gi, g)| std::iter::repeat_n(gi as i64, g.len()))
+            .collect();
+        let lens: Vec<usize> = datums.iter().map(|d| d.completion_tokens.len()).collect();
+        let r = lens.iter().copied().max().unwrap_or(1).max(1);
+        let mask_rows: Vec<f32> = lens
+            .iter()
+            .flat_map(|&l| (0..r).map(move |j| if j < l { 1.0 } else { 0.0 }))
+            .collect();
+        let mask = Tensor::from_slice(&mask_rows).view([lens.len() as i64, r as i64]);
+        let score_t = Tensor::from_slice(&scores).to_kind(Kind::Float);
+        let token_rewards = temper_algo::advantage::outcome_to_token_rewards(&score_t, &mask)?;
+        let adv_rows = to_rows(&self.estimate(&token_rewards, &mask, &index)?);
+        for (d, row) in groups.iter_mut().flatten().zip(adv_rows) {
+            let a = row[0] as f32;
+            for (x, &m) in d.completion_advantages.iter_mut().zip(&d.completion_mask) {
+                *x = if m == 1 { a } else { 0.0 };
+            }
+        }
+        Ok(())
     }
 
     /// Advantages an environment gave (`advantages`, (N, R) f32; the batch's response mask is

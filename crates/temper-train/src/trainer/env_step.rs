@@ -1,10 +1,10 @@
 //! The phases of a step of an environment run (`env.name`) for [`Trainer::train_step`]: the
 //! step's questions become episode groups (the `n` answers to a question, or its `n / 2`
 //! debates), all advanced together by the batched engine; the finished episodes become datums
-//! with per-token advantages and masks (GRPO over a question's answers for one-turn tasks, the
-//! debate training mode for debates); the step's files in the run folder. The batch and the
+//! with per-token advantages and masks (for one-turn tasks the learner's estimate over a
+//! question's answers, `advantages.rs`, as a prompt run's; the debate training mode for debates); the step's files in the run folder. The batch and the
 //! learning are the same as a prompt run's (`step_batch.rs`, `learn.rs`).
-use super::batch::{to_rows, Batch};
+use super::batch::Batch;
 use super::env_logs;
 use super::episodes::TrainerSampler;
 use super::stats::{put_mmm, StepMetrics};
@@ -14,7 +14,7 @@ use super::Trainer;
 use anyhow::{bail, Result};
 use std::collections::BTreeMap;
 use std::time::Instant;
-use tch::{Kind, Tensor};
+use tch::Kind;
 use temper_base::seed::mix;
 use temper_env::{run_groups, Datum, EnvGroup, EnvRun, GroupContext, GroupOutcome};
 use temper_rollout::SamplingParams;
@@ -72,7 +72,7 @@ impl Trainer {
             records.extend(g.records);
         }
         if !runtime.env.sets_advantages() {
-            self.one_turn_advantages(&mut groups)?;
+            self.learner.one_turn_advantages(&mut groups)?;
         }
         let datum_count: usize = groups.iter().map(Vec::len).sum();
         put_mmm(m, "critic/score", &rewards);
@@ -125,7 +125,7 @@ impl Trainer {
 
     /// Runs the episodes of `questions` (at `first_position` of the step's batch): one group per
     /// question from the environment, all advanced together, and their outcomes (one-turn
-    /// datums with advantage 0, set by [`Self::one_turn_advantages`] once every rank's are in).
+    /// datums with advantage 0, set by [`Learner::one_turn_advantages`](super::Learner::one_turn_advantages) once every rank's are in).
     fn run_episodes(
         &self,
         step: usize,
@@ -193,39 +193,5 @@ impl Trainer {
                 })?;
         }
         Ok(runs.iter().map(|r| r.outcome(step)).collect())
-    }
-
-    /// One-turn groups: every sampled token of an answer gets the answer's advantage under
-    /// `algorithm.adv_estimator`, computed from the datums' rewards with one group per question.
-    fn one_turn_advantages(&self, groups: &mut [Vec<Datum>]) -> Result<()> {
-        let datums: Vec<&Datum> = groups.iter().flatten().collect();
-        if datums.is_empty() {
-            return Ok(());
-        }
-        let scores: Vec<f64> = datums.iter().map(|d| d.reward).collect();
-        let index: Vec<i64> = groups
-            .iter()
-            .enumerate()
-            .flat_map(|(gi, g)| std::iter::repeat_n(gi as i64, g.len()))
-            .collect();
-        let lens: Vec<usize> = datums.iter().map(|d| d.completion_tokens.len()).collect();
-        let r = lens.iter().copied().max().unwrap_or(1).max(1);
-        let mask_rows: Vec<f32> = lens
-            .iter()
-            .flat_map(|&l| (0..r).map(move |j| if j < l { 1.0 } else { 0.0 }))
-            .collect();
-        let mask = Tensor::from_slice(&mask_rows).view([lens.len() as i64, r as i64]);
-        let score_t = Tensor::from_slice(&scores).to_kind(Kind::Float);
-        let token_rewards = temper_algo::advantage::outcome_to_token_rewards(&score_t, &mask)?;
-        let adv =
-            temper_algo::compute_advantages(&self.learner.adv_cfg, &token_rewards, &mask, &index)?;
-        let adv_rows = to_rows(&adv.to_kind(Kind::Float));
-        for (d, row) in groups.iter_mut().flatten().zip(adv_rows) {
-            let a = row[0] as f32;
-            for (x, &m) in d.completion_advantages.iter_mut().zip(&d.completion_mask) {
-                *x = if m == 1 { a } else { 0.0 };
-            }
-        }
-        Ok(())
     }
 }

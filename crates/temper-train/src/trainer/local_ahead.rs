@@ -71,8 +71,6 @@ pub(crate) struct LocalAhead {
     /// Batches finished and not yet taken: (version, seconds sampling, samples).
     finished: HashMap<usize, (u64, f64, Result<Vec<Sample>>)>,
     stats: AheadStats,
-    /// Seconds the last weight snapshot took to copy and queue (`timing_s/weight_push`).
-    pub(crate) last_push_s: Option<f64>,
     /// Bumped when what was sent is dropped: the thread skips older jobs, and their results
     /// (of one already running) are ignored.
     epoch: Arc<AtomicU64>,
@@ -92,6 +90,9 @@ pub(crate) struct AheadSpec<'a> {
     /// `rollout.partial_rollouts`: new weights are taken between two decode steps of a batch,
     /// not after it.
     pub partial_rollouts: bool,
+    /// `rollout.recompute_kv_after_update`: with partial rollouts, the answers in flight
+    /// recompute their cache under new weights.
+    pub recompute_kv: bool,
 }
 
 impl LocalAhead {
@@ -105,7 +106,7 @@ impl LocalAhead {
         let (jobs, inbox) = channel::<Job>();
         let (outbox, done) = channel::<Done>();
         let (eos_ids, rows, threads) = (spec.eos_ids, spec.max_num_seqs, spec.threads);
-        let partial = spec.partial_rollouts;
+        let (partial, recompute_kv) = (spec.partial_rollouts, spec.recompute_kv);
         let epoch = Arc::new(AtomicU64::new(0));
         let current = Arc::clone(&epoch);
         let thread = std::thread::Builder::new()
@@ -126,6 +127,7 @@ impl LocalAhead {
                     outbox: &outbox,
                     epoch: &current,
                     version: &version,
+                    recompute_kv,
                 };
                 match partial {
                     true => sampler.stream(),
@@ -138,7 +140,6 @@ impl LocalAhead {
             sent: HashMap::new(),
             finished: HashMap::new(),
             stats: AheadStats::default(),
-            last_push_s: None,
             epoch,
             thread: Some(thread),
         })
@@ -169,8 +170,9 @@ impl LocalAhead {
         Ok(())
     }
 
-    /// Queues new weights (`policy`'s now, copied: the trainer goes on changing its own).
-    pub fn load(&mut self, policy: &CausalLm, version: u64) -> Result<()> {
+    /// Queues new weights (`policy`'s now, copied: the trainer goes on changing its own);
+    /// returns the seconds the copy took (`timing_s/weight_push`).
+    pub fn load(&mut self, policy: &CausalLm, version: u64) -> Result<f64> {
         let started = std::time::Instant::now();
         let weights = tch::no_grad(|| {
             policy
@@ -180,8 +182,7 @@ impl LocalAhead {
                 .collect()
         });
         self.send(Job::Load { version, weights })?;
-        self.last_push_s = Some(started.elapsed().as_secs_f64());
-        Ok(())
+        Ok(started.elapsed().as_secs_f64())
     }
 
     /// Data batch `batch` if it was sent, with its samples (waited for).
@@ -253,6 +254,9 @@ struct ThreadSampler<'a> {
     epoch: &'a AtomicU64,
     /// The version of the weights the copy holds.
     version: &'a AtomicU64,
+    /// `rollout.recompute_kv_after_update`: the streaming engine recomputes the cache of the
+    /// rows in flight when new weights come.
+    recompute_kv: bool,
 }
 
 impl ThreadSampler<'_> {
@@ -308,14 +312,18 @@ impl ThreadSampler<'_> {
     /// With partial rollouts: one continuous engine for the thread's life, the producer of a
     /// stream. Before every decode step the jobs queued meanwhile are taken in order: new
     /// weights are copied in (the rows in flight go on under them, their cache kept, as AReaL's
-    /// and PipelineRL's in-flight updates do; the version the engine records with each token
+    /// and PipelineRL's in-flight updates do, or recomputed under the new weights with
+    /// `rollout.recompute_kv_after_update`; the version the engine records with each token
     /// moves on), and a batch's requests join the rows in flight at once, so the rows a batch's
     /// longest answers leave free are filled by the next batch instead of waiting for them. A
     /// batch is sent back when its last answer ends. The trainer queues a batch only after the
     /// weights that keep it within the bound, so every token of it is drawn by those or newer.
     fn stream(&self) {
         let state = RefCell::new(Stream::default());
-        let engine = self.engine(0).with_policy_version(self.version);
+        let engine = self
+            .engine(0)
+            .with_policy_version(self.version)
+            .with_kv_recompute(self.recompute_kv);
         loop {
             let mut inbox = |idle: bool| self.incoming(idle, &mut state.borrow_mut());
             let mut done = |index: usize, result: Result<Vec<Sample>, String>| {
@@ -353,6 +361,7 @@ impl ThreadSampler<'_> {
     /// The engine's inbox: the jobs queued since its last call, in order (blocking for one when
     /// the engine has nothing to do).
     fn incoming(&self, idle: bool, s: &mut Stream) -> Incoming {
+        s.tick();
         let current = self.epoch.load(Ordering::SeqCst);
         s.forget_older_than(current);
         let mut admitted = Vec::new();
@@ -408,6 +417,8 @@ impl ThreadSampler<'_> {
         if let Some(w) = newest_weights {
             self.load(w);
         }
+        // Time spent waiting here for a job is no batch's.
+        s.last_tick = Some(Instant::now());
         match (s.closed, admitted.is_empty()) {
             (true, true) => Incoming::Close,
             // Closed with requests in hand: they are sampled, and the next call closes.
@@ -425,6 +436,7 @@ impl ThreadSampler<'_> {
 
     /// Request `index`'s answers; the batch goes back once its last request is answered.
     fn answered(&self, index: usize, result: Result<Vec<Sample>, String>, s: &mut Stream) {
+        s.tick();
         let Some((key, at)) = s.requests.remove(&index) else {
             return;
         };
@@ -437,11 +449,6 @@ impl ThreadSampler<'_> {
             return;
         }
         let b = s.batches.remove(&key).expect("looked up above");
-        // Seconds this batch kept the sampler busy: since it was admitted, or since the batch
-        // before it finished (batches overlap; their seconds do not).
-        let now = Instant::now();
-        let from = s.last_finished.map_or(b.admitted, |t| t.max(b.admitted));
-        s.last_finished = Some(now);
         let mut samples = Vec::new();
         let mut failed = None;
         for (i, answer) in b.answers.into_iter().enumerate() {
@@ -471,8 +478,9 @@ impl ThreadSampler<'_> {
             Some(e) => Err(e),
             None => Ok(samples),
         };
-        let secs = (now - from).as_secs_f64();
-        let _ = self.outbox.send((b.epoch, b.batch, oldest, secs, result));
+        let _ = self
+            .outbox
+            .send((b.epoch, b.batch, oldest, b.busy_s, result));
     }
 }
 
@@ -486,7 +494,8 @@ struct Stream {
     /// the batch).
     requests: HashMap<usize, (usize, usize)>,
     next_index: usize,
-    last_finished: Option<Instant>,
+    /// When the sampler's time was last shared out among the batches in flight.
+    last_tick: Option<Instant>,
     /// The trainer dropped its end of the queue.
     closed: bool,
 }
@@ -497,7 +506,9 @@ struct InFlight {
     batch: usize,
     answers: Vec<Option<Result<Vec<Sample>, String>>>,
     left: usize,
-    admitted: Instant,
+    /// Its share of the sampler's seconds while it was in flight (each interval split by the
+    /// batches' open requests), so batches sampled together do not count the same seconds twice.
+    busy_s: f64,
     /// The version of the weights when it was admitted.
     version: u64,
 }
@@ -518,10 +529,23 @@ impl Stream {
                 batch,
                 answers: (0..n).map(|_| None).collect(),
                 left: n,
-                admitted: Instant::now(),
+                busy_s: 0.0,
                 version,
             },
         );
+    }
+
+    /// Shares the seconds since the last tick among the batches in flight, by their open
+    /// requests.
+    fn tick(&mut self) {
+        let now = Instant::now();
+        let since = self.last_tick.replace(now).map(|t| (now - t).as_secs_f64());
+        let open: usize = self.batches.values().map(|b| b.left).sum();
+        if let (Some(secs), true) = (since, open > 0) {
+            for b in self.batches.values_mut() {
+                b.busy_s += secs * b.left as f64 / open as f64;
+            }
+        }
     }
 
     /// Whether engine request `index` belongs to a batch the trainer has dropped.
@@ -611,6 +635,7 @@ mod tests {
                 outbox: &outbox,
                 epoch: &epoch,
                 version: &version,
+                recompute_kv: false,
             };
             sampler.stream();
             // What the sampler sent is all there will be.
@@ -725,7 +750,8 @@ mod tests {
                 } else {
                     assert_eq!(samples[0].completion_ids.len(), 200);
                 }
-                assert!(secs >= 0.0);
+                // Each batch's share of the seconds they were sampled together.
+                assert!(secs > 0.0, "batch {batch}: {secs}");
                 order.push(batch);
             }
             drop(jobs);

@@ -335,6 +335,7 @@ impl Trainer {
                 max_num_seqs: cfg.rollout.max_num_seqs,
                 threads: cfg.rollout.threads,
                 partial_rollouts: cfg.rollout.partial_rollouts,
+                recompute_kv: cfg.rollout.recompute_kv_after_update,
             })?)
         } else {
             None
@@ -503,13 +504,13 @@ impl Trainer {
         }
         // The servers start from the trainer's weights (a resumed run's, too); that handover is
         // no step's.
-        self.sync_rollout_weights()?;
-        if let Some(r) = self.rollouts.servers.as_mut() {
-            r.last_push_s = None;
-        }
-        if let Some(a) = self.rollouts.ahead.as_mut() {
-            a.last_push_s = None;
-        }
+        self.rollouts.sync(
+            &self.learner,
+            &self.dist,
+            &self.run.root,
+            self.state.policy_version,
+            servers::ServersSync::Now,
+        )?;
         let bar = self.progress_bar(start_step);
         let overlapped = self.rollouts.cfg.async_steps > 0;
         let mut last = StepMetrics::new();

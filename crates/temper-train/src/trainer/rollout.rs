@@ -267,16 +267,6 @@ pub(super) fn copy_weights(from: &CausalLm, to: &CausalLm) {
 }
 
 impl Trainer {
-    /// After an optimizer step: the sampling copy (`rollout.device`) gets the new weights.
-    pub(crate) fn sync_sampler_model(&self) -> Result<()> {
-        if let Some(copy) = &self.rollouts.sampler_model {
-            self.learner.optimizer.hold_whole()?;
-            copy_weights(&self.learner.model, copy);
-            self.learner.optimizer.let_go();
-        }
-        Ok(())
-    }
-
     /// A sampling phase (a step's draws, an evaluation) begins, on every rank alike: the
     /// in-process sampler's copies are built once for all its calls. With a sharded optimizer
     /// they are built layer by layer from the gathered slices (the whole f32 weights never

@@ -19,9 +19,13 @@ use anyhow::{anyhow, Context, Result};
 use temper_rollout::remote::{RemoteConfig, RemoteSampler};
 use temper_rollout::{Sample, SamplingParams};
 
+use super::learner::Learner;
+use super::rollout::Rollouts;
 use super::weight_push::WeightGroup;
 use super::Trainer;
 use crate::config::{RolloutBackend, RolloutConfig, WeightSync};
+use crate::dist::Dist;
+use std::path::Path;
 use tch::Device;
 
 /// The servers, the policy version they hold, and the batches being generated ahead.
@@ -33,8 +37,6 @@ pub(crate) struct RolloutServers {
     pending: VecDeque<Prefetch>,
     /// `weight_sync = "distributed"`, on the first rank: the group the weights are broadcast in.
     weight_group: Option<WeightGroup>,
-    /// Seconds the last weight handover took (`timing_s/weight_push`), until taken.
-    pub last_push_s: Option<f64>,
 }
 
 /// A data batch that was sampled ahead: the example indices kept, the policy version that
@@ -98,7 +100,6 @@ impl RolloutServers {
             served_version: 0,
             pending: VecDeque::new(),
             weight_group,
-            last_push_s: None,
         })
     }
 
@@ -183,69 +184,98 @@ impl Trainer {
         }
         Ok(())
     }
+}
 
-    /// After an optimizer step (`policy_version` already counted): with `weight_sync = "disk"` or
-    /// `"distributed"` and every `sync_every` versions, waits for the batches in flight and hands
-    /// the weights (LoRA merged) to every server: written atomically to
-    /// `<run>/rollout_weights` and reloaded, or broadcast over the weight update group. Returns
-    /// whether it synced.
-    pub(crate) fn maybe_sync_rollout_weights(&mut self) -> Result<bool> {
-        self.sync_sampler_model()?;
-        self.load_ahead_weights()?;
-        let every = self.rollouts.cfg.sync_every as u64;
-        if self.rollouts.servers.is_none()
-            || self.rollouts.cfg.weight_sync == WeightSync::None
-            || !self.state.policy_version.is_multiple_of(every)
-        {
-            return Ok(false);
-        }
-        self.sync_rollout_weights()?;
-        Ok(true)
-    }
+/// When [`Rollouts::sync`] hands new weights to the rollout servers.
+#[derive(Clone, Copy, PartialEq)]
+pub(crate) enum ServersSync {
+    /// Every `rollout.sync_every` policy versions (after an optimizer step).
+    Every,
+    /// Now, whatever the version (the run's start: the servers take the trainer's weights).
+    Now,
+}
 
-    /// With a remote backend and `rollout.weight_sync = "disk"` or `"distributed"`: the servers
-    /// load the trainer's current weights (after the batches in flight are done), from a folder
-    /// or broadcast over the weight update group.
-    pub fn sync_rollout_weights(&mut self) -> Result<()> {
-        self.load_ahead_weights()?;
-        let how = self.rollouts.cfg.weight_sync;
-        if how == WeightSync::None {
-            return Ok(());
+/// What a [`Rollouts::sync`] did.
+pub(crate) struct Synced {
+    /// The servers got the weights (the step's `timing_s/weight_sync`).
+    pub servers: bool,
+    /// Seconds the handover itself took (`timing_s/weight_push`): the broadcast of
+    /// `weight_sync = "distributed"`, or the snapshot queued for the sampler thread.
+    pub push_s: Option<f64>,
+}
+
+impl Rollouts {
+    /// New weights (the learner's, policy `version`) to every sampler: the `rollout.device`
+    /// copy, the in-process sampler thread (a snapshot queued behind what it was sent), and
+    /// with `weight_sync = "disk"` or `"distributed"` the servers, when `when` says so: after
+    /// the batches in flight are done, written atomically to `<run_root>/rollout_weights` and
+    /// reloaded, or broadcast over the weight update group (LoRA merged). Data-parallel, every
+    /// rank calls it (the gathers and barriers are collectives); rank 0 talks to the servers.
+    pub(crate) fn sync(
+        &mut self,
+        learner: &Learner,
+        dist: &Dist,
+        run_root: &Path,
+        version: u64,
+        when: ServersSync,
+    ) -> Result<Synced> {
+        if let Some(copy) = &self.sampler_model {
+            learner.optimizer.hold_whole()?;
+            super::rollout::copy_weights(&learner.model, copy);
+            learner.optimizer.let_go();
         }
-        let version = self.state.policy_version;
-        let Some(r) = self.rollouts.servers.as_mut() else {
-            return Ok(());
+        let mut push_s = None;
+        if let Some(a) = self.ahead.as_mut() {
+            learner.optimizer.hold_whole()?;
+            let loaded = a.load(&learner.model, version);
+            learner.optimizer.let_go();
+            push_s = Some(loaded?);
+        }
+        let due = match when {
+            ServersSync::Every => version.is_multiple_of(self.cfg.sync_every as u64),
+            ServersSync::Now => true,
         };
+        let how = self.cfg.weight_sync;
+        let Some(r) = self.servers.as_mut() else {
+            return Ok(Synced {
+                servers: false,
+                push_s,
+            });
+        };
+        if how == WeightSync::None || !due {
+            return Ok(Synced {
+                servers: false,
+                push_s,
+            });
+        }
         // Data-parallel: every rank's batches in flight are done before rank 0 has the servers
         // reload, and every rank waits for the reload before it samples again.
         r.drain();
-        self.dist.barrier()?;
+        dist.barrier()?;
         // Sharded, every rank gathers the layers for rank 0 to write them.
-        self.learner.optimizer.hold_whole()?;
-        if self.dist.is_root() {
-            let r = self.rollouts.servers.as_mut().expect("checked above");
+        learner.optimizer.hold_whole()?;
+        if dist.is_root() {
             match r.weight_group.as_mut() {
                 Some(group) => {
-                    let weights = self.learner.model.merged_parameters();
-                    r.last_push_s = Some(group.push(&r.sampler, &weights, version)?);
+                    let weights = learner.model.merged_parameters();
+                    push_s = Some(group.push(&r.sampler, &weights, version)?);
                 }
                 None => {
-                    let dir = self.run.root.join("rollout_weights");
-                    self.learner.model.save(&dir)?;
+                    let dir = run_root.join("rollout_weights");
+                    learner.model.save(&dir)?;
                     r.sampler
                         .reload(&dir, version)
                         .context("rollout.weight_sync = \"disk\"")?;
                 }
             }
         }
-        self.learner.optimizer.let_go();
-        self.dist.barrier()?;
-        self.rollouts
-            .servers
-            .as_mut()
-            .expect("checked above")
-            .served_version = version;
-        Ok(())
+        learner.optimizer.let_go();
+        dist.barrier()?;
+        r.served_version = version;
+        Ok(Synced {
+            servers: true,
+            push_s,
+        })
     }
 }
 
@@ -266,18 +296,4 @@ pub(crate) fn metadata(rollout: &RolloutConfig, r: &RolloutServers) -> serde_jso
         "sync_every": rollout.sync_every, "async_steps": rollout.async_steps,
         "logprobs": logprobs,
     })
-}
-
-impl Trainer {
-    /// The in-process sampler thread (`rollout.async_steps > 0`) samples with the trainer's
-    /// weights from now on (the batches queued before keep the weights they were queued under).
-    pub(crate) fn load_ahead_weights(&mut self) -> Result<()> {
-        let Some(a) = self.rollouts.ahead.as_mut() else {
-            return Ok(());
-        };
-        self.learner.optimizer.hold_whole()?;
-        let loaded = a.load(&self.learner.model, self.state.policy_version);
-        self.learner.optimizer.let_go();
-        loaded
-    }
 }

@@ -3,10 +3,11 @@
 //! groups, each answer a one-turn episode, drawn and scored in `draw_groups.rs`; an environment's
 //! episodes, `env_step.rs`); from there one path for both: the batch (`step_batch.rs`), the
 //! advantages and the update on the learner (`learn.rs`, `advantages.rs`, `update.rs`), the weight
-//! sync (`servers.rs`); then the source's logs.
+//! sync (`Rollouts::sync`, `servers.rs`); then the source's logs.
 use super::batch::to_rows;
 use super::learn::Learned;
 use super::rollout::Group;
+use super::servers::ServersSync;
 use super::stats::{put_mmm, MetricAcc, StepMetrics};
 use super::step_batch::{AdvantageKind, Learning, StepBatch};
 use super::Trainer;
@@ -70,7 +71,7 @@ impl Trainer {
     /// questions, roll them out and score them, as per-question datums (a prompt run's groups of
     /// one-turn episodes, `draw_groups.rs`; an environment's episodes, `env_step.rs`); their
     /// batch (`step_batch.rs`); the advantages and the update, on the learner (`learn.rs`); the
-    /// weight sync (`servers.rs`); the step's logs.
+    /// weight sync (`Rollouts::sync`); the step's logs.
     pub(crate) fn train_step(&mut self, step: usize) -> Result<StepMetrics> {
         let t_step = Instant::now();
         let mut m = StepMetrics::new();
@@ -114,20 +115,20 @@ impl Trainer {
         if learned.as_ref().is_some_and(|l| l.updated) {
             self.state.policy_version += 1;
             let t_sync = Instant::now();
-            if self.maybe_sync_rollout_weights()? {
+            let synced = self.rollouts.sync(
+                &self.learner,
+                &self.dist,
+                &self.run.root,
+                self.state.policy_version,
+                ServersSync::Every,
+            )?;
+            if synced.servers {
                 m.insert(
                     "timing_s/weight_sync".into(),
                     t_sync.elapsed().as_secs_f64(),
                 );
             }
-            // The handover itself: the broadcast of `weight_sync = "distributed"`, or the
-            // snapshot queued for the in-process sampler thread.
-            let pushed = match (&mut self.rollouts.servers, &mut self.rollouts.ahead) {
-                (Some(r), _) => r.last_push_s.take(),
-                (None, Some(a)) => a.last_push_s.take(),
-                (None, None) => None,
-            };
-            if let Some(push) = pushed {
+            if let Some(push) = synced.push_s {
                 m.insert("timing_s/weight_push".into(), push);
             }
             // A streaming sampler thread (partial rollouts) gets the batch these weights allow
