@@ -22,6 +22,7 @@ mod activation_checkpoint;
 mod layer;
 mod logits;
 mod lora_parts;
+pub(crate) use lora_parts::Part;
 mod sampling;
 mod static_step;
 

@@ -50,56 +50,159 @@ pub fn write_safetensors_as(
     tensors: &[(String, Tensor)],
     dtype: Option<Kind>,
 ) -> Result<()> {
-    let saved_kind = |t: &Tensor| dtype.unwrap_or(t.kind());
+    let names = vec![tensors.iter().map(|(n, _)| n.clone()).collect()];
+    write_safetensors_by_group(path, &names, dtype, &mut |_| {
+        Ok(tensors.iter().map(|(_, t)| t.shallow_clone()).collect())
+    })
+}
+
+/// Digits of the largest number a header holds (a shape's dimension, a byte offset).
+const NUMBER_ROOM: usize = 20;
+/// Dimensions a header entry has room for.
+const MOST_DIMS: usize = 8;
+
+/// Write tensors that are made group by group into one safetensors file at `path`: `groups`
+/// holds each group's tensor names, and `tensors_of(g)` makes group g's tensors, in that order,
+/// only when its turn comes, so one group need be in memory at a time (a sharded run's decoder
+/// layer, gathered for the write and let go after). The header's room is reserved from the
+/// names before any data and filled in last, padded with spaces as the format allows. Every
+/// group is asked for even after a write fails (its making may be a collective the other ranks
+/// take part in); the first error is returned.
+pub fn write_safetensors_by_group(
+    path: &Path,
+    groups: &[Vec<String>],
+    dtype: Option<Kind>,
+    tensors_of: &mut dyn FnMut(usize) -> Result<Vec<Tensor>>,
+) -> Result<()> {
+    use std::io::{Seek, SeekFrom};
+    let io = |e: std::io::Error| anyhow::anyhow!("writing {}: {e}", path.display());
+    // Each entry: `"name":{"dtype":"BOOL","shape":[d,...],"data_offsets":[a,b]},` at its longest.
+    let per_entry = r#""":{"dtype":"BOOL","shape":[],"data_offsets":[,]},"#.len()
+        + MOST_DIMS * (NUMBER_ROOM + 1)
+        + 2 * NUMBER_ROOM;
+    let names_room: usize = groups
+        .iter()
+        .flatten()
+        .map(|n| serde_json::to_string(n).map_or(2 * n.len() + 2, |q| q.len()))
+        .sum();
+    let metadata = r#"{"__metadata__":{"format":"pt"},}"#.len();
+    let room = (metadata + names_room + per_entry * groups.iter().map(Vec::len).sum::<usize>())
+        .next_multiple_of(8);
+    let file = match std::fs::File::create(path) {
+        Ok(f) => f,
+        Err(e) => {
+            for g in 0..groups.len() {
+                let _ = tensors_of(g);
+            }
+            return Err(anyhow::anyhow!("creating {}: {e}", path.display()));
+        }
+    };
+    let mut w = std::io::BufWriter::new(file);
+    let mut failed: Option<anyhow::Error> = None;
+    if let Err(e) = w
+        .write_all(&(room as u64).to_le_bytes())
+        .and_then(|()| w.write_all(&vec![b' '; room]))
+    {
+        failed = Some(io(e));
+    }
     let mut header = serde_json::Map::new();
     header.insert("__metadata__".into(), serde_json::json!({"format": "pt"}));
     let mut offset = 0usize;
-    for (name, t) in tensors {
-        let kind = saved_kind(t);
-        let bytes = t.numel() * kind.elt_size_in_bytes();
-        header.insert(
-            name.clone(),
-            serde_json::json!({"dtype": dtype_name(kind)?, "shape": t.size(), "data_offsets": [offset, offset + bytes]}),
-        );
-        offset += bytes;
-    }
-    let mut head = serde_json::to_vec(&header)?;
-    while head.len() % 8 != 0 {
-        head.push(b' ');
-    }
-    let file =
-        std::fs::File::create(path).with_context(|| format!("creating {}", path.display()))?;
-    let mut w = std::io::BufWriter::new(file);
-    let io = |e: std::io::Error| anyhow::anyhow!("writing {}: {e}", path.display());
-    w.write_all(&(head.len() as u64).to_le_bytes())
-        .map_err(io)?;
-    w.write_all(&head).map_err(io)?;
     let mut buf = Vec::new();
-    for (name, t) in tensors {
-        let kind = saved_kind(t);
-        let flat = t.detach().reshape([-1]);
-        let n = flat.numel();
-        let per = (SLICE_BYTES / kind.elt_size_in_bytes()).max(1);
-        let mut at = 0;
-        while at < n {
-            let len = per.min(n - at);
-            let part = flat
-                .narrow(0, at as i64, len as i64)
-                .to_device(Device::Cpu)
-                .to_kind(kind)
-                .contiguous();
-            buf.resize(len * kind.elt_size_in_bytes(), 0);
-            part.f_copy_data_u8(&mut buf, len)
-                .with_context(|| format!("reading tensor {name}"))?;
-            w.write_all(&buf).map_err(io)?;
-            at += len;
+    for (g, names) in groups.iter().enumerate() {
+        let tensors = match tensors_of(g) {
+            Ok(t) => t,
+            Err(e) => {
+                failed.get_or_insert(e);
+                continue;
+            }
+        };
+        if failed.is_some() {
+            continue;
+        }
+        if tensors.len() != names.len() {
+            failed = Some(anyhow::anyhow!(
+                "writing {}: group {g} has {} tensors for {} names",
+                path.display(),
+                tensors.len(),
+                names.len()
+            ));
+            continue;
+        }
+        for (name, t) in names.iter().zip(&tensors) {
+            let kind = dtype.unwrap_or(t.kind());
+            let written = dtype_name(kind).and_then(|dtype_name| {
+                let bytes = write_tensor(&mut w, name, t, kind, &mut buf).map_err(|e| match e {
+                    Written::Io(e) => io(e),
+                    Written::Other(e) => e,
+                })?;
+                header.insert(
+                    name.clone(),
+                    serde_json::json!({"dtype": dtype_name, "shape": t.size(), "data_offsets": [offset, offset + bytes]}),
+                );
+                offset += bytes;
+                Ok(())
+            });
+            if let Err(e) = written {
+                failed = Some(e);
+                break;
+            }
         }
     }
-    let file = w
+    if let Some(e) = failed {
+        return Err(e);
+    }
+    let mut head = serde_json::to_vec(&header)?;
+    if head.len() > room {
+        bail!(
+            "writing {}: the header needs {} bytes, {room} were reserved",
+            path.display(),
+            head.len()
+        );
+    }
+    head.resize(room, b' ');
+    let mut file = w
         .into_inner()
         .map_err(|e| anyhow::anyhow!("writing {}: {e}", path.display()))?;
+    file.seek(SeekFrom::Start(8)).map_err(io)?;
+    file.write_all(&head).map_err(io)?;
     file.sync_all().map_err(io)?;
     Ok(())
+}
+
+/// Why a tensor was not written.
+enum Written {
+    Io(std::io::Error),
+    Other(anyhow::Error),
+}
+
+/// `t`'s elements as `kind` to `w`, a slice at a time (through `buf`); returns the bytes written.
+fn write_tensor(
+    w: &mut impl Write,
+    name: &str,
+    t: &Tensor,
+    kind: Kind,
+    buf: &mut Vec<u8>,
+) -> std::result::Result<usize, Written> {
+    let flat = t.detach().reshape([-1]);
+    let n = flat.numel();
+    let per = (SLICE_BYTES / kind.elt_size_in_bytes()).max(1);
+    let mut at = 0;
+    while at < n {
+        let len = per.min(n - at);
+        let part = flat
+            .narrow(0, at as i64, len as i64)
+            .to_device(Device::Cpu)
+            .to_kind(kind)
+            .contiguous();
+        buf.resize(len * kind.elt_size_in_bytes(), 0);
+        part.f_copy_data_u8(buf, len)
+            .with_context(|| format!("reading tensor {name}"))
+            .map_err(Written::Other)?;
+        w.write_all(buf).map_err(Written::Io)?;
+        at += len;
+    }
+    Ok(n * kind.elt_size_in_bytes())
 }
 
 /// One tensor's entry in a safetensors header.

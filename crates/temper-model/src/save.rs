@@ -31,6 +31,49 @@ impl CausalLm {
         self.save_as(dir, Kind::Float, self.source_dir())
     }
 
+    /// [`CausalLm::save`] of a model whose decoder layers are elsewhere between uses (a sharded
+    /// run's, [`CausalLm::set_layer_residency`]): each layer is fetched, written and let go in
+    /// turn, so one layer's weights are whole at a time, never the model. Each fetch may be a
+    /// collective: the other ranks call [`CausalLm::sweep_layers`] meanwhile.
+    pub fn save_by_layer(&self, dir: &Path) -> Result<()> {
+        let files_from = self.source_dir();
+        temper_base::atomic_dir::write_dir_atomically(dir, |tmp| {
+            self.write_files(tmp, Kind::Float, "float32", files_from, true)
+        })
+    }
+
+    /// What a rank does while another writes [`CausalLm::save_by_layer`]: the same fetch and
+    /// let-go of every decoder layer, in the same order.
+    pub fn sweep_layers(&self) {
+        self.sweep_layers_without_compute();
+    }
+
+    /// The weights of [`CausalLm::save_by_layer`] to `path`: the parameters outside the layers,
+    /// then each layer's, fetched, copied in `dtype` and let go before they are written.
+    fn write_weights_by_layer(&self, path: &Path, dtype: Kind) -> Result<()> {
+        use crate::model::Part;
+        let parts: Vec<Part> = std::iter::once(Part::Rest)
+            .chain((0..self.num_layers()).map(Part::Layer))
+            .collect();
+        let names: Vec<Vec<String>> = parts.iter().map(|&p| self.merged_names(p)).collect();
+        crate::safetensors_io::write_safetensors_by_group(path, &names, Some(dtype), &mut |g| {
+            let part = parts[g];
+            if let Part::Layer(i) = part {
+                self.fetch_layer(i);
+            }
+            let copies = tch::no_grad(|| {
+                self.merged_parameters_where(|p| p == part)
+                    .into_iter()
+                    .map(|(_, t)| t.to_device(tch::Device::Cpu).to_kind(dtype).copy())
+                    .collect()
+            });
+            if let Part::Layer(i) = part {
+                self.release_layer_after_forward(i);
+            }
+            Ok(copies)
+        })
+    }
+
     /// Save with weights in `dtype` (f32, bf16 or f16) and tokenizer files from `files_from`.
     pub fn save_as(&self, dir: &Path, dtype: Kind, files_from: Option<&Path>) -> Result<()> {
         let dtype_name = match crate::dtype::torch_dtype_name(dtype) {
@@ -38,7 +81,7 @@ impl CausalLm {
             _ => bail!("cannot save weights as {dtype:?} (f32, bf16 or f16)"),
         };
         temper_base::atomic_dir::write_dir_atomically(dir, |tmp| {
-            self.write_files(tmp, dtype, dtype_name, files_from)
+            self.write_files(tmp, dtype, dtype_name, files_from, false)
         })
     }
 
@@ -48,12 +91,13 @@ impl CausalLm {
         dtype: Kind,
         dtype_name: &str,
         files_from: Option<&Path>,
+        by_layer: bool,
     ) -> Result<()> {
-        write_safetensors_as(
-            &tmp.join("model.safetensors"),
-            &self.merged_parameters(),
-            Some(dtype),
-        )?;
+        let weights = tmp.join("model.safetensors");
+        match by_layer {
+            true => self.write_weights_by_layer(&weights, dtype)?,
+            false => write_safetensors_as(&weights, &self.merged_parameters(), Some(dtype))?,
+        }
         let mut config = self.config().raw.clone();
         if let Some(obj) = config.as_object_mut() {
             if self.unties_head() {

@@ -175,3 +175,131 @@ fn tensors_longer_than_a_write_slice_round_trip() {
         }
     }
 }
+
+/// A test's stand-in for a sharded run's residency: every decoder layer's matrices are let go
+/// (emptied) until fetched, and it counts how many layers are whole at once.
+#[derive(Debug)]
+struct Elsewhere {
+    /// Per layer: (parameter, its weights) of its matrices.
+    layers: std::sync::Mutex<Vec<Vec<(Tensor, Tensor)>>>,
+    whole: std::sync::Mutex<std::collections::BTreeSet<usize>>,
+    most_whole: std::sync::atomic::AtomicUsize,
+    fetches: std::sync::atomic::AtomicUsize,
+}
+
+impl Elsewhere {
+    fn over(model: &CausalLm) -> std::sync::Arc<Self> {
+        let mut layers: Vec<Vec<(Tensor, Tensor)>> =
+            (0..model.num_layers()).map(|_| vec![]).collect();
+        for (name, p) in model.named_parameters() {
+            let layer = name
+                .strip_prefix("model.layers.")
+                .and_then(|r| r.split('.').next())
+                .and_then(|i| i.parse::<usize>().ok());
+            if let (Some(i), 2) = (layer, p.dim()) {
+                layers[i].push((p.shallow_clone(), p.detach().copy()));
+            }
+        }
+        let e = Self {
+            layers: std::sync::Mutex::new(layers),
+            whole: Default::default(),
+            most_whole: Default::default(),
+            fetches: Default::default(),
+        };
+        for i in 0..model.num_layers() {
+            e.let_go(i);
+        }
+        std::sync::Arc::new(e)
+    }
+
+    fn let_go(&self, i: usize) {
+        let empty = Tensor::empty([0], (Kind::Float, Device::Cpu));
+        for (p, _) in &self.layers.lock().unwrap()[i] {
+            p.shallow_clone().set_data(&empty);
+        }
+        self.whole.lock().unwrap().remove(&i);
+    }
+}
+
+impl temper_model::LayerResidency for Elsewhere {
+    fn fetch(&self, i: usize) {
+        for (p, w) in &self.layers.lock().unwrap()[i] {
+            p.shallow_clone().set_data(&w.copy());
+        }
+        let mut whole = self.whole.lock().unwrap();
+        whole.insert(i);
+        self.most_whole
+            .fetch_max(whole.len(), std::sync::atomic::Ordering::SeqCst);
+        self.fetches
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    }
+    fn release_after_forward(&self, i: usize) {
+        self.let_go(i);
+    }
+    fn backward_done(&self, _i: usize) {}
+}
+
+/// `CausalLm::save_by_layer` (how a sharded run's rank 0 writes the model): with every decoder
+/// layer's weights elsewhere, each is fetched, written and let go in turn (one layer whole at a
+/// time), and the folder holds what `save` writes of the whole model, bit for bit, which
+/// transformers loads to the same log-probs.
+#[test]
+fn a_model_saved_layer_by_layer_is_the_whole_models_folder() {
+    let r = reference("qwen2");
+    let model = CausalLm::load(&r.dir, Device::Cpu, ComputeKind::F32).unwrap();
+    perturb(&model);
+    let dir = scratch("save-by-layer");
+    model.save(&dir.join("whole")).unwrap();
+    let elsewhere = Elsewhere::over(&model);
+    model.set_layer_residency(Some(
+        elsewhere.clone() as std::sync::Arc<dyn temper_model::LayerResidency>
+    ));
+    model.save_by_layer(&dir.join("by_layer")).unwrap();
+    let layers = model.num_layers();
+    assert_eq!(
+        elsewhere.fetches.load(std::sync::atomic::Ordering::SeqCst),
+        layers
+    );
+    assert_eq!(
+        elsewhere
+            .most_whole
+            .load(std::sync::atomic::Ordering::SeqCst),
+        1
+    );
+    assert!(
+        elsewhere.whole.lock().unwrap().is_empty(),
+        "a layer was kept"
+    );
+    let whole = CausalLm::load(&dir.join("whole"), Device::Cpu, ComputeKind::F32).unwrap();
+    let by_layer = CausalLm::load(&dir.join("by_layer"), Device::Cpu, ComputeKind::F32).unwrap();
+    let (a, b) = (whole.named_parameters(), by_layer.named_parameters());
+    assert_eq!(a.len(), b.len());
+    for ((n1, t1), (n2, t2)) in a.iter().zip(&b) {
+        assert_eq!(n1, n2);
+        assert!(t1.equal(t2), "{n1} differs");
+    }
+    let rows = serde_json::to_string(&r.rows).unwrap();
+    let py: Value = serde_json::from_str(&run_tool(
+        "model_logprobs.py",
+        &[
+            "--model",
+            dir.join("by_layer").to_str().unwrap(),
+            "--rows",
+            &rows,
+        ],
+    ))
+    .unwrap();
+    let py_logp: Vec<Vec<f64>> = serde_json::from_value(py["logp"].clone()).unwrap();
+    let b = pad(&r.rows, true, 0, 0);
+    let logp = tch::no_grad(|| {
+        whole
+            .token_logprobs(&b.ids, &b.mask, &b.pos, &b.targets, 1.0)
+            .into_parts()
+            .0
+    });
+    let d = max_abs_diff(&b.per_row(&logp), &py_logp);
+    assert!(
+        d <= 1e-4,
+        "transformers on the folder written by layer: {d:e}"
+    );
+}

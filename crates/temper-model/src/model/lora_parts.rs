@@ -119,8 +119,21 @@ impl CausalLm {
     /// [`CausalLm::named_parameters`] with LoRA merged into the adapted weights (what a plain HF
     /// folder of this model holds).
     pub fn merged_parameters(&self) -> Vec<(String, Tensor)> {
+        self.merged_parameters_where(|_| true)
+    }
+
+    /// [`CausalLm::merged_parameters`] of the parts `keep` says (a decoder layer's, or those
+    /// outside the layers): only those parts' adapters are merged, so a layer whose weights are
+    /// elsewhere (a sharded run's, let go) is not read.
+    pub(crate) fn merged_parameters_where(
+        &self,
+        keep: impl Fn(Part) -> bool,
+    ) -> Vec<(String, Tensor)> {
         let mut merged = std::collections::HashMap::new();
         for (i, layer) in self.layers.iter().enumerate() {
+            if !keep(Part::Layer(i)) {
+                continue;
+            }
             for (name, group, lin) in layer.linears() {
                 if lin.lora.is_some() {
                     let key = format!("model.layers.{i}.{group}.{name}.weight");
@@ -128,12 +141,13 @@ impl CausalLm {
                 }
             }
         }
-        if self.head_lora.is_some() {
+        if self.head_lora.is_some() && keep(Part::Rest) {
             merged.insert("lm_head.weight".into(), self.head_weight());
         }
         let mut out: Vec<(String, Tensor)> = self
             .named_parameters()
             .into_iter()
+            .filter(|(n, _)| keep(Part::of(n)))
             .map(|(n, t)| match merged.remove(&n) {
                 Some(m) => (n, m),
                 None => (n, t),
@@ -144,5 +158,38 @@ impl CausalLm {
             out.push(("lm_head.weight".into(), head));
         }
         out
+    }
+
+    /// The names [`CausalLm::merged_parameters_where`] gives for `part`, in its order, without
+    /// reading a weight.
+    pub(crate) fn merged_names(&self, part: Part) -> Vec<String> {
+        let mut names: Vec<String> = self
+            .named_parameters()
+            .into_iter()
+            .map(|(n, _)| n)
+            .filter(|n| Part::of(n) == part)
+            .collect();
+        if part == Part::Rest && self.unties_head() {
+            names.push("lm_head.weight".into());
+        }
+        names
+    }
+}
+
+/// Where a parameter lives: in decoder layer `i`, or outside the layers (embeddings, the final
+/// norm, the head).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Part {
+    Layer(usize),
+    Rest,
+}
+
+impl Part {
+    /// The part of the parameter named `name` (HF names: `model.layers.<i>.` for layer i).
+    pub(crate) fn of(name: &str) -> Part {
+        name.strip_prefix("model.layers.")
+            .and_then(|rest| rest.split('.').next())
+            .and_then(|i| i.parse().ok())
+            .map_or(Part::Rest, Part::Layer)
     }
 }

@@ -39,19 +39,30 @@ impl Checkpointer {
         let sharded = learner.optimizer.is_sharded();
         let staging = super::optimizer::staging_dir(&self.dir, state.step);
         let dst = checkpoint::checkpoint_dir(&self.dir, state.step);
+        let model = &learner.model;
+        // Sharded, rank 0 writes the model a decoder layer at a time while every rank gathers
+        // that layer (never the whole f32 model on one rank); a LoRA run's sharded weights are
+        // its adapters, gathered whole for the adapter files as well.
+        let by_layer = sharded && model.lora_config().is_none();
         if sharded {
             learner.optimizer.stage(&staging)?;
-            // Every rank gathers the layers for rank 0 to write them.
-            learner.optimizer.hold_whole()?;
+            if !by_layer {
+                learner.optimizer.hold_whole()?;
+            }
             dist.barrier()?;
         }
         if dist.is_root() {
-            let model = &learner.model;
             // With LoRA the model folder holds the merged weights (what vLLM or transformers
             // load) and, in `adapter/`, the adapters in PEFT's format (what a resume continues
             // from).
             let save_model = |d: &Path| -> Result<()> {
-                model.save(d)?;
+                match by_layer {
+                    // A gather that failed wrote zeros: no checkpoint is made of them.
+                    true => model
+                        .save_by_layer(d)
+                        .and_then(|()| learner.optimizer.check())?,
+                    false => model.save(d)?,
+                }
                 if model.lora_config().is_some() {
                     model.save_lora_adapter(&d.join("adapter"))?;
                 }
@@ -60,6 +71,9 @@ impl Checkpointer {
             let save_optimizer = |d: &Path| learner.optimizer.write(d, &staging, &learner.params);
             checkpoint::save_checkpoint(&self.dir, state, &save_model, &save_optimizer)?;
             checkpoint::prune(&self.dir, self.max_to_keep)?;
+        } else if by_layer {
+            model.sweep_layers();
+            learner.optimizer.check()?;
         }
         if sharded {
             learner.optimizer.let_go();

@@ -252,8 +252,15 @@ impl Rollouts {
         // reload, and every rank waits for the reload before it samples again.
         r.drain();
         dist.barrier()?;
-        // Sharded, every rank gathers the layers for rank 0 to write them.
-        learner.optimizer.hold_whole()?;
+        // Sharded, a folder is written a decoder layer at a time while every rank gathers that
+        // layer (as checkpoints are); a broadcast, and a LoRA run's adapters, take every layer
+        // gathered whole.
+        let by_layer = learner.optimizer.is_sharded()
+            && r.weight_group.is_none()
+            && learner.model.lora_config().is_none();
+        if !by_layer {
+            learner.optimizer.hold_whole()?;
+        }
         if dist.is_root() {
             match r.weight_group.as_mut() {
                 Some(group) => {
@@ -262,12 +269,22 @@ impl Rollouts {
                 }
                 None => {
                     let dir = run_root.join("rollout_weights");
-                    learner.model.save(&dir)?;
+                    match by_layer {
+                        // A gather that failed wrote zeros: the servers do not load them.
+                        true => learner
+                            .model
+                            .save_by_layer(&dir)
+                            .and_then(|()| learner.optimizer.check())?,
+                        false => learner.model.save(&dir)?,
+                    }
                     r.sampler
                         .reload(&dir, version)
                         .context("rollout.weight_sync = \"disk\"")?;
                 }
             }
+        } else if by_layer {
+            learner.model.sweep_layers();
+            learner.optimizer.check()?;
         }
         learner.optimizer.let_go();
         dist.barrier()?;
