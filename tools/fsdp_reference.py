@@ -16,24 +16,16 @@ OUT/weights.safetensors (every parameter, whole, after the last step).
 import argparse
 import json
 import os
-import socket
 
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def run(rank, args, port):
-    os.environ["MASTER_ADDR"] = "127.0.0.1"
-    os.environ["MASTER_PORT"] = str(port)
+def run(rank, args, store):
     torch.set_num_threads(1)
-    dist.init_process_group("gloo", rank=rank, world_size=args.nproc)
+    # A file rendezvous: no port picked here that another test could take meanwhile.
+    dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=args.nproc)
     from torch.distributed.fsdp import fully_shard
     from transformers import AutoModelForCausalLM
 
@@ -71,6 +63,8 @@ def run(rank, args, port):
         os.makedirs(args.out, exist_ok=True)
         save_file(weights, os.path.join(args.out, "weights.safetensors"))
         json.dump(steps, open(os.path.join(args.out, "steps.json"), "w"))
+    # No rank tears its group down while another is still using it.
+    dist.barrier()
     dist.destroy_process_group()
 
 
@@ -82,7 +76,11 @@ def main():
     ap.add_argument("--steps", type=int, default=3)
     ap.add_argument("--out", required=True)
     args = ap.parse_args()
-    mp.spawn(run, args=(args, free_port()), nprocs=args.nproc)
+    os.makedirs(args.out, exist_ok=True)
+    store = os.path.join(os.path.abspath(args.out), "rendezvous")
+    if os.path.exists(store):
+        os.remove(store)
+    mp.spawn(run, args=(args, store), nprocs=args.nproc)
 
 
 if __name__ == "__main__":

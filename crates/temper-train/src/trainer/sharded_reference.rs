@@ -134,17 +134,29 @@ fn torch_run(world: usize) -> Run {
     });
     std::fs::write(&batch_file, spec.to_string()).unwrap();
     let script = temper_base::python::repo_root().join("tools/fsdp_reference.py");
-    let out = std::process::Command::new(temper_testkit::python())
-        .arg(&script)
-        .arg("--model")
-        .arg(temper_testkit::tiny_model_dir())
-        .arg("--batch")
-        .arg(&batch_file)
-        .args(["--nproc", &world.to_string(), "--steps", &STEPS.to_string()])
-        .arg("--out")
-        .arg(&dir)
-        .output()
-        .unwrap();
+    let reference = || {
+        std::process::Command::new(temper_testkit::python())
+            .arg(&script)
+            .arg("--model")
+            .arg(temper_testkit::tiny_model_dir())
+            .arg("--batch")
+            .arg(&batch_file)
+            .args(["--nproc", &world.to_string(), "--steps", &STEPS.to_string()])
+            .arg("--out")
+            .arg(&dir)
+            .output()
+            .unwrap()
+    };
+    let mut out = reference();
+    // PyTorch's own processes have aborted once under a loaded CI machine (a Gloo teardown):
+    // the reference gets a second try; temper's side is never retried.
+    if !out.status.success() {
+        eprintln!(
+            "the FSDP2 reference failed once, trying again: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        out = reference();
+    }
     assert!(
         out.status.success(),
         "{}",
