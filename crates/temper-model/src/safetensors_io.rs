@@ -88,22 +88,22 @@ pub fn write_safetensors_by_group(
     let metadata = r#"{"__metadata__":{"format":"pt"},}"#.len();
     let room = (metadata + names_room + per_entry * groups.iter().map(Vec::len).sum::<usize>())
         .next_multiple_of(8);
-    let file = match std::fs::File::create(path) {
-        Ok(f) => f,
+    // Once something failed nothing more is written, but every group is still asked for.
+    let mut failed: Option<anyhow::Error> = None;
+    let mut w = match std::fs::File::create(path) {
+        Ok(f) => Some(std::io::BufWriter::new(f)),
         Err(e) => {
-            for g in 0..groups.len() {
-                let _ = tensors_of(g);
-            }
-            return Err(anyhow::anyhow!("creating {}: {e}", path.display()));
+            failed = Some(anyhow::anyhow!("creating {}: {e}", path.display()));
+            None
         }
     };
-    let mut w = std::io::BufWriter::new(file);
-    let mut failed: Option<anyhow::Error> = None;
-    if let Err(e) = w
-        .write_all(&(room as u64).to_le_bytes())
-        .and_then(|()| w.write_all(&vec![b' '; room]))
-    {
-        failed = Some(io(e));
+    if let Some(w) = w.as_mut() {
+        if let Err(e) = w
+            .write_all(&(room as u64).to_le_bytes())
+            .and_then(|()| w.write_all(&vec![b' '; room]))
+        {
+            failed = Some(io(e));
+        }
     }
     let mut header = serde_json::Map::new();
     header.insert("__metadata__".into(), serde_json::json!({"format": "pt"}));
@@ -117,9 +117,9 @@ pub fn write_safetensors_by_group(
                 continue;
             }
         };
-        if failed.is_some() {
+        let Some(w) = w.as_mut().filter(|_| failed.is_none()) else {
             continue;
-        }
+        };
         if tensors.len() != names.len() {
             failed = Some(anyhow::anyhow!(
                 "writing {}: group {g} has {} tensors for {} names",
@@ -131,21 +131,20 @@ pub fn write_safetensors_by_group(
         }
         for (name, t) in names.iter().zip(&tensors) {
             let kind = dtype.unwrap_or(t.kind());
-            let written = dtype_name(kind).and_then(|dtype_name| {
-                let bytes = write_tensor(&mut w, name, t, kind, &mut buf).map_err(|e| match e {
-                    Written::Io(e) => io(e),
-                    Written::Other(e) => e,
-                })?;
-                header.insert(
-                    name.clone(),
-                    serde_json::json!({"dtype": dtype_name, "shape": t.size(), "data_offsets": [offset, offset + bytes]}),
-                );
-                offset += bytes;
-                Ok(())
-            });
-            if let Err(e) = written {
-                failed = Some(e);
-                break;
+            let written = dtype_name(kind)
+                .and_then(|d| Ok((d, write_tensor(w, path, name, t, kind, &mut buf)?)));
+            match written {
+                Ok((dtype_name, bytes)) => {
+                    header.insert(
+                        name.clone(),
+                        serde_json::json!({"dtype": dtype_name, "shape": t.size(), "data_offsets": [offset, offset + bytes]}),
+                    );
+                    offset += bytes;
+                }
+                Err(e) => {
+                    failed = Some(e);
+                    break;
+                }
             }
         }
     }
@@ -162,6 +161,7 @@ pub fn write_safetensors_by_group(
     }
     head.resize(room, b' ');
     let mut file = w
+        .expect("the file is open when nothing failed")
         .into_inner()
         .map_err(|e| anyhow::anyhow!("writing {}: {e}", path.display()))?;
     file.seek(SeekFrom::Start(8)).map_err(io)?;
@@ -170,20 +170,16 @@ pub fn write_safetensors_by_group(
     Ok(())
 }
 
-/// Why a tensor was not written.
-enum Written {
-    Io(std::io::Error),
-    Other(anyhow::Error),
-}
-
-/// `t`'s elements as `kind` to `w`, a slice at a time (through `buf`); returns the bytes written.
+/// `t`'s elements as `kind` to `w` (the file at `path`), a slice at a time (through `buf`);
+/// returns the bytes written.
 fn write_tensor(
     w: &mut impl Write,
+    path: &Path,
     name: &str,
     t: &Tensor,
     kind: Kind,
     buf: &mut Vec<u8>,
-) -> std::result::Result<usize, Written> {
+) -> Result<usize> {
     let flat = t.detach().reshape([-1]);
     let n = flat.numel();
     let per = (SLICE_BYTES / kind.elt_size_in_bytes()).max(1);
@@ -197,9 +193,9 @@ fn write_tensor(
             .contiguous();
         buf.resize(len * kind.elt_size_in_bytes(), 0);
         part.f_copy_data_u8(buf, len)
-            .with_context(|| format!("reading tensor {name}"))
-            .map_err(Written::Other)?;
-        w.write_all(buf).map_err(Written::Io)?;
+            .with_context(|| format!("reading tensor {name}"))?;
+        w.write_all(buf)
+            .with_context(|| format!("writing {}", path.display()))?;
         at += len;
     }
     Ok(n * kind.elt_size_in_bytes())

@@ -36,10 +36,7 @@ impl CausalLm {
     /// turn, so one layer's weights are whole at a time, never the model. Each fetch may be a
     /// collective: the other ranks call [`CausalLm::sweep_layers`] meanwhile.
     pub fn save_by_layer(&self, dir: &Path) -> Result<()> {
-        let files_from = self.source_dir();
-        temper_base::atomic_dir::write_dir_atomically(dir, |tmp| {
-            self.write_files(tmp, Kind::Float, "float32", files_from, true)
-        })
+        self.save_with(dir, Kind::Float, self.source_dir(), true)
     }
 
     /// What a rank does while another writes [`CausalLm::save_by_layer`]: the same fetch and
@@ -76,12 +73,23 @@ impl CausalLm {
 
     /// Save with weights in `dtype` (f32, bf16 or f16) and tokenizer files from `files_from`.
     pub fn save_as(&self, dir: &Path, dtype: Kind, files_from: Option<&Path>) -> Result<()> {
+        self.save_with(dir, dtype, files_from, false)
+    }
+
+    /// The folder of [`CausalLm::save_as`], its weights written whole or `by_layer`.
+    fn save_with(
+        &self,
+        dir: &Path,
+        dtype: Kind,
+        files_from: Option<&Path>,
+        by_layer: bool,
+    ) -> Result<()> {
         let dtype_name = match crate::dtype::torch_dtype_name(dtype) {
             Some(name) if dtype != Kind::Double => name,
             _ => bail!("cannot save weights as {dtype:?} (f32, bf16 or f16)"),
         };
         temper_base::atomic_dir::write_dir_atomically(dir, |tmp| {
-            self.write_files(tmp, dtype, dtype_name, files_from, false)
+            self.write_files(tmp, dtype, dtype_name, files_from, by_layer)
         })
     }
 

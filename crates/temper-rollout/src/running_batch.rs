@@ -92,13 +92,7 @@ pub(crate) fn prefill_units(
         .iter()
         .map(|u| prepared[&u.request].request.prompt_ids.as_slice())
         .collect();
-    let prompts: Vec<(&[i64], &[i64])> = seqs.iter().map(|s| (*s, &[][..])).collect();
-    // Prompts alone: left-padded (pads are id 0, never attended).
-    let padded = PaddedRows::new(&prompts, 0);
-    let longest = padded.prompt_width;
-    let (ids, mask, pos) = padded.tensors(device);
-    let mut cache = KvCache::with_capacity(model.num_layers(), (longest + room) as i64);
-    let hidden = model.forward_hidden(&ids, &pos, &mask, Some(&mut cache));
+    let (cache, mask, hidden, longest) = prefill_padded(model, &seqs, room, device);
     let logits = model.logits(&hidden.select(1, -1));
     let mut source: Vec<i64> = Vec::new();
     let mut rows = Vec::new();
@@ -132,6 +126,24 @@ pub(crate) fn prefill_units(
         source,
         rows,
     }
+}
+
+/// `seqs` left-padded (pads are id 0, never attended) and run through `model` into a fresh
+/// cache with `room` positions reserved after the longest: (the cache, the (rows, width) mask,
+/// the final hidden states, the longest's length).
+fn prefill_padded(
+    model: &CausalLm,
+    seqs: &[&[i64]],
+    room: usize,
+    device: Device,
+) -> (KvCache, Tensor, Tensor, usize) {
+    let rows: Vec<(&[i64], &[i64])> = seqs.iter().map(|s| (*s, &[][..])).collect();
+    let padded = PaddedRows::new(&rows, 0);
+    let longest = padded.prompt_width;
+    let (ids, mask, pos) = padded.tensors(device);
+    let mut cache = KvCache::with_capacity(model.num_layers(), (longest + room) as i64);
+    let hidden = model.forward_hidden(&ids, &pos, &mask, Some(&mut cache));
+    (cache, mask, hidden, longest)
 }
 
 /// The rows being decoded, their cache and attention mask.
@@ -240,9 +252,7 @@ impl Batch {
                 seq
             })
             .collect();
-        let rows: Vec<(&[i64], &[i64])> = seqs.iter().map(|s| (s.as_slice(), &[][..])).collect();
-        let padded = PaddedRows::new(&rows, 0);
-        let (ids, mask, pos) = padded.tensors(self.device);
+        let seqs: Vec<&[i64]> = seqs.iter().map(Vec::as_slice).collect();
         let room = self
             .rows
             .iter()
@@ -254,9 +264,7 @@ impl Batch {
             })
             .max()
             .unwrap_or(1);
-        let mut cache =
-            KvCache::with_capacity(model.num_layers(), (padded.prompt_width + room) as i64);
-        let _ = model.forward_hidden(&ids, &pos, &mask, Some(&mut cache));
+        let (cache, mask, _, _) = prefill_padded(model, &seqs, room, self.device);
         self.cache = Some(cache);
         self.mask = mask;
     }

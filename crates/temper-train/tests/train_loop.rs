@@ -611,22 +611,30 @@ fn partial_run_keeps_the_lag_within_its_bound(recompute: bool) {
         let partial = m["async/partial_fraction"].as_f64().unwrap();
         assert!((0.0..=1.0).contains(&partial), "{partial}");
         for r in common::rollouts(&dir, step) {
-            let first = r["policy_version"].as_u64().unwrap();
-            let versions: Vec<u64> = r["completion_versions"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .map(|v| v.as_u64().unwrap())
-                .collect();
-            // The answer's lag counts from the batch's oldest token.
-            assert!(versions.iter().all(|&v| v >= first), "{first} {versions:?}");
-            assert!(versions.windows(2).all(|w| w[0] <= w[1]), "{versions:?}");
-            assert!(
-                versions.iter().all(|&v| v < step as u64),
-                "step {step}: {versions:?}"
-            );
+            checked_versions(&r, step);
         }
     }
+}
+
+/// The policy version of each token of rollout `r` (a line of `rollouts/step_<step>.jsonl` of a
+/// run with partial rollouts), checked: none older than the batch's (an answer's lag counts from
+/// the batch's oldest token), none decreasing along the answer, each older than the policy that
+/// trains at `step`.
+fn checked_versions(r: &serde_json::Value, step: usize) -> Vec<u64> {
+    let first = r["policy_version"].as_u64().unwrap();
+    let versions: Vec<u64> = r["completion_versions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_u64().unwrap())
+        .collect();
+    assert!(versions.iter().all(|&v| v >= first), "{first} {versions:?}");
+    assert!(versions.windows(2).all(|w| w[0] <= w[1]), "{versions:?}");
+    assert!(
+        versions.iter().all(|&v| v < step as u64),
+        "step {step}: {versions:?}"
+    );
+    versions
 }
 
 /// Partial rollouts under random delays injected on the learner's side (a pause of 0 to 30 ms
@@ -664,16 +672,8 @@ fn partial_rollouts_under_random_delays_span_updates_within_the_bound() {
         let lag = m["rollout/policy_lag_max"].as_f64().unwrap();
         assert!(lag <= 2.0, "step {step}: lag {lag}");
         for r in common::rollouts(&dir, step) {
-            let first = r["policy_version"].as_u64().unwrap();
-            let versions: Vec<u64> = r["completion_versions"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .map(|v| v.as_u64().unwrap())
-                .collect();
+            let versions = checked_versions(&r, step);
             assert_eq!(versions.len(), 96);
-            assert!(versions.iter().all(|&v| v >= first && v < step as u64));
-            assert!(versions.windows(2).all(|w| w[0] <= w[1]), "{versions:?}");
             spanning += usize::from(versions.first() != versions.last());
         }
     }

@@ -18,10 +18,14 @@ impl DataOrder {
         self.len / self.batch_size
     }
 
+    /// The epoch of the `step`-th batch overall (0-based).
+    pub fn epoch_of(&self, step: usize) -> usize {
+        step / self.batches_per_epoch().max(1)
+    }
+
     /// The example indices of the `step`-th batch overall (0-based) and its epoch.
     pub fn batch(&self, step: usize) -> (usize, Vec<usize>) {
-        let per = self.batches_per_epoch().max(1);
-        let (epoch, b) = (step / per, step % per);
+        let (epoch, b) = (self.epoch_of(step), step % self.batches_per_epoch().max(1));
         let perm = self.permutation(epoch);
         (
             epoch,

@@ -270,6 +270,11 @@ impl ThreadSampler<'_> {
             })
     }
 
+    /// Whether a job of `epoch` is still wanted (the trainer has not dropped it since).
+    fn is_current(&self, epoch: u64) -> bool {
+        epoch == self.epoch.load(Ordering::SeqCst)
+    }
+
     /// Without partial rollouts: the jobs one after the other, each batch sampled whole by the
     /// weights loaded before it.
     fn batch_by_batch(&self) {
@@ -285,7 +290,7 @@ impl ThreadSampler<'_> {
                     requests,
                     seed,
                 } => {
-                    if epoch != self.epoch.load(Ordering::SeqCst) {
+                    if !self.is_current(epoch) {
                         continue;
                     }
                     let started = Instant::now();
@@ -392,7 +397,7 @@ impl ThreadSampler<'_> {
                     requests,
                     ..
                 } => {
-                    if epoch != self.epoch.load(Ordering::SeqCst) {
+                    if !self.is_current(epoch) {
                         continue;
                     }
                     if requests.is_empty() {

@@ -53,6 +53,11 @@ impl Questions {
         self.order.batch(batch)
     }
 
+    /// The epoch data batch `batch` belongs to (no permutation drawn).
+    pub(super) fn epoch_of(&self, batch: usize) -> usize {
+        self.order.epoch_of(batch)
+    }
+
     /// The training set.
     pub(super) fn train(&self) -> &Dataset {
         &self.train

@@ -235,19 +235,13 @@ impl Rollouts {
             ServersSync::Every => version.is_multiple_of(self.cfg.sync_every as u64),
             ServersSync::Now => true,
         };
-        let how = self.cfg.weight_sync;
-        let Some(r) = self.servers.as_mut() else {
+        let hands_over = self.cfg.weight_sync != WeightSync::None && due;
+        let Some(r) = self.servers.as_mut().filter(|_| hands_over) else {
             return Ok(Synced {
                 servers: false,
                 push_s,
             });
         };
-        if how == WeightSync::None || !due {
-            return Ok(Synced {
-                servers: false,
-                push_s,
-            });
-        }
         // Data-parallel: every rank's batches in flight are done before rank 0 has the servers
         // reload, and every rank waits for the reload before it samples again.
         r.drain();

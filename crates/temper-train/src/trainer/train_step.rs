@@ -170,8 +170,7 @@ impl Trainer {
         m.insert(
             "training/epoch".into(),
             self.questions
-                .draw(self.state.batches_drawn.saturating_sub(1))
-                .0 as f64,
+                .epoch_of(self.state.batches_drawn.saturating_sub(1)) as f64,
         );
         Ok(m)
     }
