@@ -419,3 +419,120 @@ fn bad_environment_settings_are_one_line_errors() {
     let e = err(&["env.name=debate", &model]);
     assert!(e.contains("no chat template"), "{e}");
 }
+
+/// The lines of a run's metrics.jsonl.
+fn metric_lines(run: &std::path::Path) -> Vec<Value> {
+    std::fs::read_to_string(run.join("metrics.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+/// Every debate and training record of a run folder, by file name.
+fn records(run: &std::path::Path) -> std::collections::BTreeMap<String, String> {
+    std::fs::read_dir(run)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| {
+            let name = p.file_name().unwrap().to_string_lossy().to_string();
+            name.starts_with("debate_") || name.starts_with("training_step_")
+        })
+        .map(|p| {
+            let name = p.file_name().unwrap().to_string_lossy().to_string();
+            (name, std::fs::read_to_string(&p).unwrap())
+        })
+        .collect()
+}
+
+#[test]
+fn a_debate_run_with_a_bound_of_one_plays_the_next_debates_during_the_update() {
+    let debate = |name: &str, extra: &[&str]| {
+        let root = temp_dir(name);
+        let mut ov = vec![
+            "env.name=debate",
+            "env.task=qa",
+            "env.judge=mock",
+            "env.debate_train=rejection",
+            "trainer.total_training_steps=3",
+            "trainer.check_on_policy=false",
+        ];
+        ov.extend_from_slice(extra);
+        let mut t = Trainer::create(env_config(&root, &ov), "a", &[]).unwrap();
+        // Random delays before each update, so that the learner and the play end in either order.
+        let mut state = 0x2545_f491_4f6c_dd1du64;
+        t.set_before_update(Box::new(move |_| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            std::thread::sleep(std::time::Duration::from_millis(state % 41));
+        }));
+        let before = common::weights(&t);
+        t.fit().unwrap();
+        let changed = !common::same_weights(&before, &common::weights(&t));
+        (t.run().root.clone(), changed)
+    };
+
+    // Learning: step 1 plays its own debates; steps 2 and 3 train on debates played during the
+    // update before them, by the weights one version older.
+    let (run, changed) = debate("env-async", &["rollout.async_steps=1"]);
+    assert!(changed, "the updates changed the weights");
+    let m = metric_lines(&run);
+    assert_eq!(m.len(), 3);
+    for (i, line) in m.iter().enumerate() {
+        let lag = if i == 0 { 0.0 } else { 1.0 };
+        assert_eq!(
+            line["rollout/policy_lag_max"].as_f64(),
+            Some(lag),
+            "step {}",
+            i + 1
+        );
+        assert_eq!(
+            line["rollout/policy_version"].as_f64(),
+            Some(i.saturating_sub(1) as f64)
+        );
+        assert_eq!(line["env/debates"].as_f64(), Some(4.0));
+        assert!(line["async/sampler_busy_s"].as_f64().unwrap() > 0.0);
+    }
+    for k in 0..12 {
+        assert!(run.join(format!("debate_{k}.json")).exists(), "debate {k}");
+    }
+    check_logs(&run, None);
+
+    // With the weights held still (lr = 0) the overlap changes nothing: every debate and every
+    // training record is the lock-step run's, byte for byte (the sampler thread draws what the
+    // policy draws in process).
+    let still = ["actor.optim.lr=0"];
+    let (sync, _) = debate("env-sync-still", &still);
+    let (ahead, _) = debate("env-async-still", &[still[0], "rollout.async_steps=2"]);
+    let (a, b) = (records(&sync), records(&ahead));
+    assert_eq!(a.len(), 3 * 4 + 3);
+    assert_eq!(a.keys().collect::<Vec<_>>(), b.keys().collect::<Vec<_>>());
+    for (name, text) in &a {
+        assert!(*text == b[name], "{name} differs");
+    }
+}
+
+#[test]
+fn partial_rollouts_are_refused_for_an_environment_by_name() {
+    let root = temp_dir("env-partial");
+    let mut ov = common::tiny_overrides(&root);
+    ov.extend(
+        [
+            "env.name=debate",
+            "env.judge=mock",
+            "rollout.async_steps=1",
+            "rollout.partial_rollouts=true",
+            "trainer.check_on_policy=false",
+        ]
+        .map(String::from),
+    );
+    let e = format!(
+        "{:#}",
+        temper_train::config::load_config(None, &ov).err().unwrap()
+    );
+    assert!(
+        e.contains("rollout.partial_rollouts = true with env.name"),
+        "{e}"
+    );
+}

@@ -61,6 +61,12 @@ impl Config {
                     "reward.overlong_buffer.enable",
                     "the overlong penalty shapes a prompt run's rewards; the environment scores its episodes",
                 ),
+                (
+                    self.rollout.partial_rollouts,
+                    "rollout.partial_rollouts",
+                    "an environment's rounds wait for each other's answers; its next episodes are played \
+                     whole during the update (rollout.async_steps alone)",
+                ),
             ] {
                 if on {
                     bail!("{key} = true with env.name = {:?}: {why}", self.env.name);

@@ -15,6 +15,8 @@ pub(crate) struct EnvRuntime {
     pub env: Box<dyn Environment>,
     /// `env.skip_zero_advantage`: a step whose advantages are all zero is skipped, not an error.
     pub skip_zero_advantage: bool,
+    /// `rollout.async_steps >= 1`: the next step's episodes, played during this step's update.
+    pub ahead: Option<super::env_step::PlayedEpisodes>,
 }
 
 /// The `env.*` options a task reads, as JSON.
@@ -112,6 +114,7 @@ impl EnvRuntime {
             EnvRuntime {
                 env,
                 skip_zero_advantage: e.skip_zero_advantage,
+                ahead: None,
             },
             dataset,
         ))

@@ -1,41 +1,55 @@
 //! How the trainer runs episode groups ([`temper_env`]): the sampler the episodes see (the
 //! trainer's policy, in process or on the servers, and a debate's frozen judge model), and the
 //! one-turn rollouts of `temper train` as [`OneTurn`] groups run by the same driver as debates.
+use super::rollout::Rollouts;
 use super::Trainer;
 use anyhow::Result;
 use temper_env::single_turn::OneTurn;
 use temper_env::{run_groups, EnvGroup, Responder, Responders};
+use temper_model::{CausalLm, Tokenizer};
 use temper_rollout::{Request, Sample, Sampler};
 
-/// The sampler episodes see. `on_servers`: the policy's requests go to the rollout servers when
-/// the run has them.
+/// The sampler episodes see. It borrows the parts it samples with, not the trainer, so that an
+/// environment run's next episodes can be played while the learner updates on another thread
+/// (`rollout.async_steps`).
 pub(crate) struct TrainerSampler<'a> {
-    pub t: &'a Trainer,
+    pub rollouts: &'a Rollouts,
+    /// The weights the in-process engine samples the policy's requests with; None: the sampler
+    /// thread's copy (`rollout.async_steps` in process). Unused when they go to the servers.
+    pub policy: Option<&'a CausalLm>,
+    /// A debate's judge model (`env.judge_model`), sampled in process.
+    pub judge: Option<&'a CausalLm>,
+    pub eos_ids: &'a [i64],
+    pub tokenizer: &'a Tokenizer,
     pub seed: u64,
+    /// The policy's requests go to the rollout servers when the run has them.
     pub on_servers: bool,
 }
 
 impl Responders for TrainerSampler<'_> {
     fn generate(&mut self, who: Responder, requests: &[Request]) -> Result<Vec<Sample>> {
         match who {
-            Responder::Policy => self.t.sample(requests, self.seed, self.on_servers),
+            Responder::Policy => self.rollouts.sample(
+                self.policy,
+                self.eos_ids,
+                self.tokenizer,
+                requests,
+                self.seed,
+                self.on_servers,
+            ),
             Responder::Judge => {
                 let judge = self
-                    .t
-                    .env
-                    .as_ref()
-                    .and_then(|e| e.env.judge_model())
+                    .judge
                     .ok_or_else(|| anyhow::anyhow!("a judge request without env.judge_model"))?;
-                self.t
-                    .rollouts
-                    .engine(judge, &self.t.eos_ids, &self.t.tokenizer, self.seed)
+                self.rollouts
+                    .engine(judge, self.eos_ids, self.tokenizer, self.seed)
                     .sample(requests)
             }
         }
     }
 
     fn decode(&self, ids: &[i64]) -> Result<String> {
-        self.t.tokenizer.decode(ids, true)
+        self.tokenizer.decode(ids, true)
     }
 }
 
@@ -58,7 +72,11 @@ impl Trainer {
                 .map(|g| Box::new(g) as Box<dyn EnvGroup>)
                 .collect();
             let mut sampler = TrainerSampler {
-                t: self,
+                rollouts: &self.rollouts,
+                policy: Some(&self.learner.model),
+                judge: None,
+                eos_ids: &self.eos_ids,
+                tokenizer: &self.tokenizer,
                 seed,
                 on_servers,
             };

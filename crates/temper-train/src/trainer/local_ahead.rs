@@ -42,6 +42,13 @@ enum Job {
         requests: Vec<Request>,
         seed: u64,
     },
+    /// Sample `requests` now, with the weights loaded before this job, and answer on `reply`
+    /// (an environment's rounds, each waited for by the episodes that asked it).
+    Answer {
+        requests: Vec<Request>,
+        seed: u64,
+        reply: Sender<Answered>,
+    },
     /// From now on sample with these weights (the policy's after optimizer step `version`).
     Load {
         version: u64,
@@ -52,6 +59,10 @@ enum Job {
 /// A finished batch: (its epoch, data batch, the policy version that sampled it (the first, with
 /// partial rollouts), seconds the thread spent sampling it, its samples).
 type Done = (u64, usize, u64, f64, Result<Vec<Sample>>);
+
+/// An answer to [`LocalAhead::answer`]: the version of the weights that sampled it, seconds
+/// sampling, the samples.
+type Answered = (u64, f64, Result<Vec<Sample>>);
 
 /// What the batches taken since the last [`LocalAhead::take_stats`] cost: seconds the thread
 /// sampled them, seconds the trainer waited for them, completion tokens.
@@ -216,6 +227,22 @@ impl LocalAhead {
         )
     }
 
+    /// Samples `requests` on the thread now (after the jobs queued before them) with `seed` as
+    /// the engine's seed, and waits for their samples. Only without partial rollouts (a
+    /// streaming sampler answers with an error).
+    pub fn answer(&self, requests: Vec<Request>, seed: u64) -> Result<Vec<Sample>> {
+        let (reply, answered) = channel();
+        self.send(Job::Answer {
+            requests,
+            seed,
+            reply,
+        })?;
+        let (_, _, samples) = answered
+            .recv()
+            .map_err(|_| anyhow!("the async sampler thread has stopped"))?;
+        samples
+    }
+
     /// What the batches taken since the last call cost (and starts counting again).
     pub fn take_stats(&mut self) -> AheadStats {
         std::mem::take(&mut self.stats)
@@ -293,25 +320,35 @@ impl ThreadSampler<'_> {
                     if !self.is_current(epoch) {
                         continue;
                     }
-                    let started = Instant::now();
-                    let version = self.version.load(Ordering::SeqCst);
-                    let engine = self.engine(seed);
-                    let samples = self
-                        .model
-                        .with_sampling_weights(|| engine.sample(&requests));
-                    let done = (
-                        epoch,
-                        batch,
-                        version,
-                        started.elapsed().as_secs_f64(),
-                        samples,
-                    );
-                    if self.outbox.send(done).is_err() {
+                    let (version, secs, samples) = self.sample_now(&requests, seed);
+                    if self
+                        .outbox
+                        .send((epoch, batch, version, secs, samples))
+                        .is_err()
+                    {
                         return;
                     }
                 }
+                Job::Answer {
+                    requests,
+                    seed,
+                    reply,
+                } => {
+                    // The asker may have given up (its step failed); the thread goes on.
+                    let _ = reply.send(self.sample_now(&requests, seed));
+                }
             }
         }
+    }
+
+    /// `requests` sampled whole by the weights the copy holds: their version, the seconds it
+    /// took, the samples.
+    fn sample_now(&self, requests: &[Request], seed: u64) -> Answered {
+        let started = Instant::now();
+        let version = self.version.load(Ordering::SeqCst);
+        let engine = self.engine(seed);
+        let samples = self.model.with_sampling_weights(|| engine.sample(requests));
+        (version, started.elapsed().as_secs_f64(), samples)
     }
 
     /// With partial rollouts: one continuous engine for the thread's life, the producer of a
@@ -391,6 +428,10 @@ impl ThreadSampler<'_> {
             };
             match job {
                 Job::Load { version, weights } => newest_weights = Some((version, weights)),
+                Job::Answer { reply, .. } => {
+                    let no = anyhow!("a streaming sampler (rollout.partial_rollouts) answers batches, not requests one by one");
+                    let _ = reply.send((0, 0.0, Err(no)));
+                }
                 Job::Generate {
                     epoch,
                     batch,

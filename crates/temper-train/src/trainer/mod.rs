@@ -50,7 +50,8 @@ use temper_algo::KlController;
 use temper_model::{CausalLm, ComputeKind, Policy, Tokenizer};
 
 /// A test seam's callback on the trainable parameters ([`Trainer::set_before_update`]).
-pub type ParamsHook = Box<dyn FnMut(&[(String, tch::Tensor)])>;
+/// `Send`: an environment run sampling ahead updates on a thread of its own.
+pub type ParamsHook = Box<dyn FnMut(&[(String, tch::Tensor)]) + Send>;
 
 /// Everything a run holds between steps.
 pub struct Trainer {
@@ -83,7 +84,6 @@ pub struct Trainer {
     checkpointer: checkpointer::Checkpointer,
     /// The environment of an `env.name` run (None: prompts + reward).
     env: Option<env_runtime::EnvRuntime>,
-    /// `rollout.device`: the policy's copy the in-process engine samples with, refreshed after
     /// `trainer.logger`'s sinks (rank 0, from the start of [`Trainer::fit`]).
     loggers: Option<crate::loggers::Loggers>,
     /// A test seam: called with the parameters between a step's old-logprob pass and its update
@@ -313,13 +313,8 @@ impl Trainer {
         }
         // Overlap in process: a sampler thread with its own copy (on rollout.device when set).
         let in_process_async = cfg.rollout.async_steps > 0 && !cfg.rollout.is_remote();
-        if in_process_async {
-            if cfg.model.lora_rank > 0 {
-                bail!("rollout.async_steps > 0 with the in-process engine and LoRA (model.lora_rank > 0) is not supported yet");
-            }
-            if cfg.env.enabled() {
-                bail!("rollout.async_steps > 0 with env.name is not supported yet: environment runs sample in lock-step");
-            }
+        if in_process_async && cfg.model.lora_rank > 0 {
+            bail!("rollout.async_steps > 0 with the in-process engine and LoRA (model.lora_rank > 0) is not supported yet");
         }
         let ahead = if in_process_async {
             let device = match cfg.rollout.device.is_empty() {

@@ -43,11 +43,12 @@ impl Rollouts {
     }
 
     /// Samples `requests` on the servers (`on_servers`, with a remote backend), else in process
-    /// with `policy` (or its `rollout.device` copy), `rollout.max_num_seqs` rows at a time. Every
-    /// request carries its own seed, so a server's engine draws what this one would.
+    /// with `policy` (or its `rollout.device` copy), `rollout.max_num_seqs` rows at a time, or,
+    /// without `policy`, on the sampler thread with its copy. Every request carries its own
+    /// seed, so a server's engine or the thread draws what this one would.
     pub(super) fn sample(
         &self,
-        policy: &CausalLm,
+        policy: Option<&CausalLm>,
         eos_ids: &[i64],
         tokenizer: &Tokenizer,
         requests: &[Request],
@@ -58,9 +59,17 @@ impl Rollouts {
             return Ok(vec![]);
         }
         let mut engine = None;
-        let sampler: &dyn Sampler = match &self.servers {
-            Some(r) if on_servers => r.sampler.as_ref(),
-            _ => engine.insert(self.engine(self.engine_model(policy), eos_ids, tokenizer, seed)),
+        let sampler: &dyn Sampler = match (&self.servers, policy) {
+            (Some(r), _) if on_servers => r.sampler.as_ref(),
+            (_, Some(policy)) => {
+                engine.insert(self.engine(self.engine_model(policy), eos_ids, tokenizer, seed))
+            }
+            (_, None) => {
+                let ahead = self.ahead.as_ref().ok_or_else(|| {
+                    anyhow::anyhow!("policy requests without weights or a sampler thread")
+                })?;
+                return ahead.answer(requests.to_vec(), seed);
+            }
         };
         let samples = sampler.sample(requests);
         if let Some(engine) = engine {
@@ -229,24 +238,6 @@ impl Trainer {
             }
         }
         Ok((kept, requests))
-    }
-
-    /// Samples `requests` with the run's [`Rollouts`]: on the servers (`on_servers`, with a
-    /// remote backend), else in process with the policy.
-    pub(crate) fn sample(
-        &self,
-        requests: &[Request],
-        seed: u64,
-        on_servers: bool,
-    ) -> Result<Vec<Sample>> {
-        self.rollouts.sample(
-            &self.learner.model,
-            &self.eos_ids,
-            &self.tokenizer,
-            requests,
-            seed,
-            on_servers,
-        )
     }
 }
 

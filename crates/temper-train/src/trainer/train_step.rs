@@ -99,16 +99,28 @@ impl Trainer {
         }
         self.decode_metrics(&mut m);
         // 2. The batch (none: nothing to learn from this step).
-        let batch = self.step_batch(step, &episodes, &mut m)?;
-        // 3. Advantages and the update.
-        let learned = match &batch {
-            Some(sb) => Some(self.learner.learn(
-                &self.dist,
-                step,
-                sb,
-                self.before_update.as_mut(),
-                &mut m,
-            )?),
+        let mut batch = self.step_batch(step, &episodes, &mut m)?;
+        // 3. Advantages and the update (an environment run sampling ahead plays the next step's
+        // episodes meanwhile).
+        let plays_ahead =
+            self.env.is_some() && self.rollouts.cfg.async_steps > 0 && step < self.total_steps;
+        let learned = match batch.take() {
+            Some(sb) if plays_ahead => {
+                let (learned, sb) = self.learn_while_playing(step, sb, &mut m)?;
+                batch = Some(sb);
+                Some(learned)
+            }
+            Some(sb) => {
+                let learned = self.learner.learn(
+                    &self.dist,
+                    step,
+                    &sb,
+                    self.before_update.as_mut(),
+                    &mut m,
+                )?;
+                batch = Some(sb);
+                Some(learned)
+            }
             None => None,
         };
         // 4. After an update, the new weights to the samplers.
