@@ -2,8 +2,9 @@
 //! `/update_weights_from_distributed`, `/destroy_weights_update_group`) driven by this test as
 //! the group's rank 0, with real c10d (Gloo): a bad request is a 400 naming its field, checked
 //! before anything is received; a tensor broadcast lands in the served weights (the sampled
-//! tokens change, and come back when the old values are sent again); a rendezvous that never
-//! completes does not stop the serving.
+//! tokens change, and come back when the old values are sent again); a push the server refuses
+//! is given up on this side at once, its error the server's; a rendezvous that never completes
+//! does not stop the serving.
 use temper_testkit as common;
 mod serve_util;
 
@@ -83,6 +84,50 @@ fn a_weight_group_checks_its_requests_and_moves_the_weights() {
         "shapes[0]",
     );
 
+    let sampler =
+        temper_rollout::remote::RemoteSampler::connect(temper_rollout::remote::RemoteConfig {
+            protocol: temper_rollout::remote::Protocol::Sglang,
+            base_urls: vec![server.url.clone()],
+            timeout: Duration::from_secs(120),
+            vllm_reload_method: String::new(),
+            vocab_size: None,
+        })
+        .unwrap();
+    // A group the server refuses to join (the trainer asks for NCCL, the server is on the CPU):
+    // this side's rendezvous is given up at once, as the trainer's is
+    // (`RemoteSampler::post_each_during`), not waited out for the group's 60 s.
+    let port = common::free_port();
+    let mut gave_up = None;
+    let refused = sampler
+        .post_each_during(
+            "/init_weights_update_group",
+            |_| {
+                let mut x = init(port);
+                x["backend"] = json!("nccl");
+                x
+            },
+            |refused| {
+                let rendezvous = Rendezvous {
+                    host: "127.0.0.1".into(),
+                    port,
+                    rank: 0,
+                    world: 2,
+                    store_is_external: false,
+                    timeout: Duration::from_secs(60),
+                    backend: Backend::Gloo,
+                };
+                let joined = Comm::connect_unless(&rendezvous, refused);
+                gave_up = Some(format!("{:#}", joined.err().unwrap()));
+                Ok(())
+            },
+        )
+        .unwrap_err();
+    assert!(
+        format!("{refused:#}").contains("nccl needs the served model on a GPU"),
+        "{refused:#}"
+    );
+    assert!(gave_up.unwrap().contains("gave up the rendezvous"));
+
     // This test is rank 0: it hosts the store and joins while the server does.
     let port = common::free_port();
     let (status, comm) = std::thread::scope(|scope| {
@@ -161,6 +206,40 @@ fn a_weight_group_checks_its_requests_and_moves_the_weights() {
     assert_ne!(before, after, "the pushed weights are not served");
     push(&original.contiguous());
     assert_eq!(greedy_tokens(server), before);
+
+    // A push the server refuses (a name it does not have) arrives while this side is already in
+    // the broadcast, as the trainer's does (`RemoteSampler::post_each_during`): the refusal sets
+    // the flag and the broadcast is given up at once, not waited out for the group's 60 s.
+    let mut given_up = None;
+    let refused = sampler
+        .post_each_during(
+            "/update_weights_from_distributed",
+            |_| {
+                update(
+                    json!(["model.nope.weight"]),
+                    json!(["float32"]),
+                    json!([[32]]),
+                )
+            },
+            |refused| {
+                given_up = Some(format!(
+                    "{:?}",
+                    comm.broadcast_unless(&original, 0, refused)
+                ));
+                Ok(())
+            },
+        )
+        .unwrap_err();
+    assert!(format!("{refused:#}").contains("names[0]"), "{refused:#}");
+    assert_eq!(given_up.as_deref(), Some("Ok(false)"));
+    // The group gave a collective up midway: it refuses every later one without waiting.
+    let after = format!("{:#}", comm.broadcast(&original, 0).unwrap_err());
+    assert!(after.contains("gave up a collective"), "{after}");
+    assert_eq!(
+        greedy_tokens(server),
+        before,
+        "the refused push changed nothing"
+    );
 
     let (status, v) = serve_util::post_json(
         server,

@@ -14,8 +14,10 @@
 #endif
 #include <stdexcept>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
+#include <thread>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -36,6 +38,22 @@ struct Comm {
 };
 
 void wait(Comm* c, const c10::intrusive_ptr<c10d::Work>& work) { work->wait(c->timeout); }
+
+// `wait`, unless `*give_up` turns true first (read atomically; another thread sets it): then
+// false, the work left pending. Completion is polled (short pauses, growing to 2 ms), since a
+// blocking wait cannot be interrupted.
+bool wait_unless(Comm* c, const c10::intrusive_ptr<c10d::Work>& work, const bool* give_up) {
+  auto deadline = std::chrono::steady_clock::now() + c->timeout;
+  auto pause = std::chrono::microseconds(10);
+  while (!work->isCompleted()) {
+    if (__atomic_load_n(give_up, __ATOMIC_ACQUIRE)) return false;
+    if (std::chrono::steady_clock::now() > deadline) break;  // the wait below reports it
+    std::this_thread::sleep_for(pause);
+    pause = std::min(pause * 2, std::chrono::microseconds(2000));
+  }
+  wait(c, work);
+  return true;
+}
 
 // The tensor a collective runs on: `t` itself, or (NCCL, `t` on the CPU) a copy on the rank's GPU.
 at::Tensor staged(Comm* c, const at::Tensor& t) {
@@ -145,6 +163,24 @@ int temper_comm_broadcast(void* comm, void* tensor, int root, char** err) {
     wait(c, c->pg->broadcast(ts, o));
     unstage(ts[0], t);
   });
+}
+
+// temper_comm_broadcast, unless `*give_up` turns true first (another thread learnt that a peer
+// will not take part: a server refused the push): then 2, with `*err` unset. The broadcast is
+// left pending, so the group can no longer be used, nor freed (freeing waits for it).
+int temper_comm_broadcast_unless(void* comm, void* tensor, int root, const bool* give_up,
+                                 char** err) {
+  bool done = true;
+  int status = guarded(err, [&] {
+    auto* c = static_cast<Comm*>(comm);
+    auto& t = *static_cast<at::Tensor*>(tensor);
+    std::vector<at::Tensor> ts{staged(c, t)};
+    c10d::BroadcastOptions o;
+    o.rootRank = root;
+    done = wait_unless(c, c->pg->broadcast(ts, o), give_up);
+    if (done) unstage(ts[0], t);
+  });
+  return status == 0 && !done ? 2 : status;
 }
 
 // out = every rank's t stacked along a new first dim, in rank order (same shape on every rank).

@@ -4,6 +4,7 @@
 //! time (`scripts/setup-env.sh` installs them); [`comm_available`] tells.
 
 use std::ffi::{c_char, c_int, c_long, c_void, CString};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use anyhow::{bail, Result};
@@ -30,6 +31,13 @@ extern "C" {
         comm: *mut c_void,
         t: *mut c_void,
         root: c_int,
+        err: *mut *mut c_char,
+    ) -> c_int;
+    fn temper_comm_broadcast_unless(
+        comm: *mut c_void,
+        t: *mut c_void,
+        root: c_int,
+        give_up: *const bool,
         err: *mut *mut c_char,
     ) -> c_int;
     fn temper_comm_all_gather(
@@ -116,6 +124,9 @@ pub struct Comm {
     ptr: *mut c_void,
     rank: usize,
     world: usize,
+    /// A collective was given up before it completed ([`Comm::broadcast_unless`]): the group is
+    /// left as it is when dropped (freeing it would wait for that collective).
+    abandoned: AtomicBool,
 }
 
 // SAFETY: the process group is used from one thread at a time (`&mut self`/`&self` on one owner);
@@ -190,7 +201,38 @@ impl Comm {
             ptr: out,
             rank: r.rank,
             world: r.world,
+            abandoned: AtomicBool::new(false),
         })
+    }
+
+    /// [`Comm::connect`], unless `give_up` turns true first (set by another thread that learnt
+    /// that a peer will not join, such as a server that refused the group): then an error at
+    /// once, the rendezvous left to time out on a thread of its own.
+    pub fn connect_unless(r: &Rendezvous, give_up: &AtomicBool) -> Result<Comm> {
+        let (joined, join) = std::sync::mpsc::channel();
+        let rendezvous = r.clone();
+        std::thread::Builder::new()
+            .name("c10d-rendezvous".into())
+            .spawn(move || {
+                let _ = joined.send(Comm::connect(&rendezvous));
+            })?;
+        loop {
+            match join.recv_timeout(Duration::from_millis(20)) {
+                Ok(comm) => return comm,
+                Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
+                    bail!("rank {}: the rendezvous thread stopped", r.rank)
+                }
+                Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {}
+            }
+            if give_up.load(Ordering::SeqCst) {
+                bail!(
+                    "rank {}: gave up the rendezvous at {}:{}: a peer will not join",
+                    r.rank,
+                    r.host,
+                    r.port
+                );
+            }
+        }
     }
 
     pub fn rank(&self) -> usize {
@@ -199,6 +241,18 @@ impl Comm {
 
     pub fn world(&self) -> usize {
         self.world
+    }
+
+    /// Fails once a collective was given up ([`Comm::broadcast_unless`]): the group's peers are
+    /// no longer in step.
+    fn usable(&self, what: &str) -> Result<()> {
+        if self.abandoned.load(Ordering::SeqCst) {
+            bail!(
+                "rank {}: {what}: this group gave up a collective midway and cannot be used",
+                self.rank
+            );
+        }
+        Ok(())
     }
 
     fn check(&self, status: c_int, err: *mut c_char, what: &str) -> Result<()> {
@@ -214,6 +268,7 @@ impl Comm {
 
     /// In place: `t` becomes the sum of every rank's `t` (same shape and dtype on every rank).
     pub fn all_reduce_sum(&self, t: &Tensor) -> Result<()> {
+        self.usable("all_reduce")?;
         let mut err = std::ptr::null_mut();
         // SAFETY: t outlives the call; the C++ side reduces into its storage.
         let status = unsafe { temper_comm_all_reduce(self.ptr, t.as_ptr() as _, &mut err) };
@@ -222,6 +277,7 @@ impl Comm {
 
     /// In place: `t` becomes rank `root`'s `t`.
     pub fn broadcast(&self, t: &Tensor, root: usize) -> Result<()> {
+        self.usable("broadcast")?;
         let mut err = std::ptr::null_mut();
         // SAFETY: as above.
         let status =
@@ -229,8 +285,33 @@ impl Comm {
         self.check(status, err, "broadcast")
     }
 
+    /// [`Comm::broadcast`], unless `give_up` turns true first (set by another thread that learnt
+    /// that a peer will not take part, such as a server that refused a weight push): then
+    /// `Ok(false)`, and the group can no longer be used (every later collective fails; it is not
+    /// freed when dropped, as freeing would wait for the broadcast left pending).
+    pub fn broadcast_unless(&self, t: &Tensor, root: usize, give_up: &AtomicBool) -> Result<bool> {
+        self.usable("broadcast")?;
+        let mut err = std::ptr::null_mut();
+        // SAFETY: t and give_up outlive the call; the C++ side reads give_up atomically.
+        let status = unsafe {
+            temper_comm_broadcast_unless(
+                self.ptr,
+                t.as_ptr() as _,
+                root as c_int,
+                give_up.as_ptr() as *const bool,
+                &mut err,
+            )
+        };
+        if status == 2 {
+            self.abandoned.store(true, Ordering::SeqCst);
+            return Ok(false);
+        }
+        self.check(status, err, "broadcast").map(|()| true)
+    }
+
     /// Every rank's `t` (same shape everywhere), stacked along a new first dimension in rank order.
     pub fn all_gather(&self, t: &Tensor) -> Result<Tensor> {
+        self.usable("all_gather")?;
         let (mut out, mut err) = (std::ptr::null_mut(), std::ptr::null_mut());
         // SAFETY: as above; on success out is a heap-allocated at::Tensor that tch then owns.
         let status =
@@ -242,6 +323,7 @@ impl Comm {
     /// In place: `out` (contiguous, `world` times `shard`'s elements, its dtype) becomes every
     /// rank's `shard` concatenated in rank order (`torch.distributed.all_gather_into_tensor`).
     pub fn all_gather_into(&self, shard: &Tensor, out: &Tensor) -> Result<()> {
+        self.usable("all_gather_into")?;
         self.check_sizes("all_gather_into", out, shard, "out", "shard")?;
         let mut err = std::ptr::null_mut();
         // SAFETY: both tensors outlive the call; the C++ side gathers into out's storage.
@@ -255,6 +337,7 @@ impl Comm {
     /// rank's slice, in rank order, of the sum over ranks of `input`
     /// (`torch.distributed.reduce_scatter_tensor`, SUM).
     pub fn reduce_scatter_sum(&self, input: &Tensor, out: &Tensor) -> Result<()> {
+        self.usable("reduce_scatter")?;
         self.check_sizes("reduce_scatter", input, out, "input", "out")?;
         let mut err = std::ptr::null_mut();
         // SAFETY: as above.
@@ -289,6 +372,7 @@ impl Comm {
     }
 
     pub fn barrier(&self) -> Result<()> {
+        self.usable("barrier")?;
         let mut err = std::ptr::null_mut();
         // SAFETY: as above.
         let status = unsafe { temper_comm_barrier(self.ptr, &mut err) };
@@ -298,6 +382,10 @@ impl Comm {
 
 impl Drop for Comm {
     fn drop(&mut self) {
+        if *self.abandoned.get_mut() {
+            // Left as it is: its pending collective never completes.
+            return;
+        }
         // SAFETY: ptr came from temper_comm_new and is freed once.
         unsafe { temper_comm_free(self.ptr) };
     }

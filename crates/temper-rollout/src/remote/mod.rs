@@ -383,11 +383,13 @@ impl RemoteSampler {
     /// this thread (the calls that answer only once a collective has run on both sides: SGLang's
     /// `/init_weights_update_group` and `/update_weights_from_distributed`). Only the SGLang
     /// protocol and `temper serve` have these routes; an error names the server that failed.
+    /// `during` is handed a flag set as soon as a call fails (a server refused, or stopped
+    /// answering): its side of the collective can give up instead of waiting out the timeout.
     pub fn post_each_during<T>(
         &self,
         route: &str,
         body: impl Fn(usize) -> Value + Sync,
-        during: impl FnOnce() -> Result<T>,
+        during: impl FnOnce(&AtomicBool) -> Result<T>,
     ) -> Result<T> {
         if self.cfg.protocol == Protocol::Vllm {
             bail!("{route}: vLLM servers reload weights from disk only (rollout.weight_sync = \"disk\")");
@@ -397,22 +399,29 @@ impl RemoteSampler {
             .iter()
             .filter(|s| s.alive.load(Ordering::Relaxed))
             .collect();
+        let failed = AtomicBool::new(false);
         let (posted, ran) = std::thread::scope(|scope| {
+            let failed = &failed;
             let calls: Vec<_> = live
                 .iter()
                 .enumerate()
                 .map(|(k, s)| {
                     let body = body(k);
                     scope.spawn(move || -> Result<()> {
-                        let v = self.post(s, route, &body)?;
-                        if v["success"] == json!(false) {
-                            bail!("{}{route}: {}", s.url, error_message(&v));
+                        let answered = self.post(s, route, &body).and_then(|v| {
+                            if v["success"] == json!(false) {
+                                bail!("{}{route}: {}", s.url, error_message(&v));
+                            }
+                            Ok(())
+                        });
+                        if answered.is_err() {
+                            failed.store(true, Ordering::SeqCst);
                         }
-                        Ok(())
+                        answered
                     })
                 })
                 .collect();
-            let ran = during();
+            let ran = during(failed);
             let posted: Vec<Result<()>> = calls
                 .into_iter()
                 .map(|h| {

@@ -91,7 +91,7 @@ impl WeightGroup {
                         "world_size": world, "group_name": GROUP, "backend": name,
                     })
                 },
-                || Comm::connect(&rendezvous),
+                |refused| Comm::connect_unless(&rendezvous, refused),
             )
             .context("rollout.weight_sync = \"distributed\": forming the weight update group")?;
         Ok(WeightGroup {
@@ -151,13 +151,20 @@ impl WeightGroup {
             .post_each_during(
                 "/update_weights_from_distributed",
                 |_| body.clone(),
-                || {
+                |refused| {
                     tch::no_grad(|| -> Result<()> {
                         for (name, t) in weights {
                             let t = t.detach().to(on).contiguous();
-                            self.comm
-                                .broadcast(&t, 0)
+                            // A server that refused the push (or stopped answering) is not
+                            // waited for until the collective's timeout: its error is the
+                            // push's.
+                            let sent = self
+                                .comm
+                                .broadcast_unless(&t, 0, refused)
                                 .with_context(|| format!("sending {name}"))?;
+                            if !sent {
+                                bail!("sending {name}: a server did not take the weights");
+                            }
                         }
                         Ok(())
                     })
