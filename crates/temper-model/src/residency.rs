@@ -11,6 +11,9 @@
 
 use std::sync::Arc;
 
+use tch::Tensor;
+
+use crate::model::Part;
 use crate::CausalLm;
 
 /// Where a decoder layer's weights come from while the model runs it.
@@ -47,6 +50,49 @@ impl CausalLm {
         if let Some(r) = self.residency.borrow().as_ref() {
             r.backward_done(i);
         }
+    }
+
+    /// The parts of the model in the order a layer-at-a-time pass takes them: what lies outside
+    /// the decoder layers, then each layer.
+    pub(crate) fn parts(&self) -> Vec<Part> {
+        std::iter::once(Part::Rest)
+            .chain((0..self.num_layers()).map(Part::Layer))
+            .collect()
+    }
+
+    /// `f` over the merged parameters of `part` ([`CausalLm::merged_parameters`]'s names and
+    /// values), a decoder layer fetched before and let go after: while `f` runs that layer's
+    /// weights are whole.
+    pub(crate) fn with_part<T>(&self, part: Part, f: impl FnOnce(Vec<(String, Tensor)>) -> T) -> T {
+        if let Part::Layer(i) = part {
+            self.fetch_layer(i);
+        }
+        let out = f(self.merged_parameters_where(|p| p == part));
+        if let Part::Layer(i) = part {
+            self.release_layer_after_forward(i);
+        }
+        out
+    }
+
+    /// Hands `take` the merged parameters a part at a time (those outside the decoder layers,
+    /// then each layer's, fetched before and let go after): with a sharded run's layers one
+    /// layer is whole at a time, never the model. Every rank must call this (each fetch may be a
+    /// collective; a rank with nothing to take calls [`CausalLm::sweep_layers`]); after `take`
+    /// fails the other parts are still fetched, so the ranks stay in step, and the first error
+    /// is returned.
+    pub fn for_each_part(
+        &self,
+        take: &mut dyn FnMut(Vec<(String, Tensor)>) -> anyhow::Result<()>,
+    ) -> anyhow::Result<()> {
+        let mut first_error = None;
+        for part in self.parts() {
+            self.with_part(part, |params| {
+                if first_error.is_none() {
+                    first_error = take(params).err();
+                }
+            });
+        }
+        first_error.map_or(Ok(()), Err)
     }
 
     /// The residency calls of a forward sweep that has nothing to compute (a segment a rank's

@@ -48,26 +48,17 @@ impl CausalLm {
     /// The weights of [`CausalLm::save_by_layer`] to `path`: the parameters outside the layers,
     /// then each layer's, fetched, copied in `dtype` and let go before they are written.
     fn write_weights_by_layer(&self, path: &Path, dtype: Kind) -> Result<()> {
-        use crate::model::Part;
-        let parts: Vec<Part> = std::iter::once(Part::Rest)
-            .chain((0..self.num_layers()).map(Part::Layer))
-            .collect();
+        let parts = self.parts();
         let names: Vec<Vec<String>> = parts.iter().map(|&p| self.merged_names(p)).collect();
         crate::safetensors_io::write_safetensors_by_group(path, &names, Some(dtype), &mut |g| {
-            let part = parts[g];
-            if let Part::Layer(i) = part {
-                self.fetch_layer(i);
-            }
-            let copies = tch::no_grad(|| {
-                self.merged_parameters_where(|p| p == part)
-                    .into_iter()
-                    .map(|(_, t)| t.to_device(tch::Device::Cpu).to_kind(dtype).copy())
-                    .collect()
-            });
-            if let Part::Layer(i) = part {
-                self.release_layer_after_forward(i);
-            }
-            Ok(copies)
+            Ok(self.with_part(parts[g], |params| {
+                tch::no_grad(|| {
+                    params
+                        .into_iter()
+                        .map(|(_, t)| t.to_device(tch::Device::Cpu).to_kind(dtype).copy())
+                        .collect()
+                })
+            }))
         })
     }
 

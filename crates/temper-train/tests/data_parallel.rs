@@ -637,3 +637,47 @@ fn sharded_ranks_sample_ahead_in_process() {
         .collect();
     assert_eq!(lags, vec![0.0, 1.0, 1.0]);
 }
+
+/// Every rollout's completion tokens and log-probs of a run folder, step by step.
+fn draws(folder: &Path) -> Vec<Vec<(serde_json::Value, serde_json::Value)>> {
+    (1..=3)
+        .map(|s| {
+            common::rollouts(folder, s)
+                .into_iter()
+                .map(|r| (r["completion_ids"].clone(), r["rollout_logprobs"].clone()))
+                .collect()
+        })
+        .collect()
+}
+
+/// Sharded, the samplers' copies are made a decoder layer at a time as both ranks gather it
+/// (never the whole model at once): a copy on `rollout.device` samples what the policy does (the
+/// run is the one without it, draw for draw, weights bitwise), and with the weights held still
+/// (lr = 0) the sampler thread of `rollout.async_steps` draws what the lock-step run draws.
+#[test]
+fn sharded_samplers_copies_are_made_layer_by_layer() {
+    let base = [FSDP, CHECKPOINTED, "trainer.check_on_policy=false"];
+    let with = |extra: &[&'static str]| -> Vec<&'static str> {
+        base.iter().chain(extra).copied().collect()
+    };
+    let (plain, w_plain) = run_with(2, &common::temp_dir("fsdp-policy"), &base, false);
+    let (copy, w_copy) = run_with(
+        2,
+        &common::temp_dir("fsdp-rollout-device"),
+        &with(&["rollout.device=cpu"]),
+        false,
+    );
+    assert_eq!(max_abs_diff(&w_plain[0], &w_copy[0]), 0.0);
+    assert!(!draws(&plain)[2].is_empty());
+    assert_eq!(draws(&plain), draws(&copy));
+
+    let still = "actor.optim.lr=0";
+    let (sync, _) = run_with(2, &common::temp_dir("fsdp-still"), &with(&[still]), false);
+    let (ahead, _) = run_with(
+        2,
+        &common::temp_dir("fsdp-still-ahead"),
+        &with(&[still, "rollout.async_steps=1"]),
+        false,
+    );
+    assert_eq!(draws(&sync), draws(&ahead));
+}

@@ -181,17 +181,18 @@ impl LocalAhead {
         Ok(())
     }
 
-    /// Queues new weights (`policy`'s now, copied: the trainer goes on changing its own);
-    /// returns the seconds the copy took (`timing_s/weight_push`).
+    /// Queues new weights (`policy`'s now, copied: the trainer goes on changing its own; a
+    /// decoder layer at a time, [`CausalLm::for_each_part`], so a sharded run gathers one layer
+    /// at a time on every rank); returns the seconds the copy took (`timing_s/weight_push`).
     pub fn load(&mut self, policy: &CausalLm, version: u64) -> Result<f64> {
         let started = std::time::Instant::now();
-        let weights = tch::no_grad(|| {
-            policy
-                .named_parameters()
-                .into_iter()
-                .map(|(n, p)| (n, p.detach().copy()))
-                .collect()
-        });
+        let mut weights = Vec::new();
+        policy.for_each_part(&mut |params| {
+            tch::no_grad(|| {
+                weights.extend(params.into_iter().map(|(n, p)| (n, p.detach().copy())))
+            });
+            Ok(())
+        })?;
         self.send(Job::Load { version, weights })?;
         Ok(started.elapsed().as_secs_f64())
     }

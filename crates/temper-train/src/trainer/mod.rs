@@ -348,7 +348,7 @@ impl Trainer {
                     cfg.rollout.device
                 )
             })?;
-            rollout::copy_weights(&model, &copy);
+            rollout::copy_weights(&model, &copy)?;
             Some(copy)
         };
 

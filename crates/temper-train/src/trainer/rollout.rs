@@ -241,20 +241,29 @@ impl Trainer {
     }
 }
 
-/// Copies every parameter of `from` into `to` (any devices; the same architecture).
-pub(super) fn copy_weights(from: &CausalLm, to: &CausalLm) {
-    let (src, dst) = (from.named_parameters(), to.named_parameters());
-    assert_eq!(
-        src.len(),
-        dst.len(),
-        "the sampling copy has the policy's parameters"
-    );
-    tch::no_grad(|| {
-        for ((ns, s), (nd, mut d)) in src.into_iter().zip(dst) {
-            debug_assert_eq!(ns, nd);
-            d.copy_(&s);
+/// Copies every parameter of `from` into `to` (any devices; the same architecture), a part of
+/// the model at a time ([`CausalLm::for_each_part`]): with a sharded run's layers one decoder
+/// layer is whole at a time, gathered by every rank alike.
+pub(super) fn copy_weights(from: &CausalLm, to: &CausalLm) -> Result<()> {
+    let mut dst: std::collections::HashMap<String, tch::Tensor> =
+        to.named_parameters().into_iter().collect();
+    let expected = dst.len();
+    let mut copied = 0;
+    from.for_each_part(&mut |params| {
+        for (name, value) in params {
+            let Some(d) = dst.remove(&name) else {
+                anyhow::bail!("the sampling copy has no parameter {name}");
+            };
+            tch::no_grad(|| d.shallow_clone().copy_(&value));
+            copied += 1;
         }
-    });
+        Ok(())
+    })?;
+    anyhow::ensure!(
+        copied == expected,
+        "the sampling copy has {expected} parameters, the policy {copied}"
+    );
+    Ok(())
 }
 
 impl Trainer {

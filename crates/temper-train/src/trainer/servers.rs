@@ -219,16 +219,15 @@ impl Rollouts {
         version: u64,
         when: ServersSync,
     ) -> Result<Synced> {
+        // Sharded, both copies are made a decoder layer at a time as every rank gathers it.
         if let Some(copy) = &self.sampler_model {
-            learner.optimizer.hold_whole()?;
-            super::rollout::copy_weights(&learner.model, copy);
-            learner.optimizer.let_go();
+            super::rollout::copy_weights(&learner.model, copy)?;
+            learner.optimizer.check()?;
         }
         let mut push_s = None;
         if let Some(a) = self.ahead.as_mut() {
-            learner.optimizer.hold_whole()?;
             let loaded = a.load(&learner.model, version);
-            learner.optimizer.let_go();
+            learner.optimizer.check()?;
             push_s = Some(loaded?);
         }
         let due = match when {
