@@ -146,6 +146,64 @@ fn weights_pushed_over_a_group_give_the_local_rollouts() {
     );
 }
 
+/// Two sharded ranks (`actor.strategy = fsdp`, layers gathered per use) training on one server
+/// each step: rank 0 (the trainer's side of the group) pushes the weights a decoder layer at a
+/// time while rank 1 gathers each layer with it, one call of SGLang's protocol per part. The
+/// rollouts are the in-process sharded run's, token for token, and the weights bitwise.
+#[test]
+fn sharded_ranks_push_the_weights_a_layer_at_a_time() {
+    let server = serve_util::start(&common::tiny_model_dir(), &[]);
+    let urls = format!("rollout.base_urls=[{:?}]", server.url);
+    let sharded = |tag: &str, extra: &[&str]| {
+        let port = common::free_port();
+        let root = common::temp_dir(tag);
+        let mut args: Vec<String> = [
+            "trainer.total_training_steps=3",
+            "actor.strategy=fsdp",
+            "actor.gradient_checkpointing=true",
+        ]
+        .iter()
+        .chain(extra)
+        .map(|s| s.to_string())
+        .collect();
+        args.push(format!("trainer.experiment_name={tag:?}"));
+        let ranks: Vec<_> = (0..2)
+            .map(|rank| {
+                let (root, args) = (root.clone(), args.clone());
+                std::thread::spawn(move || {
+                    let dist =
+                        temper_train::dist::Dist::from_comm(common::gloo_comm(port, rank, 2));
+                    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+                    let mut t =
+                        Trainer::create_with(tiny_config(&root, &args), "fsdp", &[], dist).unwrap();
+                    t.set_reward(Box::new(ASCII_FRACTION));
+                    t.fit().unwrap();
+                    (t.run().root.clone(), weights(&t))
+                })
+            })
+            .collect();
+        let mut out: Vec<_> = ranks.into_iter().map(|h| h.join().unwrap()).collect();
+        out.swap_remove(0)
+    };
+    let (local, local_w) = sharded("fsdp-local", &[]);
+    let (pushed, pushed_w) = sharded(
+        "fsdp-push",
+        &[
+            "rollout.backend=\"sglang\"",
+            &urls,
+            "rollout.weight_sync=\"distributed\"",
+        ],
+    );
+    assert_same_rollouts(&pushed, &local, 3);
+    for ((n, x), (_, y)) in pushed_w.iter().zip(&local_w) {
+        assert!(x.equal(y), "{n} differs after 3 steps");
+    }
+    assert!(!pushed.join("rollout_weights").exists());
+    assert!(metrics(&pushed)
+        .iter()
+        .all(|m| m["timing_s/weight_push"].as_f64().unwrap() > 0.0));
+}
+
 #[test]
 fn overlap_samples_the_next_batch_one_version_behind() {
     let server = serve_util::start(&common::tiny_model_dir(), &[]);

@@ -245,17 +245,19 @@ impl Rollouts {
         // reload, and every rank waits for the reload before it samples again.
         r.drain();
         dist.barrier()?;
-        // Sharded, a folder is written a decoder layer at a time while every rank gathers that
-        // layer (as checkpoints are); a broadcast, and a LoRA run's adapters, take every layer
-        // gathered whole.
-        let by_layer = learner.optimizer.is_sharded()
-            && r.weight_group.is_none()
-            && learner.model.lora_config().is_none();
+        // Sharded, a folder is written, or the weights broadcast, a decoder layer at a time
+        // while every rank gathers that layer (as checkpoints are); a LoRA run's adapters take
+        // every layer gathered whole.
+        let by_layer = learner.optimizer.is_sharded() && learner.model.lora_config().is_none();
         if !by_layer {
             learner.optimizer.hold_whole()?;
         }
         if dist.is_root() {
             match r.weight_group.as_mut() {
+                Some(group) if by_layer => {
+                    let pushed = group.push_by_part(&r.sampler, &learner.model, version);
+                    push_s = Some(pushed.and_then(|s| learner.optimizer.check().map(|()| s))?);
+                }
                 Some(group) => {
                     let weights = learner.model.merged_parameters();
                     push_s = Some(group.push(&r.sampler, &weights, version)?);

@@ -13,6 +13,7 @@ use anyhow::{bail, Context, Result};
 use serde_json::json;
 use tch::{Device, Tensor};
 use temper_kernels::{Backend, Comm, Rendezvous};
+use temper_model::CausalLm;
 use temper_rollout::remote::RemoteSampler;
 
 use crate::config::WeightGroupBackend;
@@ -113,6 +114,33 @@ impl WeightGroup {
         version: u64,
     ) -> Result<f64> {
         let started = Instant::now();
+        self.ready(sampler)?;
+        self.send(sampler, weights, version)?;
+        Ok(started.elapsed().as_secs_f64())
+    }
+
+    /// [`WeightGroup::push`] of `model` a part at a time ([`CausalLm::for_each_part`]: what lies
+    /// outside the decoder layers, then each layer, each in a call of its own, as SGLang's
+    /// protocol allows): with a sharded run's layers, one layer is whole at a time while the
+    /// other ranks gather it too ([`CausalLm::sweep_layers`]). The servers' batches are drained
+    /// before, so no request sees a half-pushed model.
+    pub fn push_by_part(
+        &mut self,
+        sampler: &RemoteSampler,
+        model: &CausalLm,
+        version: u64,
+    ) -> Result<f64> {
+        let started = Instant::now();
+        let ready = self.ready(sampler);
+        model.for_each_part(&mut |params| match &ready {
+            Ok(()) => self.send(sampler, &params, version),
+            Err(e) => bail!("{e:#}"),
+        })?;
+        Ok(started.elapsed().as_secs_f64())
+    }
+
+    /// Ready to push: the group formed anew when a server was left out since it formed.
+    fn ready(&mut self, sampler: &RemoteSampler) -> Result<()> {
         sampler.check_alive();
         if sampler.live_urls().is_empty() {
             bail!("rollout.weight_sync = \"distributed\": no rollout server answers any more");
@@ -128,6 +156,16 @@ impl WeightGroup {
             );
             *self = WeightGroup::create(sampler, &self.address.clone(), device, backend)?;
         }
+        Ok(())
+    }
+
+    /// One call of the protocol: `weights` broadcast in order while every server receives them.
+    fn send(
+        &self,
+        sampler: &RemoteSampler,
+        weights: &[(String, Tensor)],
+        version: u64,
+    ) -> Result<()> {
         let mut dtypes = Vec::with_capacity(weights.len());
         for (name, t) in weights {
             dtypes.push(
@@ -170,7 +208,6 @@ impl WeightGroup {
                     })
                 },
             )
-            .context("rollout.weight_sync = \"distributed\"")?;
-        Ok(started.elapsed().as_secs_f64())
+            .context("rollout.weight_sync = \"distributed\"")
     }
 }
