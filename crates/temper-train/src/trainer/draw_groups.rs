@@ -1,7 +1,8 @@
 //! Phase 1 of a prompt run's step: draw the step's prompt groups (sampled and scored), with
 //! DAPO's dynamic sampling (`algorithm.filter_groups`) drawing more batches until enough groups
-//! have a reward spread; each data batch's groups come from the batch the servers sampled ahead
-//! (`servers.rs`) or are sampled now (`rollout.rs`) and scored (`score.rs`).
+//! have a reward spread; each data batch's groups come from the batch sampled ahead (by the
+//! sampler thread or the servers, sent by [`Trainer::generate_ahead`] through `Rollouts`) or are
+//! sampled now (`rollout.rs`) and scored (`score.rs`).
 use super::rollout::Group;
 use super::stats::StepMetrics;
 use super::train_step::TRAIN_SEED_SALT;
@@ -89,12 +90,7 @@ impl Trainer {
             d.rounds += 1;
             // A batch sampled now, in process, needs the sampling copies (built at the first
             // such round; the same choice on every rank: the batches sent ahead are the same).
-            let sent_ahead = self
-                .rollouts
-                .ahead
-                .as_ref()
-                .is_some_and(|a| a.sent.contains_key(&batch_index));
-            if self.rollouts.servers.is_none() && !sent_ahead {
+            if !self.rollouts.is_remote() && !self.rollouts.sent_ahead(batch_index) {
                 self.freeze_sampler();
             }
             // Data-parallel: each rank samples its share of the prompts, then every rank gets
@@ -132,6 +128,25 @@ impl Trainer {
         Ok(d)
     }
 
+    /// Sends the batches of the next `rollout.async_steps` steps not yet sent to be sampled
+    /// ahead, by the sampler thread or the servers (nothing without overlap). `next_batch` is
+    /// the next data batch to be drawn.
+    pub(crate) fn generate_ahead(
+        &mut self,
+        next_batch: usize,
+        params: &SamplingParams,
+    ) -> Result<()> {
+        for batch in next_batch..next_batch + self.rollouts.cfg().async_steps {
+            if self.rollouts.sent_ahead(batch) {
+                continue;
+            }
+            let (kept, requests) = self.train_batch_requests(batch, params)?;
+            let seed = self.train_batch_seed(batch);
+            self.rollouts.send_ahead(batch, kept, requests, seed)?;
+        }
+        Ok(())
+    }
+
     /// This rank's requests for data batch `batch`: (kept example indices, requests), seeded as
     /// in [`Trainer::rollout_groups`].
     pub(crate) fn train_batch_requests(
@@ -163,16 +178,7 @@ impl Trainer {
         batch: usize,
         params: &SamplingParams,
     ) -> Result<Vec<Group>> {
-        if let Some(ahead) = self
-            .rollouts
-            .servers
-            .as_mut()
-            .and_then(|r| r.take_ahead(batch))
-        {
-            let a = ahead?;
-            return self.groups_from(self.questions.train(), &a.kept, a.samples, None, a.version);
-        }
-        if let Some(ahead) = self.rollouts.ahead.as_mut().and_then(|a| a.take(batch)) {
+        if let Some(ahead) = self.rollouts.take_ahead(batch) {
             let a = ahead?;
             return self.groups_from(self.questions.train(), &a.kept, a.samples, None, a.version);
         }

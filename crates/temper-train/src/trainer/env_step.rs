@@ -62,7 +62,7 @@ macro_rules! episode_player {
                 on_servers: true,
             },
             params: $params,
-            n: $t.rollouts.cfg.n,
+            n: $t.rollouts.cfg().n,
             train_seed: $t.trainer_cfg.seed,
             version: $t.rollouts.sampling_version($t.state.policy_version),
         }
@@ -105,14 +105,14 @@ impl Trainer {
         let played = match ahead {
             Some(p) if p.batch == batch_index => p,
             _ => {
-                let policy = match self.rollouts.ahead {
-                    Some(_) => None,
-                    None => Some(&self.learner.model),
+                let policy = match self.rollouts.samples_on_thread() {
+                    true => None,
+                    false => Some(&self.learner.model),
                 };
                 episode_player!(self, policy, self.rollout_params()).play(step, batch_index)?
             }
         };
-        if self.rollouts.cfg.async_steps > 0 {
+        if self.rollouts.cfg().async_steps > 0 {
             let lag = self.state.policy_version.saturating_sub(played.version) as f64;
             m.insert("rollout/policy_version".into(), played.version as f64);
             m.insert("rollout/policy_lag_mean".into(), lag);

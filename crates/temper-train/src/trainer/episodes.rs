@@ -1,7 +1,7 @@
 //! How the trainer runs episode groups ([`temper_env`]): the sampler the episodes see (the
 //! trainer's policy, in process or on the servers, and a debate's frozen judge model), and the
 //! one-turn rollouts of `temper train` as [`OneTurn`] groups run by the same driver as debates.
-use super::rollout::Rollouts;
+use super::sampling::Rollouts;
 use super::Trainer;
 use anyhow::Result;
 use temper_env::single_turn::OneTurn;

@@ -39,7 +39,7 @@ impl Trainer {
         let idx: Vec<usize> = (lo..hi).collect();
         let params = e.sampling_params(
             self.questions.max_response_length(),
-            &self.rollouts.cfg.stop,
+            &self.rollouts.cfg().stop,
         );
         let mine = self.rollout_groups(
             val,

@@ -14,15 +14,14 @@ mod episodes;
 mod eval;
 mod learn;
 mod learner;
-mod local_ahead;
 mod memory_plan;
 mod optimizer;
 pub use optimizer::Optimizer;
 mod partition;
 mod questions;
 mod rollout;
+mod sampling;
 mod score;
-mod servers;
 mod sharded;
 #[cfg(test)]
 mod sharded_reference;
@@ -30,7 +29,6 @@ mod stats;
 mod step_batch;
 mod train_step;
 mod update;
-mod weight_push;
 
 pub use batch::Batch;
 pub(crate) use learner::{Learner, LearnerSettings, Reference};
@@ -79,7 +77,7 @@ pub struct Trainer {
     /// Warnings already shown once (e.g. no response ever ended).
     warned: std::collections::BTreeSet<&'static str>,
     /// Where rollouts are sampled.
-    rollouts: rollout::Rollouts,
+    rollouts: sampling::Rollouts,
     /// Which steps are saved, and how.
     checkpointer: checkpointer::Checkpointer,
     /// The environment of an `env.name` run (None: prompts + reward).
@@ -156,8 +154,8 @@ impl Trainer {
         // What `model.dtype = "auto"` became on this machine; a resumed run keeps it.
         metadata["compute_dtype"] = t.learner.model.compute().to_string().into();
         metadata["kernels"] = t.learner.model.kernel_report().into();
-        if let Some(r) = &t.rollouts.servers {
-            metadata["rollout_backend"] = servers::metadata(&t.rollouts.cfg, r);
+        if let Some(backend) = t.rollouts.metadata() {
+            metadata["rollout_backend"] = backend;
         }
         write_json(&t.run.metadata(), &metadata)?;
         Ok(t)
@@ -321,7 +319,7 @@ impl Trainer {
                 true => device,
                 false => crate::config::parse_device(&cfg.rollout.device)?,
             };
-            Some(local_ahead::LocalAhead::start(local_ahead::AheadSpec {
+            Some(sampling::LocalAhead::start(sampling::AheadSpec {
                 weights_dir,
                 tokenizer_dir: &tok_dir,
                 device,
@@ -348,7 +346,7 @@ impl Trainer {
                     cfg.rollout.device
                 )
             })?;
-            rollout::copy_weights(&model, &copy)?;
+            sampling::copy_weights(&model, &copy)?;
             Some(copy)
         };
 
@@ -405,7 +403,7 @@ impl Trainer {
         }
         let total_steps = cfg.total_steps(train.len());
         let remote = match cfg.rollout.is_remote() {
-            true => Some(servers::RolloutServers::connect(
+            true => Some(sampling::RolloutServers::connect(
                 &cfg.rollout,
                 model.config().vocab_size,
                 dist.is_root().then_some(device),
@@ -468,13 +466,7 @@ impl Trainer {
             warned: Default::default(),
             loggers: None,
             before_update: None,
-            rollouts: rollout::Rollouts {
-                servers: remote,
-                ahead,
-                sampler_model,
-                cfg: cfg.rollout,
-                decode_work: Default::default(),
-            },
+            rollouts: sampling::Rollouts::new(cfg.rollout, remote, ahead, sampler_model),
             env,
         })
     }
@@ -504,10 +496,10 @@ impl Trainer {
             &self.dist,
             &self.run.root,
             self.state.policy_version,
-            servers::ServersSync::Now,
+            sampling::ServersSync::Now,
         )?;
         let bar = self.progress_bar(start_step);
-        let overlapped = self.rollouts.cfg.async_steps > 0;
+        let overlapped = self.rollouts.cfg().async_steps > 0;
         let mut last = StepMetrics::new();
         let end = match self.stop_after {
             Some(n) => (start_step + n).min(self.total_steps),
@@ -552,12 +544,7 @@ impl Trainer {
             last = m;
         }
         bar.finish();
-        if let Some(r) = &mut self.rollouts.servers {
-            r.finish();
-        }
-        if let Some(a) = &mut self.rollouts.ahead {
-            a.forget();
-        }
+        self.rollouts.finish();
         // Sharded, the caller gets the model whole (the next step lets the layers go again).
         self.learner.optimizer.hold_whole()?;
         if let Some(mut l) = self.loggers.take() {

@@ -39,7 +39,7 @@ impl Trainer {
             .collect();
         // With partial rollouts every answer records its tokens' versions; those sampled in
         // process by the trainer's own weights (the first step's) were all drawn by one.
-        let per_token = self.rollouts.cfg.partial_rollouts;
+        let per_token = self.rollouts.cfg().partial_rollouts;
         for (mut s, text) in samples.into_iter().zip(texts) {
             if per_token && s.completion_versions.is_empty() {
                 s.completion_versions = vec![policy_version; s.completion_ids.len()];

@@ -3,11 +3,11 @@
 //! groups, each answer a one-turn episode, drawn and scored in `draw_groups.rs`; an environment's
 //! episodes, `env_step.rs`); from there one path for both: the batch (`step_batch.rs`), the
 //! advantages and the update on the learner (`learn.rs`, `advantages.rs`, `update.rs`), the weight
-//! sync (`Rollouts::sync`, `servers.rs`); then the source's logs.
+//! sync (`Rollouts::sync`, `sampling/servers.rs`); then the source's logs.
 use super::batch::to_rows;
 use super::learn::Learned;
 use super::rollout::Group;
-use super::servers::ServersSync;
+use super::sampling::ServersSync;
 use super::stats::{put_mmm, MetricAcc, StepMetrics};
 use super::step_batch::{AdvantageKind, Learning, StepBatch};
 use super::Trainer;
@@ -22,7 +22,7 @@ impl Trainer {
     /// (the CPU engine runs no fixed-shape steps).
     fn decode_counts(&self) -> Option<temper_model::DecodeCounts> {
         let model = self.rollouts.engine_model(&self.learner.model);
-        (self.rollouts.servers.is_none() && model.device() != tch::Device::Cpu)
+        (!self.rollouts.is_remote() && model.device() != tch::Device::Cpu)
             .then(|| model.static_decode_counts())
     }
 
@@ -42,7 +42,7 @@ impl Trainer {
 
     pub(crate) fn rollout_params(&self) -> SamplingParams {
         self.rollouts
-            .cfg
+            .cfg()
             .sampling_params(self.questions.max_response_length())
     }
 
@@ -103,7 +103,7 @@ impl Trainer {
         // 3. Advantages and the update (an environment run sampling ahead plays the next step's
         // episodes meanwhile).
         let plays_ahead =
-            self.env.is_some() && self.rollouts.cfg.async_steps > 0 && step < self.total_steps;
+            self.env.is_some() && self.rollouts.cfg().async_steps > 0 && step < self.total_steps;
         let learned = match batch.take() {
             Some(sb) if plays_ahead => {
                 let (learned, sb) = self.learn_while_playing(step, sb, &mut m)?;
@@ -146,7 +146,8 @@ impl Trainer {
             // A streaming sampler thread (partial rollouts) gets the batch these weights allow
             // now, queued behind them, so its rows join those still sampling instead of
             // waiting for the next step's draw (the same batch that draw would send).
-            if self.rollouts.cfg.partial_rollouts && self.env.is_none() && step < self.total_steps {
+            if self.rollouts.cfg().partial_rollouts && self.env.is_none() && step < self.total_steps
+            {
                 let params = self.rollout_params();
                 self.generate_ahead(self.state.batches_drawn + 1, &params)?;
             }
@@ -196,26 +197,11 @@ impl Trainer {
         let drawn = self.draw_groups(step, &params)?;
         let gen_s = t_gen.elapsed().as_secs_f64();
         m.insert("timing_s/gen".into(), gen_s);
-        if let Some(a) = self.rollouts.ahead.as_mut() {
-            let s = a.take_stats();
-            if s.sampled_s > 0.0 {
-                // How much of the sampling the update hid: 1 when the batch was ready.
-                m.insert("async/sampler_busy_s".into(), s.sampled_s);
-                m.insert("async/learner_wait_s".into(), s.waited_s);
-                m.insert(
-                    "async/hidden_fraction".into(),
-                    (1.0 - s.waited_s / s.sampled_s).clamp(0.0, 1.0),
-                );
-                m.insert(
-                    "async/sampler_tokens_per_s".into(),
-                    s.tokens as f64 / s.sampled_s,
-                );
-            }
-        }
+        m.extend(self.rollouts.ahead_metrics());
         self.generate_ahead(self.state.batches_drawn, &params)?;
         m.extend(drawn.metrics(self.state.policy_version));
         let groups = drawn.groups;
-        if self.rollouts.cfg.partial_rollouts {
+        if self.rollouts.cfg().partial_rollouts {
             m.insert("async/partial_fraction".into(), partial_fraction(&groups));
         }
         if !groups.is_empty() {
@@ -226,7 +212,7 @@ impl Trainer {
             groups: groups.iter().map(Group::datums).collect(),
             learning: Learning {
                 advantages: AdvantageKind::FromRewards,
-                mini: self.learner.settings.actor.ppo_mini_batch_size * self.rollouts.cfg.n,
+                mini: self.learner.settings.actor.ppo_mini_batch_size * self.rollouts.cfg().n,
                 need_old: true,
             },
             source: Played::Prompts(PromptGroups { groups, gen_s }),

@@ -78,7 +78,7 @@ pub(crate) struct LocalAhead {
     jobs: Option<Sender<Job>>,
     done: Receiver<Done>,
     /// Batches sent and not yet taken: their kept example indices.
-    pub(crate) sent: HashMap<usize, Vec<usize>>,
+    sent: HashMap<usize, Vec<usize>>,
     /// Batches finished and not yet taken: (version, seconds sampling, samples).
     finished: HashMap<usize, (u64, f64, Result<Vec<Sample>>)>,
     stats: AheadStats,
@@ -179,6 +179,11 @@ impl LocalAhead {
         })?;
         self.sent.insert(batch, kept);
         Ok(())
+    }
+
+    /// Whether data batch `batch` was sent and not yet taken.
+    pub fn has_sent(&self, batch: usize) -> bool {
+        self.sent.contains_key(&batch)
     }
 
     /// Queues new weights (`policy`'s now, copied: the trainer goes on changing its own; a

@@ -17,14 +17,13 @@ use std::thread::JoinHandle;
 
 use anyhow::{anyhow, Context, Result};
 use temper_rollout::remote::{RemoteConfig, RemoteSampler};
-use temper_rollout::{Sample, SamplingParams};
+use temper_rollout::{Request, Sample};
 
-use super::learner::Learner;
-use super::rollout::Rollouts;
 use super::weight_push::WeightGroup;
-use super::Trainer;
+use super::Rollouts;
 use crate::config::{RolloutBackend, RolloutConfig, WeightSync};
 use crate::dist::Dist;
+use crate::trainer::learner::Learner;
 use std::path::Path;
 use tch::Device;
 
@@ -128,61 +127,36 @@ impl RolloutServers {
         }))
     }
 
+    /// Whether data batch `batch` was sent ahead and not yet taken.
+    pub fn has_pending(&self, batch: usize) -> bool {
+        self.pending.iter().any(|p| p.batch == batch)
+    }
+
+    /// Sends data batch `batch` (this rank's kept example indices and requests) to the servers
+    /// on a thread of its own, sampled by the weights they hold now.
+    pub fn send_ahead(
+        &mut self,
+        batch: usize,
+        kept: Vec<usize>,
+        requests: Vec<Request>,
+    ) -> Result<()> {
+        let sampler = Arc::clone(&self.sampler);
+        let handle = std::thread::Builder::new()
+            .name(format!("rollout-batch-{batch}"))
+            .spawn(move || sampler.generate(&requests))?;
+        self.pending.push_back(Prefetch {
+            batch,
+            version: self.served_version,
+            kept,
+            samples: Generation::Running(handle),
+        });
+        Ok(())
+    }
+
     /// Drops what is in flight (at the end of a fit), after waiting for it.
     pub fn finish(&mut self) {
         self.drain();
         self.pending.clear();
-    }
-}
-
-impl Trainer {
-    /// Sends the batches of the next `rollout.async_steps` steps to the servers (those not yet
-    /// sent). `next_batch` is the next data batch to be drawn.
-    pub(crate) fn generate_ahead(
-        &mut self,
-        next_batch: usize,
-        params: &SamplingParams,
-    ) -> Result<()> {
-        let ahead = self.rollouts.cfg.async_steps;
-        if self.rollouts.ahead.is_some() {
-            for batch in next_batch..next_batch + ahead {
-                if self
-                    .rollouts
-                    .ahead
-                    .as_ref()
-                    .is_some_and(|a| a.sent.contains_key(&batch))
-                {
-                    continue;
-                }
-                let (kept, requests) = self.train_batch_requests(batch, params)?;
-                let seed = self.train_batch_seed(batch);
-                if let Some(a) = self.rollouts.ahead.as_mut() {
-                    a.generate(batch, kept, requests, seed)?;
-                }
-            }
-            return Ok(());
-        }
-        for batch in next_batch..next_batch + ahead {
-            let Some(r) = &self.rollouts.servers else {
-                return Ok(());
-            };
-            if r.pending.iter().any(|p| p.batch == batch) {
-                continue;
-            }
-            let (kept, requests) = self.train_batch_requests(batch, params)?;
-            let r = self.rollouts.servers.as_mut().expect("checked above");
-            let sampler = Arc::clone(&r.sampler);
-            let handle = std::thread::Builder::new()
-                .name(format!("rollout-batch-{batch}"))
-                .spawn(move || sampler.generate(&requests))?;
-            r.pending.push_back(Prefetch {
-                batch,
-                version: r.served_version,
-                kept,
-                samples: Generation::Running(handle),
-            });
-        }
-        Ok(())
     }
 }
 
@@ -221,7 +195,7 @@ impl Rollouts {
     ) -> Result<Synced> {
         // Sharded, both copies are made a decoder layer at a time as every rank gathers it.
         if let Some(copy) = &self.sampler_model {
-            super::rollout::copy_weights(&learner.model, copy)?;
+            super::copy_weights(&learner.model, copy)?;
             learner.optimizer.check()?;
         }
         let mut push_s = None;
