@@ -681,3 +681,33 @@ fn sharded_samplers_copies_are_made_layer_by_layer() {
     );
     assert_eq!(draws(&sync), draws(&ahead));
 }
+
+/// An environment run sampling ahead on 2 sharded ranks (layers gathered per use): each rank's
+/// learner updates on a thread of its own while the rank plays its share of the next step's
+/// debates; the update's gathers and the sampler thread's snapshot pair up across the ranks, and
+/// every step after the first trains on debates one version old.
+#[test]
+fn environment_runs_play_ahead_on_sharded_ranks() {
+    let extra = [
+        "data.max_prompt_length=1024",
+        "data.train_batch_size=2",
+        "actor.ppo_mini_batch_size=1",
+        "actor.ppo_micro_batch_size_per_gpu=1",
+        "rollout.n=4",
+        "env.name=debate",
+        "env.task=qa",
+        "env.debate_train=rejection",
+        FSDP,
+        CHECKPOINTED,
+        "rollout.async_steps=1",
+        "trainer.check_on_policy=false",
+    ];
+    let (dir, w) = run_with(2, &common::temp_dir("dp-env-ahead"), &extra, false);
+    assert_eq!(rel_diff(&w[0], &w[1]), 0.0);
+    assert!(rel_diff(&w[0], &weights_of_fresh()) > 0.0, "trained");
+    let lags: Vec<f64> = metrics(&dir)
+        .iter()
+        .map(|m| m["rollout/policy_lag_max"].as_f64().unwrap())
+        .collect();
+    assert_eq!(lags, vec![0.0, 1.0, 1.0]);
+}
