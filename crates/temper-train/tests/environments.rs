@@ -492,7 +492,14 @@ fn a_debate_run_with_a_bound_of_one_plays_the_next_debates_during_the_update() {
             Some(i.saturating_sub(1) as f64)
         );
         assert_eq!(line["env/debates"].as_f64(), Some(4.0));
-        assert!(line["async/sampler_busy_s"].as_f64().unwrap() > 0.0);
+        let (busy, wait) = (
+            line["async/sampler_busy_s"].as_f64().unwrap(),
+            line["async/learner_wait_s"].as_f64().unwrap(),
+        );
+        assert!(busy > 0.0 && wait >= 0.0);
+        if i == 0 {
+            assert_eq!(wait, busy, "step 1's own debates are waited for whole");
+        }
     }
     for k in 0..12 {
         assert!(run.join(format!("debate_{k}.json")).exists(), "debate {k}");

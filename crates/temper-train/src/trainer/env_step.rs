@@ -109,7 +109,13 @@ impl Trainer {
                     true => None,
                     false => Some(&self.learner.model),
                 };
-                episode_player!(self, policy, self.rollout_params()).play(step, batch_index)?
+                let p =
+                    episode_player!(self, policy, self.rollout_params()).play(step, batch_index)?;
+                // Played now: the learner waited for all of it.
+                PlayedEpisodes {
+                    learner_wait_s: p.play_s,
+                    ..p
+                }
             }
         };
         if self.rollouts.cfg().async_steps > 0 {
