@@ -72,6 +72,9 @@ pub struct Trainer {
     total_steps: usize,
     /// Set by `--stop-after`: end (with a checkpoint) after this many steps in this process.
     stop_after: Option<usize>,
+    /// The last step of the fit under way (`total_steps`, or sooner with `stop_after`): no step
+    /// after it has its episodes played or its batch queued ahead (this process would drop them).
+    fit_end: usize,
     /// `temper train --profile STEP`: the step whose Chrome trace is written.
     profile_step: Option<usize>,
     /// Warnings already shown once (e.g. no response ever ended).
@@ -462,6 +465,7 @@ impl Trainer {
             state: TrainerState::default(),
             total_steps,
             stop_after: None,
+            fit_end: total_steps,
             profile_step: None,
             warned: Default::default(),
             loggers: None,
@@ -505,6 +509,7 @@ impl Trainer {
             Some(n) => (start_step + n).min(self.total_steps),
             None => self.total_steps,
         };
+        self.fit_end = end;
         while self.state.step < end {
             let step = self.state.step + 1;
             let mut m = self.profiled_step(step)?;
@@ -645,5 +650,52 @@ mod tests {
         // Servers without weight sync lag too, overlap or not.
         m.insert("rollout/policy_lag_max".into(), 2.0);
         assert_eq!(summary(&m, false), "score=0.5000 lag=2");
+    }
+
+    /// An environment run sampling ahead stopped by `--stop-after` plays nothing ahead for the
+    /// step after its last (the next process would play it again): the last step's update runs
+    /// alone.
+    #[test]
+    fn a_fit_stopped_early_plays_nothing_ahead_for_the_step_after_it() {
+        let root = temper_testkit::temp_dir("env-stop-after");
+        let mut ov = temper_testkit::tiny_overrides(&root);
+        ov.extend(
+            [
+                "env.name=debate",
+                "env.task=qa",
+                "env.judge=mock",
+                "env.debate_train=rejection",
+                "data.max_prompt_length=1024",
+                "data.train_batch_size=2",
+                "actor.ppo_mini_batch_size=1",
+                "actor.ppo_micro_batch_size_per_gpu=2",
+                "trainer.total_training_steps=3",
+                "trainer.check_on_policy=false",
+                "rollout.async_steps=1",
+            ]
+            .map(String::from),
+        );
+        let cfg = crate::config::load_config(None, &ov).unwrap().config;
+        let mut t = Trainer::create(cfg, "s", &[]).unwrap();
+        t.set_stop_after(Some(1));
+        t.fit().unwrap();
+        assert_eq!(t.state.step, 1);
+        assert!(
+            t.env.as_ref().unwrap().ahead.is_none(),
+            "step 2 played ahead"
+        );
+        // Going on to the end: step 2 plays its own debates, step 3's are played during step
+        // 2's update, one version old.
+        t.set_stop_after(None);
+        t.fit().unwrap();
+        assert_eq!(t.state.step, 3);
+        let lags: Vec<f64> = t
+            .run
+            .read_metrics()
+            .unwrap()
+            .iter()
+            .map(|m| m["rollout/policy_lag_max"].as_f64().unwrap())
+            .collect();
+        assert_eq!(lags, vec![0.0, 0.0, 1.0]);
     }
 }

@@ -103,7 +103,7 @@ impl Trainer {
         // 3. Advantages and the update (an environment run sampling ahead plays the next step's
         // episodes meanwhile).
         let plays_ahead =
-            self.env.is_some() && self.rollouts.cfg().async_steps > 0 && step < self.total_steps;
+            self.env.is_some() && self.rollouts.cfg().async_steps > 0 && step < self.fit_end;
         let learned = match batch.take() {
             Some(sb) if plays_ahead => {
                 let (learned, sb) = self.learn_while_playing(step, sb, &mut m)?;
@@ -146,8 +146,7 @@ impl Trainer {
             // A streaming sampler thread (partial rollouts) gets the batch these weights allow
             // now, queued behind them, so its rows join those still sampling instead of
             // waiting for the next step's draw (the same batch that draw would send).
-            if self.rollouts.cfg().partial_rollouts && self.env.is_none() && step < self.total_steps
-            {
+            if self.rollouts.cfg().partial_rollouts && self.env.is_none() && step < self.fit_end {
                 let params = self.rollout_params();
                 self.generate_ahead(self.state.batches_drawn + 1, &params)?;
             }
