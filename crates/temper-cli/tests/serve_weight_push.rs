@@ -11,7 +11,7 @@ mod serve_util;
 use serde_json::{json, Value};
 use std::time::{Duration, Instant};
 use tch::Tensor;
-use temper_kernels::{Backend, Comm, Rendezvous};
+use temper_kernels::Comm;
 
 fn message(v: &Value) -> String {
     v.to_string()
@@ -107,16 +107,7 @@ fn a_weight_group_checks_its_requests_and_moves_the_weights() {
                 x
             },
             |refused| {
-                let rendezvous = Rendezvous {
-                    host: "127.0.0.1".into(),
-                    port,
-                    rank: 0,
-                    world: 2,
-                    store_is_external: false,
-                    timeout: Duration::from_secs(60),
-                    backend: Backend::Gloo,
-                };
-                let joined = Comm::connect_unless(&rendezvous, refused);
+                let joined = Comm::connect_unless(&common::gloo_rendezvous(port, 0, 2), refused);
                 gave_up = Some(format!("{:#}", joined.err().unwrap()));
                 Ok(())
             },
@@ -133,16 +124,7 @@ fn a_weight_group_checks_its_requests_and_moves_the_weights() {
     let (status, comm) = std::thread::scope(|scope| {
         let call = scope
             .spawn(|| serve_util::post_json(&server, "/init_weights_update_group", &init(port)));
-        let comm = Comm::connect(&Rendezvous {
-            host: "127.0.0.1".into(),
-            port,
-            rank: 0,
-            world: 2,
-            store_is_external: false,
-            timeout: Duration::from_secs(60),
-            backend: Backend::Gloo,
-        })
-        .unwrap();
+        let comm = common::gloo_comm(port, 0, 2);
         let (status, v) = call.join().unwrap();
         assert_eq!(v["success"], json!(true), "{v}");
         (status, comm)

@@ -12,10 +12,11 @@ pub fn free_port() -> u16 {
     temper_base::net::free_port().unwrap()
 }
 
-/// Rank `rank` of a Gloo group of `world` ranks meeting at 127.0.0.1:`port` (tests run the ranks
-/// as threads; a rank that does not come fails the others after a minute).
-pub fn gloo_comm(port: u16, rank: usize, world: usize) -> temper_kernels::Comm {
-    temper_kernels::Comm::connect(&temper_kernels::Rendezvous {
+/// Where rank `rank` of a Gloo group of `world` ranks meets the others: 127.0.0.1:`port`, this
+/// process hosting the store as rank 0; a rank that does not come fails the others after a
+/// minute.
+pub fn gloo_rendezvous(port: u16, rank: usize, world: usize) -> temper_kernels::Rendezvous {
+    temper_kernels::Rendezvous {
         host: "127.0.0.1".into(),
         port,
         rank,
@@ -23,8 +24,26 @@ pub fn gloo_comm(port: u16, rank: usize, world: usize) -> temper_kernels::Comm {
         store_is_external: false,
         timeout: std::time::Duration::from_secs(60),
         backend: temper_kernels::Backend::Gloo,
+    }
+}
+
+/// Rank `rank` of a Gloo group of `world` ranks ([`gloo_rendezvous`]; tests run the ranks as
+/// threads).
+pub fn gloo_comm(port: u16, rank: usize, world: usize) -> temper_kernels::Comm {
+    temper_kernels::Comm::connect(&gloo_rendezvous(port, rank, world)).unwrap()
+}
+
+/// A `before_update` hook ([`temper_train::trainer::Trainer::set_before_update`]) that sleeps
+/// 0 to `max_ms - 1` ms before each update, drawn by a xorshift from `seed`: the learner and
+/// whatever runs beside it end in either order.
+pub fn random_delays(seed: u64, max_ms: u64) -> temper_train::trainer::ParamsHook {
+    let mut state = seed;
+    Box::new(move |_| {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        std::thread::sleep(std::time::Duration::from_millis(state % max_ms));
     })
-    .unwrap()
 }
 
 /// Copies the folder `from` to `to` (a run folder, to resume it twice).

@@ -70,6 +70,14 @@ fn metrics(folder: &Path) -> Vec<BTreeMap<String, serde_json::Value>> {
         .unwrap()
 }
 
+/// Each step's `rollout/policy_lag_max`.
+fn lags(folder: &Path) -> Vec<f64> {
+    metrics(folder)
+        .iter()
+        .map(|m| m["rollout/policy_lag_max"].as_f64().unwrap())
+        .collect()
+}
+
 fn rel_diff(a: &Weights, b: &Weights) -> f64 {
     let (mut d, mut n) = (0.0, 0.0);
     for ((na, x), (nb, y)) in a.iter().zip(b) {
@@ -631,11 +639,7 @@ fn sharded_ranks_sample_ahead_in_process() {
     ];
     let (dir, w) = run_with(2, &common::temp_dir("fsdp-async"), &extra, false);
     assert_eq!(max_abs_diff(&w[0], &w[1]), 0.0);
-    let lags: Vec<f64> = metrics(&dir)
-        .iter()
-        .map(|m| m["rollout/policy_lag_max"].as_f64().unwrap())
-        .collect();
-    assert_eq!(lags, vec![0.0, 1.0, 1.0]);
+    assert_eq!(lags(&dir), vec![0.0, 1.0, 1.0]);
 }
 
 /// Every rollout's completion tokens and log-probs of a run folder, step by step.
@@ -705,9 +709,5 @@ fn environment_runs_play_ahead_on_sharded_ranks() {
     let (dir, w) = run_with(2, &common::temp_dir("dp-env-ahead"), &extra, false);
     assert_eq!(rel_diff(&w[0], &w[1]), 0.0);
     assert!(rel_diff(&w[0], &weights_of_fresh()) > 0.0, "trained");
-    let lags: Vec<f64> = metrics(&dir)
-        .iter()
-        .map(|m| m["rollout/policy_lag_max"].as_f64().unwrap())
-        .collect();
-    assert_eq!(lags, vec![0.0, 1.0, 1.0]);
+    assert_eq!(lags(&dir), vec![0.0, 1.0, 1.0]);
 }

@@ -460,13 +460,7 @@ fn a_debate_run_with_a_bound_of_one_plays_the_next_debates_during_the_update() {
         ov.extend_from_slice(extra);
         let mut t = Trainer::create(env_config(&root, &ov), "a", &[]).unwrap();
         // Random delays before each update, so that the learner and the play end in either order.
-        let mut state = 0x2545_f491_4f6c_dd1du64;
-        t.set_before_update(Box::new(move |_| {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            std::thread::sleep(std::time::Duration::from_millis(state % 41));
-        }));
+        t.set_before_update(common::random_delays(0x2545_f491_4f6c_dd1d, 41));
         let before = common::weights(&t);
         t.fit().unwrap();
         let changed = !common::same_weights(&before, &common::weights(&t));

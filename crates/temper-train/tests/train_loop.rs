@@ -657,13 +657,7 @@ fn partial_rollouts_under_random_delays_span_updates_within_the_bound() {
     );
     let mut t = Trainer::create(cfg, "t", &[]).unwrap();
     t.set_reward(Box::new(ASCII_FRACTION));
-    let mut state = 0x9e37_79b9_7f4a_7c15u64;
-    t.set_before_update(Box::new(move |_| {
-        state ^= state << 13;
-        state ^= state >> 7;
-        state ^= state << 17;
-        std::thread::sleep(std::time::Duration::from_millis(state % 31));
-    }));
+    t.set_before_update(common::random_delays(0x9e37_79b9_7f4a_7c15, 31));
     t.fit().unwrap();
     let dir = t.run().root.clone();
     let mut spanning = 0;

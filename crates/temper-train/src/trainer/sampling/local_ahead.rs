@@ -47,7 +47,7 @@ enum Job {
     Answer {
         requests: Vec<Request>,
         seed: u64,
-        reply: Sender<Answered>,
+        reply: Sender<Result<Vec<Sample>>>,
     },
     /// From now on sample with these weights (the policy's after optimizer step `version`).
     Load {
@@ -59,10 +59,6 @@ enum Job {
 /// A finished batch: (its epoch, data batch, the policy version that sampled it (the first, with
 /// partial rollouts), seconds the thread spent sampling it, its samples).
 type Done = (u64, usize, u64, f64, Result<Vec<Sample>>);
-
-/// An answer to [`LocalAhead::answer`]: the version of the weights that sampled it, seconds
-/// sampling, the samples.
-type Answered = (u64, f64, Result<Vec<Sample>>);
 
 /// What the batches taken since the last [`LocalAhead::take_stats`] cost: seconds the thread
 /// sampled them, seconds the trainer waited for them, completion tokens.
@@ -243,10 +239,9 @@ impl LocalAhead {
             seed,
             reply,
         })?;
-        let (_, _, samples) = answered
+        answered
             .recv()
-            .map_err(|_| anyhow!("the async sampler thread has stopped"))?;
-        samples
+            .map_err(|_| anyhow!("the async sampler thread has stopped"))?
     }
 
     /// What the batches taken since the last call cost (and starts counting again).
@@ -341,7 +336,8 @@ impl ThreadSampler<'_> {
                     reply,
                 } => {
                     // The asker may have given up (its step failed); the thread goes on.
-                    let _ = reply.send(self.sample_now(&requests, seed));
+                    let (_, _, samples) = self.sample_now(&requests, seed);
+                    let _ = reply.send(samples);
                 }
             }
         }
@@ -349,7 +345,7 @@ impl ThreadSampler<'_> {
 
     /// `requests` sampled whole by the weights the copy holds: their version, the seconds it
     /// took, the samples.
-    fn sample_now(&self, requests: &[Request], seed: u64) -> Answered {
+    fn sample_now(&self, requests: &[Request], seed: u64) -> (u64, f64, Result<Vec<Sample>>) {
         let started = Instant::now();
         let version = self.version.load(Ordering::SeqCst);
         let engine = self.engine(seed);
@@ -436,7 +432,7 @@ impl ThreadSampler<'_> {
                 Job::Load { version, weights } => newest_weights = Some((version, weights)),
                 Job::Answer { reply, .. } => {
                     let no = anyhow!("a streaming sampler (rollout.partial_rollouts) answers batches, not requests one by one");
-                    let _ = reply.send((0, 0.0, Err(no)));
+                    let _ = reply.send(Err(no));
                 }
                 Job::Generate {
                     epoch,

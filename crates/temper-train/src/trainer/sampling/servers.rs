@@ -229,8 +229,9 @@ impl Rollouts {
         if dist.is_root() {
             match r.weight_group.as_mut() {
                 Some(group) if by_layer => {
-                    let pushed = group.push_by_part(&r.sampler, &learner.model, version);
-                    push_s = Some(pushed.and_then(|s| learner.optimizer.check().map(|()| s))?);
+                    let pushed = group.push_by_part(&r.sampler, &learner.model, version)?;
+                    learner.optimizer.check()?;
+                    push_s = Some(pushed);
                 }
                 Some(group) => {
                     let weights = learner.model.merged_parameters();

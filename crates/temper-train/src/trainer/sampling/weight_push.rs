@@ -131,11 +131,12 @@ impl WeightGroup {
         version: u64,
     ) -> Result<f64> {
         let started = Instant::now();
-        let ready = self.ready(sampler);
-        model.for_each_part(&mut |params| match &ready {
-            Ok(()) => self.send(sampler, &params, version),
-            Err(e) => bail!("{e:#}"),
-        })?;
+        if let Err(e) = self.ready(sampler) {
+            // The other ranks gather every layer with this one all the same.
+            model.sweep_layers();
+            return Err(e);
+        }
+        model.for_each_part(&mut |params| self.send(sampler, &params, version))?;
         Ok(started.elapsed().as_secs_f64())
     }
 
