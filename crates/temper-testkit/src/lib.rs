@@ -255,9 +255,11 @@ pub fn rollouts(run: &std::path::Path, step: usize) -> Vec<serde_json::Value> {
         .collect()
 }
 
-/// A detached copy of every weight of the trainer's model (to compare runs).
+/// A detached copy of every weight of the trainer's model (to compare runs; a sharded run's
+/// layers gathered, so every rank calls it).
 pub fn weights(t: &temper_train::trainer::Trainer) -> Vec<(String, tch::Tensor)> {
-    t.model()
+    t.whole_model()
+        .unwrap()
         .named_parameters()
         .into_iter()
         .map(|(n, p)| (n, p.detach().copy()))

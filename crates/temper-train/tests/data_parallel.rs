@@ -34,6 +34,8 @@ const FIRST_CHAR_ASCII: OfResponse = OfResponse {
 };
 
 fn run_with(world: usize, root: &Path, extra: &[&str], binary: bool) -> (PathBuf, Vec<Weights>) {
+    let sharded =
+        extra.contains(&FSDP) && (world > 1 || extra.iter().any(|e| e.contains("offload=true")));
     let extra: Vec<String> = EXTRA.iter().chain(extra).map(|s| s.to_string()).collect();
     let port = common::free_port();
     let handles: Vec<_> = (0..world)
@@ -55,6 +57,17 @@ fn run_with(world: usize, root: &Path, extra: &[&str], binary: bool) -> (PathBuf
                     Box::new(ASCII_FRACTION)
                 });
                 t.fit().unwrap();
+                if sharded {
+                    // A fit ends with the layers let go: no rank holds the whole model after it.
+                    let held = t.model().trainable_parameters();
+                    let (name, p) = held
+                        .iter()
+                        .find(|(n, _)| {
+                            n.contains("layers.0.self_attn.q_proj") && n.ends_with("weight")
+                        })
+                        .unwrap();
+                    assert_eq!(p.numel(), 0, "{name} is whole after a sharded fit");
+                }
                 (t.run().root.clone(), weights(&t))
             })
         })

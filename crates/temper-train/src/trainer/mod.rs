@@ -550,8 +550,9 @@ impl Trainer {
         }
         bar.finish();
         self.rollouts.finish();
-        // Sharded, the caller gets the model whole (the next step lets the layers go again).
-        self.learner.optimizer.hold_whole()?;
+        // Sharded, the layers stay let go: gathering the whole f32 model here, beside the
+        // optimizer's slices, is more than a rank may hold at the sizes sharding is for (a
+        // caller that reads every weight asks for it: `Trainer::whole_model`).
         if let Some(mut l) = self.loggers.take() {
             l.finish(&self.run.root, self.state.step)?;
         }

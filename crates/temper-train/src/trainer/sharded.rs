@@ -386,7 +386,7 @@ impl Shards {
 
     /// Every decoder layer whole in the model until [`Shards::let_go`] (or the next sweep over
     /// the layers): for what reads all the weights at once (writing a checkpoint or the
-    /// servers' weights, copying them to the sampler's device, the caller after a run).
+    /// servers' weights, copying them to the sampler's device, a caller reading the whole model: `Trainer::whole_model`).
     pub fn hold_whole(&self) -> Result<()> {
         let mut h = self.held();
         self.gather_layers(&mut h)?;
