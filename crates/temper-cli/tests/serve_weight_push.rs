@@ -264,3 +264,48 @@ fn a_group_that_never_forms_does_not_stop_the_serving() {
         assert_eq!(status, 400, "{v}");
     });
 }
+
+/// Two servers, the first refusing the group (NCCL asked of a CPU server) while the second joins
+/// it and waits in the rendezvous for rank 0: the trainer's side gives its rendezvous up and the
+/// refusal is returned at once, without waiting for the second server's call, which ends only
+/// when its own rendezvous gives up (a minute later here: the code before waited 61 s).
+#[test]
+fn one_server_refusing_the_group_is_reported_without_waiting_for_the_others() {
+    let refusing = serve_util::start(&common::tiny_model_dir(), &[]);
+    let joining = serve_util::start(&common::tiny_model_dir(), &[]);
+    let sampler =
+        temper_rollout::remote::RemoteSampler::connect(temper_rollout::remote::RemoteConfig {
+            protocol: temper_rollout::remote::Protocol::Sglang,
+            base_urls: vec![refusing.url.clone(), joining.url.clone()],
+            timeout: Duration::from_secs(600),
+            vllm_reload_method: String::new(),
+            vocab_size: None,
+        })
+        .unwrap();
+    let port = common::free_port();
+    let started = Instant::now();
+    let refused = sampler
+        .post_each_during(
+            "/init_weights_update_group",
+            |k| {
+                json!({"master_address": "127.0.0.1", "master_port": port, "rank_offset": 1 + k,
+                       "world_size": 3, "group_name": "g",
+                       "backend": if k == 0 { "nccl" } else { "gloo" }})
+            },
+            |refused| {
+                let joined = Comm::connect_unless(&common::gloo_rendezvous(port, 0, 3), refused);
+                assert!(format!("{:#}", joined.err().unwrap()).contains("gave up the rendezvous"));
+                Ok(())
+            },
+        )
+        .unwrap_err();
+    assert!(
+        format!("{refused:#}").contains("nccl needs the served model on a GPU"),
+        "{refused:#}"
+    );
+    // Well before the joining server's rendezvous could end its call.
+    let waited = started.elapsed();
+    assert!(waited < Duration::from_secs(30), "waited {waited:?}");
+    // The joining server still serves while its call waits.
+    greedy_tokens(&joining);
+}

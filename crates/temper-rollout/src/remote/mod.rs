@@ -13,6 +13,7 @@ pub mod vllm;
 
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{mpsc, Arc};
 use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
@@ -94,7 +95,9 @@ struct Server {
 
 /// A client for one or more servers serving the same model.
 pub struct RemoteSampler {
-    servers: Vec<Server>,
+    /// Shared with the threads of [`RemoteSampler::post_each_during`], which may outlive a call
+    /// that gave up on them.
+    servers: Vec<Arc<Server>>,
     model_name: String,
     cfg: RemoteConfig,
     client: reqwest::blocking::Client,
@@ -116,11 +119,11 @@ impl RemoteSampler {
             match served_model(&client, &url, cfg.protocol) {
                 Ok(name) => {
                     names.push(name);
-                    servers.push(Server {
+                    servers.push(Arc::new(Server {
                         url,
                         outstanding: AtomicUsize::new(0),
                         alive: AtomicBool::new(true),
-                    });
+                    }));
                 }
                 Err(e) => failures.push(format!("{e:#}")),
             }
@@ -188,6 +191,7 @@ impl RemoteSampler {
         let mut order: Vec<&Server> = self
             .servers
             .iter()
+            .map(Arc::as_ref)
             .filter(|s| s.alive.load(Ordering::Relaxed))
             .collect();
         order.sort_by_key(|s| s.outstanding.load(Ordering::Relaxed));
@@ -247,35 +251,7 @@ impl RemoteSampler {
     /// POST `body` to `server` + `route`; an HTTP error is an error with the server's message. A
     /// refused connection leaves the server out from then on.
     fn post(&self, server: &Server, route: &str, body: &Value) -> Result<Value> {
-        let url = format!("{}{route}", server.url);
-        let r = match self.client.post(&url).json(body).send() {
-            Ok(r) => r,
-            Err(e) => {
-                if e.is_connect() && server.alive.swap(false, Ordering::Relaxed) {
-                    eprintln!(
-                        "warning: rollout server {} does not answer; leaving it out",
-                        server.url
-                    );
-                }
-                return Err(anyhow::Error::new(e).context(url));
-            }
-        };
-        let status = r.status();
-        let text = r.text().with_context(|| url.clone())?;
-        // vLLM's `/reset_prefix_cache` answers 200 with an empty body.
-        if status.is_success() && text.trim().is_empty() {
-            return Ok(Value::Null);
-        }
-        let v: Value = serde_json::from_str(&text).with_context(|| {
-            format!(
-                "{url}: the answer is not JSON (HTTP {status}): {}",
-                snippet(&text)
-            )
-        })?;
-        if !status.is_success() {
-            bail!("{url}: HTTP {status}: {}", error_message(&v));
-        }
-        Ok(v)
+        post(&self.client, server, route, body)
     }
 
     /// Ask every live server to load the weights in `dir` (an HF folder written atomically).
@@ -385,58 +361,102 @@ impl RemoteSampler {
     /// protocol and `temper serve` have these routes; an error names the server that failed.
     /// `during` is handed a flag set as soon as a call fails (a server refused, or stopped
     /// answering): its side of the collective can give up instead of waiting out the timeout.
+    /// After a failure the other servers' calls are not waited for (they wait in the collective
+    /// the failure broke, until their own timeout): the failure is returned at once, and their
+    /// threads end when their calls do.
     pub fn post_each_during<T>(
         &self,
         route: &str,
-        body: impl Fn(usize) -> Value + Sync,
+        body: impl Fn(usize) -> Value,
         during: impl FnOnce(&AtomicBool) -> Result<T>,
     ) -> Result<T> {
         if self.cfg.protocol == Protocol::Vllm {
             bail!("{route}: vLLM servers reload weights from disk only (rollout.weight_sync = \"disk\")");
         }
-        let live: Vec<&Server> = self
+        let live: Vec<Arc<Server>> = self
             .servers
             .iter()
             .filter(|s| s.alive.load(Ordering::Relaxed))
+            .cloned()
             .collect();
-        let failed = AtomicBool::new(false);
-        let (posted, ran) = std::thread::scope(|scope| {
-            let failed = &failed;
-            let calls: Vec<_> = live
-                .iter()
-                .enumerate()
-                .map(|(k, s)| {
-                    let body = body(k);
-                    scope.spawn(move || -> Result<()> {
-                        let answered = self.post(s, route, &body).and_then(|v| {
-                            if v["success"] == json!(false) {
-                                bail!("{}{route}: {}", s.url, error_message(&v));
-                            }
-                            Ok(())
-                        });
-                        if answered.is_err() {
-                            failed.store(true, Ordering::SeqCst);
+        let failed = Arc::new(AtomicBool::new(false));
+        let (tx, rx) = mpsc::channel::<Result<()>>();
+        for (k, server) in live.iter().enumerate() {
+            let (body, path, server) = (body(k), route.to_string(), server.clone());
+            let (sender, flag, client) = (tx.clone(), failed.clone(), self.client.clone());
+            let spawned = std::thread::Builder::new()
+                .name(format!("post{route}"))
+                .spawn(move || {
+                    let answered = post(&client, &server, &path, &body).and_then(|v| {
+                        if v["success"] == json!(false) {
+                            bail!("{}{path}: {}", server.url, error_message(&v));
                         }
-                        answered
-                    })
-                })
-                .collect();
-            let ran = during(failed);
-            let posted: Vec<Result<()>> = calls
-                .into_iter()
-                .map(|h| {
-                    h.join()
-                        .unwrap_or_else(|_| Err(anyhow::anyhow!("{route}: the call panicked")))
-                })
-                .collect();
-            (posted, ran)
-        });
+                        Ok(())
+                    });
+                    if answered.is_err() {
+                        flag.store(true, Ordering::SeqCst);
+                    }
+                    // The receiver is gone when an earlier failure was returned already.
+                    let _ = sender.send(answered);
+                });
+            if let Err(e) = spawned {
+                failed.store(true, Ordering::SeqCst);
+                let _ = tx.send(Err(
+                    anyhow::Error::new(e).context(format!("{route}: a thread"))
+                ));
+            }
+        }
+        drop(tx);
+        let ran = during(&failed);
         // The server's own message says more than the collective's timeout.
-        for p in posted {
-            p?;
+        for _ in 0..live.len() {
+            match rx.recv() {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => return Err(e),
+                Err(_) => bail!("{route}: a call ended without an answer"),
+            }
         }
         ran
     }
+}
+
+/// POST `body` to `server` + `route` with `client` (a handle on the sampler's connection pool, so
+/// that a thread can post on its own); see [`RemoteSampler::post`].
+fn post(
+    client: &reqwest::blocking::Client,
+    server: &Server,
+    route: &str,
+    body: &Value,
+) -> Result<Value> {
+    let url = format!("{}{route}", server.url);
+    let r = match client.post(&url).json(body).send() {
+        Ok(r) => r,
+        Err(e) => {
+            if e.is_connect() && server.alive.swap(false, Ordering::Relaxed) {
+                eprintln!(
+                    "warning: rollout server {} does not answer; leaving it out",
+                    server.url
+                );
+            }
+            return Err(anyhow::Error::new(e).context(url));
+        }
+    };
+    let status = r.status();
+    let text = r.text().with_context(|| url.clone())?;
+    // vLLM's `/reset_prefix_cache` answers 200 with an empty body.
+    if status.is_success() && text.trim().is_empty() {
+        return Ok(Value::Null);
+    }
+    let v: Value = serde_json::from_str(&text).with_context(|| {
+        format!(
+            "{url}: the answer is not JSON (HTTP {status}): {}",
+            snippet(&text)
+        )
+    })?;
+    if !status.is_success() {
+        bail!("{url}: HTTP {status}: {}", error_message(&v));
+    }
+    Ok(v)
 }
 
 /// The model a server serves.
