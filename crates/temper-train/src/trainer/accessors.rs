@@ -22,7 +22,7 @@ impl Trainer {
 
     /// The training data set.
     pub fn train_data(&self) -> &Dataset {
-        self.questions.train()
+        self.producer.train_data()
     }
 
     /// Steps done (and the other resumable counters).
@@ -52,7 +52,7 @@ impl Trainer {
 
     /// Replaces the configured reward (tests and benchmarks score with their own).
     pub fn set_reward(&mut self, reward: Box<dyn Reward>) {
-        self.questions.set_reward(reward);
+        self.producer.set_reward(reward);
     }
 
     /// `--stop-after`: end (with a checkpoint) after this many steps in this process.

@@ -20,15 +20,15 @@ impl Trainer {
     /// by global position, so the draws are those of one rank), the groups are gathered in order,
     /// and rank 0 writes the file.
     pub fn evaluate(&self, step: usize) -> Result<StepMetrics> {
-        self.freeze_sampler();
+        self.producer.freeze_sampler(&self.learner);
         let m = self.evaluate_frozen(step);
-        self.thaw_sampler()?;
+        self.producer.thaw_sampler(&self.learner)?;
         m
     }
 
     fn evaluate_frozen(&self, step: usize) -> Result<StepMetrics> {
         let mut m = StepMetrics::new();
-        let Some(val) = self.questions.val() else {
+        let Some(val) = self.producer.val() else {
             return Ok(m);
         };
         let t0 = Instant::now();
@@ -36,17 +36,14 @@ impl Trainer {
         let count = e.max_prompts.map_or(val.len(), |k| k.min(val.len()));
         let (rank, world) = (self.dist.rank, self.dist.world);
         let (lo, hi) = (rank * count / world, (rank + 1) * count / world);
-        let idx: Vec<usize> = (lo..hi).collect();
-        let params = e.sampling_params(
-            self.questions.max_response_length(),
-            &self.rollouts.cfg().stop,
-        );
-        let mine = self.rollout_groups(
+        let params = self.producer.eval_params(e);
+        let mine = self.producer.rollout_groups(
+            &self.learner,
+            self.state.policy_version,
             val,
-            &idx,
+            lo..hi,
             &params,
             mix(self.trainer_cfg.seed, EVAL_SEED_SALT, 0),
-            lo,
         )?;
         let groups: Vec<_> = self
             .dist

@@ -6,11 +6,7 @@ mod algo_setup;
 mod batch;
 mod checkpointer;
 mod compute_dtype;
-mod draw_groups;
 mod env_logs;
-mod env_runtime;
-mod env_step;
-mod episodes;
 mod eval;
 mod learn;
 mod learner;
@@ -18,10 +14,7 @@ mod memory_plan;
 mod optimizer;
 pub use optimizer::Optimizer;
 mod partition;
-mod questions;
-mod rollout;
-mod sampling;
-mod score;
+mod producer;
 mod sharded;
 #[cfg(test)]
 mod sharded_reference;
@@ -36,16 +29,15 @@ pub use stats::StepMetrics;
 
 use crate::checkpoint::{self, TrainerState};
 use crate::config::{Config, TrainerDevice};
-use crate::data::{load_dataset, DataOrder, PromptTemplate};
 use crate::dist::Dist;
 use crate::optim::LrSchedule;
 use crate::rundir::{run_metadata, write_atomic, write_json, RunDir};
-use algo_setup::{algo_configs, build_reward};
+use algo_setup::algo_configs;
 use anyhow::{bail, Context, Result};
 use std::path::{Path, PathBuf};
 use tch::Device;
 use temper_algo::KlController;
-use temper_model::{CausalLm, ComputeKind, Policy, Tokenizer};
+use temper_model::{CausalLm, ComputeKind, Policy};
 
 /// A test seam's callback on the trainable parameters ([`Trainer::set_before_update`]).
 /// `Send`: an environment run sampling ahead updates on a thread of its own.
@@ -61,13 +53,13 @@ pub struct Trainer {
     /// Shared with a sharded optimizer's layers, which gather and reduce while the model runs.
     dist: std::sync::Arc<Dist>,
     run: RunDir,
-    /// The policy and how it learns.
+    /// The consumer: the policy and how it learns.
     learner: Learner,
-    tokenizer: Tokenizer,
-    eos_ids: Vec<i64>,
+    /// The producer: the questions and their reward, the samplers, an environment run's
+    /// environment; it hands each step's scored groups to the learner.
+    producer: producer::Producer,
+    /// The padding token of the learner's batches.
     pad_id: i64,
-    /// The data sets, their order and template, and the reward.
-    questions: questions::Questions,
     state: TrainerState,
     total_steps: usize,
     /// Set by `--stop-after`: end (with a checkpoint) after this many steps in this process.
@@ -77,14 +69,8 @@ pub struct Trainer {
     fit_end: usize,
     /// `temper train --profile STEP`: the step whose Chrome trace is written.
     profile_step: Option<usize>,
-    /// Warnings already shown once (e.g. no response ever ended).
-    warned: std::collections::BTreeSet<&'static str>,
-    /// Where rollouts are sampled.
-    rollouts: sampling::Rollouts,
     /// Which steps are saved, and how.
     checkpointer: checkpointer::Checkpointer,
-    /// The environment of an `env.name` run (None: prompts + reward).
-    env: Option<env_runtime::EnvRuntime>,
     /// `trainer.logger`'s sinks (rank 0, from the start of [`Trainer::fit`]).
     loggers: Option<crate::loggers::Loggers>,
     /// A test seam: called with the parameters between a step's old-logprob pass and its update
@@ -157,7 +143,7 @@ impl Trainer {
         // What `model.dtype = "auto"` became on this machine; a resumed run keeps it.
         metadata["compute_dtype"] = t.learner.model.compute().to_string().into();
         metadata["kernels"] = t.learner.model.kernel_report().into();
-        if let Some(backend) = t.rollouts.metadata() {
+        if let Some(backend) = t.producer.metadata() {
             metadata["rollout_backend"] = backend;
         }
         write_json(&t.run.metadata(), &metadata)?;
@@ -312,46 +298,6 @@ impl Trainer {
                 );
             }
         }
-        // Overlap in process: a sampler thread with its own copy (on rollout.device when set).
-        let in_process_async = cfg.rollout.async_steps > 0 && !cfg.rollout.is_remote();
-        if in_process_async && cfg.model.lora_rank > 0 {
-            bail!("rollout.async_steps > 0 with the in-process engine and LoRA (model.lora_rank > 0) is not supported yet");
-        }
-        let ahead = if in_process_async {
-            let device = match cfg.rollout.device.is_empty() {
-                true => device,
-                false => crate::config::parse_device(&cfg.rollout.device)?,
-            };
-            Some(sampling::LocalAhead::start(sampling::AheadSpec {
-                weights_dir,
-                tokenizer_dir: &tok_dir,
-                device,
-                compute,
-                eos_ids: eos_ids.clone(),
-                max_num_seqs: cfg.rollout.max_num_seqs,
-                threads: cfg.rollout.threads,
-                partial_rollouts: cfg.rollout.partial_rollouts,
-                recompute_kv: cfg.rollout.recompute_kv_after_update,
-            })?)
-        } else {
-            None
-        };
-        let sampler_model = if cfg.rollout.device.is_empty() || in_process_async {
-            None
-        } else {
-            if cfg.model.lora_rank > 0 {
-                bail!("rollout.device with LoRA (model.lora_rank > 0) is not supported yet");
-            }
-            let d = crate::config::parse_device(&cfg.rollout.device)?;
-            let copy = CausalLm::load(weights_dir, d, compute).with_context(|| {
-                format!(
-                    "loading the sampling copy on rollout.device = {:?}",
-                    cfg.rollout.device
-                )
-            })?;
-            sampling::copy_weights(&model, &copy)?;
-            Some(copy)
-        };
 
         let algo = algo_configs(&cfg)?;
         let (loss_cfg, adv_cfg, rollout_corr) = algo;
@@ -376,47 +322,25 @@ impl Trainer {
             None
         };
 
-        let seed = cfg.data.seed.unwrap_or(cfg.trainer.seed);
-        let (env, train, val) = if cfg.env.enabled() {
-            let (env, questions) =
-                env_runtime::EnvRuntime::build(&cfg, &tokenizer, &eos_ids, device, compute)?;
-            (Some(env), questions, None)
-        } else {
-            let train = load_dataset(&cfg.data, seed, true)?.context("no training data")?;
-            (None, train, load_dataset(&cfg.data, seed, false)?)
-        };
-        let reward = build_reward(&cfg)?;
-        let template = PromptTemplate::from_config(
-            &cfg.data.prompt_template,
-            cfg.data.system_prompt.as_deref(),
+        // The producer's samplers start from the policy as loaded (whole, before a sharded
+        // optimizer lets its layers go).
+        let dist = std::sync::Arc::new(dist);
+        let (producer, total_steps) = producer::Producer::new(
+            &cfg,
+            producer::ProducerParts {
+                tokenizer,
+                eos_ids,
+                dist: dist.clone(),
+                weights_dir,
+                tokenizer_dir: &tok_dir,
+                device,
+                compute,
+                policy: &model,
+            },
         )?;
-        let order = DataOrder {
-            len: train.len(),
-            batch_size: cfg.data.train_batch_size,
-            shuffle: cfg.data.shuffle,
-            seed,
-        };
-        if order.batches_per_epoch() == 0 {
-            bail!(
-                "data: {} examples in {} but data.train_batch_size = {}: not one full batch",
-                train.len(),
-                train.name,
-                cfg.data.train_batch_size
-            );
-        }
-        let total_steps = cfg.total_steps(train.len());
-        let remote = match cfg.rollout.is_remote() {
-            true => Some(sampling::RolloutServers::connect(
-                &cfg.rollout,
-                model.config().vocab_size,
-                dist.is_root().then_some(device),
-            )?),
-            false => None,
-        };
         let schedule = LrSchedule::from_optim(&cfg.actor.optim, total_steps)?;
         let params: Vec<(String, tch::Tensor)> = model.trainable_parameters();
         let mut notes = vec![];
-        let dist = std::sync::Arc::new(dist);
         let optimizer = optimizer::Optimizer::new(&params, &cfg.actor, &dist, &mut notes)?;
         model.set_layer_residency(optimizer.layer_residency());
         // Sharded, the layers' weights are gathered when used from now on.
@@ -438,7 +362,6 @@ impl Trainer {
         // (a filesystem all ranks share, as verl's and torch.distributed.checkpoint's need).
         let checkpoints = dist.from_root(run.checkpoints())?;
         let checkpointer = checkpointer::Checkpointer::new(checkpoints, &cfg.trainer);
-        let questions = questions::Questions::new((train, val), order, template, reward, &cfg);
         Ok(Trainer {
             checkpointer,
             dist,
@@ -458,20 +381,15 @@ impl Trainer {
                 settings,
                 roof,
             },
-            tokenizer,
-            eos_ids,
+            producer,
             pad_id,
-            questions,
             state: TrainerState::default(),
             total_steps,
             stop_after: None,
             fit_end: total_steps,
             profile_step: None,
-            warned: Default::default(),
             loggers: None,
             before_update: None,
-            rollouts: sampling::Rollouts::new(cfg.rollout, remote, ahead, sampler_model),
-            env,
         })
     }
 
@@ -495,15 +413,14 @@ impl Trainer {
         }
         // The servers start from the trainer's weights (a resumed run's, too); that handover is
         // no step's.
-        self.rollouts.sync(
+        self.producer.publish(
             &self.learner,
-            &self.dist,
             &self.run.root,
             self.state.policy_version,
-            sampling::ServersSync::Now,
+            producer::ServersSync::Now,
         )?;
         let bar = self.progress_bar(start_step);
-        let overlapped = self.rollouts.cfg().async_steps > 0;
+        let overlapped = self.producer.async_steps() > 0;
         let mut last = StepMetrics::new();
         let end = match self.stop_after {
             Some(n) => (start_step + n).min(self.total_steps),
@@ -549,7 +466,7 @@ impl Trainer {
             last = m;
         }
         bar.finish();
-        self.rollouts.finish();
+        self.producer.finish();
         // Sharded, the layers stay let go: gathering the whole f32 model here, beside the
         // optimizer's slices, is more than a rank may hold at the sizes sharding is for (a
         // caller that reads every weight asks for it: `Trainer::whole_model`).
@@ -681,10 +598,7 @@ mod tests {
         t.set_stop_after(Some(1));
         t.fit().unwrap();
         assert_eq!(t.state.step, 1);
-        assert!(
-            t.env.as_ref().unwrap().ahead.is_none(),
-            "step 2 played ahead"
-        );
+        assert!(!t.producer.holds_played_ahead(), "step 2 played ahead");
         // Going on to the end: step 2 plays its own debates, step 3's are played during step
         // 2's update, one version old.
         t.set_stop_after(None);

@@ -1,51 +1,22 @@
-//! One training step, as phases read top to bottom in [`Trainer::train_step`]: draw the
-//! questions, roll them out and score them, as per-question datums (a prompt + reward run's
-//! groups, each answer a one-turn episode, drawn and scored in `draw_groups.rs`; an environment's
-//! episodes, `env_step.rs`); from there one path for both: the batch (`step_batch.rs`), the
-//! advantages and the update on the learner (`learn.rs`, `advantages.rs`, `update.rs`), the weight
-//! sync (`Rollouts::sync`, `sampling/servers.rs`); then the source's logs.
-use super::batch::to_rows;
+//! One training step, as phases read top to bottom in [`Trainer::train_step`]: the producer
+//! (`producer/`) draws the questions, rolls them out and scores them, as per-question datums (a
+//! prompt + reward run's groups, each answer a one-turn episode; an environment's episodes);
+//! from there the consumer, one path for both: the batch (`step_batch.rs`), the advantages and
+//! the update on the learner (`learn.rs`, `advantages.rs`, `update.rs`), the new weights
+//! published to the producer's samplers; then the step's logs.
+use super::batch::{to_rows, Batch};
+use super::env_logs;
 use super::learn::Learned;
-use super::rollout::Group;
-use super::sampling::ServersSync;
-use super::stats::{put_mmm, MetricAcc, StepMetrics};
+use super::producer::{Played, PromptGroups, ServersSync, StepEpisodes};
+use super::stats::{put_mmm, StepMetrics};
 use super::step_batch::{AdvantageKind, Learning, StepBatch};
 use super::Trainer;
-use anyhow::{bail, Result};
-use serde_json::json;
+use anyhow::{anyhow, bail, Result};
 use std::time::Instant;
+use tch::Kind;
 use temper_env::{advantage_stats, Datum};
-use temper_rollout::{Finish, SamplingParams};
 
 impl Trainer {
-    /// How the in-process engine's fixed-shape decode steps ran so far, when it samples on a GPU
-    /// (the CPU engine runs no fixed-shape steps).
-    fn decode_counts(&self) -> Option<temper_model::DecodeCounts> {
-        let model = self.rollouts.engine_model(&self.learner.model);
-        (!self.rollouts.is_remote() && model.device() != tch::Device::Cpu)
-            .then(|| model.static_decode_counts())
-    }
-
-    /// `perf/decode_tflops`, `perf/decode_gb_per_s` and `perf/decode_bandwidth_fraction` of the
-    /// in-process engine's decode steps this step, read against the roof measured at start
-    /// (when the engine samples on the trainer's device, where the roof was measured).
-    fn decode_metrics(&self, m: &mut StepMetrics) {
-        let work = self.rollouts.take_decode_work();
-        let model = self.rollouts.engine_model(&self.learner.model);
-        if work.steps == 0 || model.device() != self.learner.model.device() {
-            return;
-        }
-        for (k, v) in work.metrics(model.config(), model.compute(), &self.learner.roof) {
-            m.insert(k.into(), v);
-        }
-    }
-
-    pub(crate) fn rollout_params(&self) -> SamplingParams {
-        self.rollouts
-            .cfg()
-            .sampling_params(self.questions.max_response_length())
-    }
-
     /// [`Trainer::train_step`], under the profiler when it is the `--profile` step.
     pub(super) fn profiled_step(&mut self, step: usize) -> Result<StepMetrics> {
         if self.profile_step != Some(step) {
@@ -75,15 +46,17 @@ impl Trainer {
     pub(crate) fn train_step(&mut self, step: usize) -> Result<StepMetrics> {
         let t_step = Instant::now();
         let mut m = StepMetrics::new();
-        let decode_before = self.decode_counts();
+        let decode_before = self.producer.decode_counts(&self.learner.model);
         // Decoding done outside the step (evaluation) is not this step's.
-        self.rollouts.take_decode_work();
-        // 1. Draw, roll out, score.
-        let episodes = match self.env.is_some() {
-            true => self.env_episodes(step, &mut m)?,
-            false => self.prompt_episodes(step, &mut m)?,
-        };
-        if let (Some(before), Some(after)) = (decode_before, self.decode_counts()) {
+        self.producer.forget_decode_work();
+        // 1. The producer: draw, roll out, score.
+        let mut episodes = self
+            .producer
+            .episodes(step, &self.learner, &mut self.state, &mut m)?;
+        if let (Some(before), Some(after)) = (
+            decode_before,
+            self.producer.decode_counts(&self.learner.model),
+        ) {
             let mut put = |k: &str, a: u64, b: u64| m.insert(k.into(), (a - b) as f64);
             put(
                 "rollout/graph_replays",
@@ -97,13 +70,30 @@ impl Trainer {
                 before.failed_captures,
             );
         }
-        self.decode_metrics(&mut m);
+        self.producer.decode_metrics(&self.learner, &mut m);
+        // An environment's episode records (debate_<k>.json, summary_<k>.json /
+        // baseline_<k>.json), written before anything can stop the step.
+        if let (Played::Env { records, .. }, true) = (&episodes.source, self.dist.is_root()) {
+            env_logs::write_records(&self.run.root, step, records)?;
+        }
+        // From here the consumer. A one-turn environment's advantages: the configured estimator
+        // over each question's answers, on the whole batch (an estimator may normalise over it).
+        if let Played::Env {
+            estimate_advantages: true,
+            ..
+        } = &episodes.source
+        {
+            let t_adv = Instant::now();
+            self.learner.one_turn_advantages(&mut episodes.groups)?;
+            m.insert("timing_s/adv".into(), t_adv.elapsed().as_secs_f64());
+        }
         // 2. The batch (none: nothing to learn from this step).
         let mut batch = self.step_batch(step, &episodes, &mut m)?;
         // 3. Advantages and the update (an environment run sampling ahead plays the next step's
         // episodes meanwhile).
-        let plays_ahead =
-            self.env.is_some() && self.rollouts.cfg().async_steps > 0 && step < self.fit_end;
+        let plays_ahead = self.producer.plays_episodes()
+            && self.producer.async_steps() > 0
+            && step < self.fit_end;
         let learned = match batch.take() {
             Some(sb) if plays_ahead => {
                 let (learned, sb) = self.learn_while_playing(step, sb, &mut m)?;
@@ -123,13 +113,12 @@ impl Trainer {
             }
             None => None,
         };
-        // 4. After an update, the new weights to the samplers.
+        // 4. After an update, the new weights published to the producer's samplers.
         if learned.as_ref().is_some_and(|l| l.updated) {
             self.state.policy_version += 1;
             let t_sync = Instant::now();
-            let synced = self.rollouts.sync(
+            let synced = self.producer.publish(
                 &self.learner,
-                &self.dist,
                 &self.run.root,
                 self.state.policy_version,
                 ServersSync::Every,
@@ -143,12 +132,8 @@ impl Trainer {
             if let Some(push) = synced.push_s {
                 m.insert("timing_s/weight_push".into(), push);
             }
-            // A streaming sampler thread (partial rollouts) gets the batch these weights allow
-            // now, queued behind them, so its rows join those still sampling instead of
-            // waiting for the next step's draw (the same batch that draw would send).
-            if self.rollouts.cfg().partial_rollouts && self.env.is_none() && step < self.fit_end {
-                let params = self.rollout_params();
-                self.generate_ahead(self.state.batches_drawn + 1, &params)?;
+            if step < self.fit_end {
+                self.producer.stream_ahead(self.state.batches_drawn + 1)?;
             }
         }
         // 5. Logs.
@@ -158,7 +143,7 @@ impl Trainer {
                     self.prompt_logs(step, groups, sb, learned, &mut m)?;
                 }
             }
-            Played::Env => {
+            Played::Env { .. } => {
                 self.env_logs(step, &episodes, batch.as_ref().map(|sb| &sb.batch), &mut m)?
             }
         }
@@ -181,41 +166,10 @@ impl Trainer {
         }
         m.insert(
             "training/epoch".into(),
-            self.questions
+            self.producer
                 .epoch_of(self.state.batches_drawn.saturating_sub(1)) as f64,
         );
         Ok(m)
-    }
-
-    /// Phase 1 of a prompt + reward run: the step's groups drawn, sampled and scored
-    /// (`draw_groups.rs`), each prompt's `n` answers one-turn episodes, as datums; overlap sends
-    /// the next steps' batches to the servers, sampled while this one trains.
-    fn prompt_episodes(&mut self, step: usize, m: &mut StepMetrics) -> Result<StepEpisodes> {
-        let params = self.rollout_params();
-        let t_gen = Instant::now();
-        let drawn = self.draw_groups(step, &params)?;
-        let gen_s = t_gen.elapsed().as_secs_f64();
-        m.insert("timing_s/gen".into(), gen_s);
-        m.extend(self.rollouts.ahead_metrics());
-        self.generate_ahead(self.state.batches_drawn, &params)?;
-        m.extend(drawn.metrics(self.state.policy_version));
-        let groups = drawn.groups;
-        if self.rollouts.cfg().partial_rollouts {
-            m.insert("async/partial_fraction".into(), partial_fraction(&groups));
-        }
-        if !groups.is_empty() {
-            let clip_ratio = prompt_metrics(&groups, m);
-            self.warn_if_no_eos(step, clip_ratio);
-        }
-        Ok(StepEpisodes {
-            groups: groups.iter().map(Group::datums).collect(),
-            learning: Learning {
-                advantages: AdvantageKind::FromRewards,
-                mini: self.learner.settings.actor.ppo_mini_batch_size * self.rollouts.cfg().n,
-                need_old: true,
-            },
-            source: Played::Prompts(PromptGroups { groups, gen_s }),
-        })
     }
 
     /// Phase 2: the step's datums as one batch (`step_batch.rs`), with `response_length/*` and
@@ -237,7 +191,7 @@ impl Trainer {
             m.insert("batch/skipped_update".into(), 1.0);
             return Ok(None);
         }
-        if let AdvantageKind::Given { skip_zero } = episodes.learning.advantages {
+        if let AdvantageKind::Given { skip_zero } = episodes.advantages {
             match advantage_stats(episodes.datums()) {
                 None if skip_zero => {
                     if self.dist.is_root() {
@@ -258,9 +212,25 @@ impl Trainer {
                 }
             }
         }
+        // A prompt run's mini-batches are `actor.ppo_mini_batch_size` groups of `rollout.n`,
+        // trained against its old log-probs; an environment step is one mini-batch of every
+        // datum (data-parallel, each rank takes its share: the datum count varies with the
+        // verdicts, so shares may differ by one row), the sampler's log-probs its old ones.
+        let learning = match &episodes.source {
+            Played::Prompts(_) => Learning {
+                advantages: episodes.advantages,
+                mini: self.learner.settings.actor.ppo_mini_batch_size * self.producer.n(),
+                need_old: true,
+            },
+            Played::Env { .. } => Learning {
+                advantages: episodes.advantages,
+                mini: episodes.groups.iter().map(Vec::len).sum(),
+                need_old: false,
+            },
+        };
         let sb = StepBatch::new(
             &episodes.groups,
-            episodes.learning,
+            learning,
             self.pad_id,
             self.learner.model.device(),
             self.learner.settings.actor.shared_prefix,
@@ -288,7 +258,8 @@ impl Trainer {
                 .as_ref()
                 .expect("learn computes the old log-probs");
             let adv_rows = to_rows(&learned.adv.advantages);
-            self.write_rollouts(
+            self.producer.write_rollouts(
+                &self.run,
                 step,
                 &groups.groups,
                 &adv_rows,
@@ -303,128 +274,70 @@ impl Trainer {
         Ok(())
     }
 
-    /// Once per run: a warning when no response of a step ended before the length limit.
-    fn warn_if_no_eos(&mut self, step: usize, clip_ratio: f64) {
-        if clip_ratio == 1.0 && self.warned.insert("no_eos") {
-            eprintln!(
-                "warning: step {step}: no response ended within data.max_response_length = {} tokens (does the model \
-                 emit EOS? are rollout.stop strings reachable?)",
-                self.questions.max_response_length()
-            );
-        }
-    }
-
-    fn write_rollouts(
-        &self,
+    /// Phase 5 of an environment run: the step's training record (`training_step_<k>.json`:
+    /// the loss, the trained tokens, the datums).
+    fn env_logs(
+        &mut self,
         step: usize,
-        groups: &[Group],
-        adv: &[Vec<f64>],
-        old: &[Vec<f64>],
-        seq_rewards: &[f64],
+        episodes: &StepEpisodes,
+        batch: Option<&Batch>,
+        m: &mut StepMetrics,
     ) -> Result<()> {
-        let mut out = String::new();
-        let mut row = 0;
-        for (gi, g) in groups.iter().enumerate() {
-            let ex = &self.questions.train().examples[g.example];
-            for (k, s) in g.samples.iter().enumerate() {
-                let len = s.completion_ids.len();
-                let mut line = json!({
-                    "group": gi,
-                    "example": g.example,
-                    "sample": k,
-                    "prompt": ex.prompt.text(),
-                    "answer": ex.answer,
-                    "completion": g.texts[k],
-                    "score": g.scores[k],
-                    "reward": seq_rewards[row],
-                    "reward_metrics": g.reward_metrics[k],
-                    "reward_error": g.reward_error_reasons[k],
-                    "advantage": adv[row].first().copied().unwrap_or(0.0),
-                    "policy_version": g.policy_version,
-                    "finish": s.finish,
-                    "prompt_ids": s.prompt_ids,
-                    "completion_ids": s.completion_ids,
-                    "rollout_logprobs": s.completion_logprobs,
-                    "old_logprobs": old[row][..len],
-                });
-                // With partial rollouts: the policy version that drew each token.
-                if !s.completion_versions.is_empty() {
-                    line["completion_versions"] = json!(s.completion_versions);
-                }
-                out.push_str(&serde_json::to_string(&line)?);
-                out.push('\n');
-                row += 1;
-            }
+        let datums: Vec<&Datum> = episodes.datums().collect();
+        let (loss, trained_tokens) = match batch {
+            Some(batch) => (
+                m.get("actor/pg_loss").copied().unwrap_or(0.0),
+                batch.response_mask.sum(Kind::Double).double_value(&[]),
+            ),
+            None => (0.0, 0.0),
+        };
+        if self.dist.is_root() {
+            env_logs::write_training_step(&self.run.root, step, loss, trained_tokens, &datums)?;
         }
-        crate::rundir::write_atomic(&self.run.rollouts(step), out.as_bytes())
+        Ok(())
+    }
+
+    /// Phase 3 of an environment run that plays ahead: the consumer updates on `sb` on a
+    /// thread of its own while the producer plays the next data batch's episodes on this one
+    /// with the weights before the update (kept for the next step). Returns the update and the
+    /// batch (for the step's logs).
+    fn learn_while_playing(
+        &mut self,
+        step: usize,
+        sb: StepBatch,
+        m: &mut StepMetrics,
+    ) -> Result<(Learned, StepBatch)> {
+        let next = self.state.batches_drawn;
+        let threads = tch::get_num_threads();
+        // The producer and the consumer are separate parts: one borrowed to play, the other to
+        // update.
+        let player = self
+            .producer
+            .episode_player(None, self.state.policy_version);
+        let (learner, dist, hook) = (&mut self.learner, &*self.dist, self.before_update.as_mut());
+        let (learned, played) = std::thread::scope(|s| {
+            let update = std::thread::Builder::new()
+                .name("learner".into())
+                .spawn_scoped(s, move || {
+                    // libtorch's intra-op threads are set per calling thread; the trainer's.
+                    tch::set_num_threads(threads);
+                    let started = Instant::now();
+                    let mut lm = StepMetrics::new();
+                    let learned = learner.learn(dist, step, &sb, hook, &mut lm);
+                    (learned, sb, lm, started.elapsed().as_secs_f64())
+                })
+                .map_err(|e| anyhow!("starting the learner thread: {e}"))?;
+            let played = player.play(step + 1, next);
+            let (learned, sb, lm, learn_s) = match update.join() {
+                Ok(r) => r,
+                Err(panic) => std::panic::resume_unwind(panic),
+            };
+            m.extend(lm);
+            let played = played.map(|p| p.beside_update(learn_s));
+            Ok::<_, anyhow::Error>((learned.map(|l| (l, sb)), played))
+        })?;
+        let learned = learned?;
+        self.producer.keep_played_ahead(played?);
+        Ok(learned)
     }
 }
-
-/// A step's episodes, whichever source played them: what the batch, the advantages and the
-/// update need, and the source's own part for its logs.
-pub(super) struct StepEpisodes {
-    /// Per question, its datums (their advantages set when they are `Given`).
-    pub groups: Vec<Vec<Datum>>,
-    pub learning: Learning,
-    pub source: Played,
-}
-
-impl StepEpisodes {
-    pub fn datums(&self) -> impl Iterator<Item = &Datum> {
-        self.groups.iter().flatten()
-    }
-}
-
-/// Which source played a step, and what it keeps for the step's logs.
-pub(super) enum Played {
-    /// A prompt + reward run's groups.
-    Prompts(PromptGroups),
-    /// An environment's episodes (its logs read the datums).
-    Env,
-}
-
-/// A prompt run's groups.
-pub(super) struct PromptGroups {
-    groups: Vec<Group>,
-    /// Seconds the rollouts took (for `perf/gen_tokens_per_s`).
-    gen_s: f64,
-}
-
-/// The share of the answers of `groups` whose tokens were drawn by more than one policy
-/// version (weights that changed while they were sampled: partial rollouts).
-fn partial_fraction(groups: &[Group]) -> f64 {
-    let samples: Vec<_> = groups.iter().flat_map(|g| &g.samples).collect();
-    let partial = samples
-        .iter()
-        .filter(|s| s.completion_versions.windows(2).any(|w| w[0] != w[1]))
-        .count();
-    partial as f64 / samples.len().max(1) as f64
-}
-
-/// A prompt run's `response_length/clip_ratio`, `critic/score/*` and the reward's own `reward/*`
-/// metrics (means over the samples of `groups`) into `m`; returns the clip ratio.
-fn prompt_metrics(groups: &[Group], m: &mut StepMetrics) -> f64 {
-    let samples: Vec<_> = groups.iter().flat_map(|g| g.samples.iter()).collect();
-    let clipped = samples
-        .iter()
-        .filter(|s| s.finish == Finish::Length)
-        .count();
-    let clip_ratio = clipped as f64 / samples.len() as f64;
-    m.insert("response_length/clip_ratio".into(), clip_ratio);
-    let scores: Vec<f64> = groups
-        .iter()
-        .flat_map(|g| g.scores.iter().copied())
-        .collect();
-    put_mmm(m, "critic/score", &scores);
-    let mut reward_acc = MetricAcc::default();
-    for rm in groups.iter().flat_map(|g| &g.reward_metrics) {
-        for (k, v) in rm {
-            reward_acc.add(&format!("reward/{k}"), *v, 1.0);
-        }
-    }
-    reward_acc.finish(m);
-    clip_ratio
-}
-
-/// Salt of the training sampling seeds (evaluation uses another).
-pub(crate) const TRAIN_SEED_SALT: u64 = 0x0074_7261_696e;

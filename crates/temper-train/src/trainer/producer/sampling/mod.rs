@@ -8,12 +8,13 @@ mod local_ahead;
 mod servers;
 mod weight_push;
 
-pub(super) use local_ahead::{AheadSpec, LocalAhead};
-pub(super) use servers::{RolloutServers, SentAhead, ServersSync};
+use local_ahead::{AheadSpec, LocalAhead};
+use servers::RolloutServers;
+pub(crate) use servers::{SentAhead, ServersSync, Synced};
 
-use super::stats::StepMetrics;
 use crate::config::RolloutConfig;
-use anyhow::Result;
+use crate::trainer::stats::StepMetrics;
+use anyhow::{Context, Result};
 use temper_model::{CausalLm, Tokenizer};
 use temper_rollout::{Engine, EngineConfig, Request, Sample, Sampler};
 
@@ -33,22 +34,84 @@ pub(crate) struct Rollouts {
     decode_work: std::sync::Mutex<temper_model::DecodeWork>,
 }
 
+/// What starting a run's samplers reads besides the `rollout` section.
+pub(crate) struct RolloutsSpec<'a> {
+    /// The policy's folder (the sampler thread and a `rollout.device` copy load from it).
+    pub weights_dir: &'a std::path::Path,
+    pub tokenizer_dir: &'a std::path::Path,
+    /// The trainer's device and compute dtype.
+    pub device: tch::Device,
+    pub compute: temper_model::ComputeKind,
+    pub eos_ids: &'a [i64],
+    /// The policy as loaded, whole (a `rollout.device` copy takes its weights).
+    pub policy: &'a CausalLm,
+    /// `model.lora_rank > 0`.
+    pub lora: bool,
+    /// Rank 0 (which writes the servers' weights).
+    pub is_root: bool,
+}
+
 impl Rollouts {
-    /// The part, from what the trainer started: the servers of a remote backend, the sampler
-    /// thread of `async_steps` in process, the copy on `rollout.device`.
-    pub(super) fn new(
-        cfg: RolloutConfig,
-        servers: Option<RolloutServers>,
-        ahead: Option<LocalAhead>,
-        sampler_model: Option<CausalLm>,
-    ) -> Self {
-        Rollouts {
+    /// Starts what `cfg` asks for: the servers of a remote backend, the sampler thread of
+    /// `async_steps` in process (with its own copy, on `rollout.device` when set), or the copy
+    /// on `rollout.device` the in-process engine samples with.
+    pub(super) fn build(cfg: &RolloutConfig, spec: RolloutsSpec<'_>) -> Result<Self> {
+        let in_process_async = cfg.async_steps > 0 && !cfg.is_remote();
+        if in_process_async && spec.lora {
+            anyhow::bail!("rollout.async_steps > 0 with the in-process engine and LoRA (model.lora_rank > 0) is not supported yet");
+        }
+        let ahead = if in_process_async {
+            let device = match cfg.device.is_empty() {
+                true => spec.device,
+                false => crate::config::parse_device(&cfg.device)?,
+            };
+            Some(LocalAhead::start(AheadSpec {
+                weights_dir: spec.weights_dir,
+                tokenizer_dir: spec.tokenizer_dir,
+                device,
+                compute: spec.compute,
+                eos_ids: spec.eos_ids.to_vec(),
+                max_num_seqs: cfg.max_num_seqs,
+                threads: cfg.threads,
+                partial_rollouts: cfg.partial_rollouts,
+                recompute_kv: cfg.recompute_kv_after_update,
+            })?)
+        } else {
+            None
+        };
+        let sampler_model = if cfg.device.is_empty() || in_process_async {
+            None
+        } else {
+            if spec.lora {
+                anyhow::bail!(
+                    "rollout.device with LoRA (model.lora_rank > 0) is not supported yet"
+                );
+            }
+            let d = crate::config::parse_device(&cfg.device)?;
+            let copy = CausalLm::load(spec.weights_dir, d, spec.compute).with_context(|| {
+                format!(
+                    "loading the sampling copy on rollout.device = {:?}",
+                    cfg.device
+                )
+            })?;
+            copy_weights(spec.policy, &copy)?;
+            Some(copy)
+        };
+        let servers = match cfg.is_remote() {
+            true => Some(RolloutServers::connect(
+                cfg,
+                spec.policy.config().vocab_size,
+                spec.is_root.then_some(spec.device),
+            )?),
+            false => None,
+        };
+        Ok(Rollouts {
             servers,
             ahead,
             sampler_model,
-            cfg,
+            cfg: cfg.clone(),
             decode_work: Default::default(),
-        }
+        })
     }
 
     /// The `rollout` section.
@@ -242,7 +305,7 @@ impl Rollouts {
 /// Copies every parameter of `from` into `to` (any devices; the same architecture), a part of
 /// the model at a time ([`CausalLm::for_each_part`]): with a sharded run's layers one decoder
 /// layer is whole at a time, gathered by every rank alike.
-pub(super) fn copy_weights(from: &CausalLm, to: &CausalLm) -> Result<()> {
+pub(crate) fn copy_weights(from: &CausalLm, to: &CausalLm) -> Result<()> {
     let mut dst: std::collections::HashMap<String, tch::Tensor> =
         to.named_parameters().into_iter().collect();
     let expected = dst.len();

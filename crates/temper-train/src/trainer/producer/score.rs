@@ -1,14 +1,14 @@
 //! A prompt run's samples into groups, scored by the run's [`Questions`](super::questions::Questions)
 //! (the reward on every response, `reward.on_error`, DAPO's overlong penalty).
 use super::rollout::Group;
-use super::Trainer;
+use super::Producer;
 use anyhow::Result;
 use temper_rollout::Sample;
 
-impl Trainer {
+impl Producer {
     /// Scores `samples`, the answers to the requests for the examples `kept`; `texts` are their
     /// decoded completions (decoded here when `None`).
-    pub(crate) fn groups_from(
+    pub(super) fn groups_from(
         &self,
         dataset: &crate::data::Dataset,
         kept: &[usize],

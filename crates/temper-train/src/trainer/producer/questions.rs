@@ -90,7 +90,7 @@ impl Questions {
 
     /// The prompt token ids of an example, after the template and the length policy; `None` when
     /// `data.filter_overlong_prompts` drops it.
-    pub(crate) fn prompt_ids(
+    pub(super) fn prompt_ids(
         &self,
         tokenizer: &Tokenizer,
         ex: &Example,

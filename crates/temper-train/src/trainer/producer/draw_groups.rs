@@ -1,12 +1,13 @@
 //! Phase 1 of a prompt run's step: draw the step's prompt groups (sampled and scored), with
 //! DAPO's dynamic sampling (`algorithm.filter_groups`) drawing more batches until enough groups
 //! have a reward spread; each data batch's groups come from the batch sampled ahead (by the
-//! sampler thread or the servers, sent by [`Trainer::generate_ahead`] through `Rollouts`) or are
+//! sampler thread or the servers, sent by [`Producer::generate_ahead`] through `Rollouts`) or are
 //! sampled now (`rollout.rs`) and scored (`score.rs`).
 use super::rollout::Group;
-use super::stats::StepMetrics;
-use super::train_step::TRAIN_SEED_SALT;
-use super::Trainer;
+use super::{Producer, TRAIN_SEED_SALT};
+use crate::checkpoint::TrainerState;
+use crate::trainer::stats::StepMetrics;
+use crate::trainer::Learner;
 use anyhow::Result;
 use temper_base::seed::mix;
 use temper_rollout::{Request, SamplingParams};
@@ -57,19 +58,31 @@ impl Drawn {
     }
 }
 
-impl Trainer {
+impl Producer {
     /// Draws batches of `data.train_batch_size` prompts (each rank samples its share, then every
     /// rank gets every group) until the step has its groups: one batch, or with
     /// `algorithm.filter_groups` as many as it takes (up to `max_num_gen_batches`, default 100)
     /// to collect that many groups with a reward spread.
-    pub(super) fn draw_groups(&mut self, step: usize, params: &SamplingParams) -> Result<Drawn> {
-        let drawn = self.draw_rounds(step, params);
+    pub(super) fn draw_groups(
+        &mut self,
+        step: usize,
+        learner: &Learner,
+        state: &mut TrainerState,
+        params: &SamplingParams,
+    ) -> Result<Drawn> {
+        let drawn = self.draw_rounds(step, learner, state, params);
         // Every round sampled in process used the same sampling copies, built once.
-        self.thaw_sampler()?;
+        self.thaw_sampler(learner)?;
         drawn
     }
 
-    fn draw_rounds(&mut self, step: usize, params: &SamplingParams) -> Result<Drawn> {
+    fn draw_rounds(
+        &mut self,
+        step: usize,
+        learner: &Learner,
+        state: &mut TrainerState,
+        params: &SamplingParams,
+    ) -> Result<Drawn> {
         let want = self.questions.batch_size();
         let filter_groups = self.questions.filter_groups().clone();
         let filter = filter_groups.enable;
@@ -85,17 +98,18 @@ impl Trainer {
             reward_errors: 0,
         };
         loop {
-            let batch_index = self.state.batches_drawn;
-            self.state.batches_drawn += 1;
+            let batch_index = state.batches_drawn;
+            state.batches_drawn += 1;
             d.rounds += 1;
             // A batch sampled now, in process, needs the sampling copies (built at the first
             // such round; the same choice on every rank: the batches sent ahead are the same).
             if !self.rollouts.is_remote() && !self.rollouts.sent_ahead(batch_index) {
-                self.freeze_sampler();
+                self.freeze_sampler(learner);
             }
             // Data-parallel: each rank samples its share of the prompts, then every rank gets
             // every group (in batch order), so the rest of the step sees the whole batch.
-            let local = self.train_batch_groups(batch_index, params)?;
+            let local =
+                self.train_batch_groups(batch_index, learner, state.policy_version, params)?;
             for g in self.dist.all_gather_json(&local)?.into_iter().flatten() {
                 d.drawn += 1;
                 d.reward_errors += g.reward_errors;
@@ -131,7 +145,7 @@ impl Trainer {
     /// Sends the batches of the next `rollout.async_steps` steps not yet sent to be sampled
     /// ahead, by the sampler thread or the servers (nothing without overlap). `next_batch` is
     /// the next data batch to be drawn.
-    pub(crate) fn generate_ahead(
+    pub(super) fn generate_ahead(
         &mut self,
         next_batch: usize,
         params: &SamplingParams,
@@ -148,8 +162,8 @@ impl Trainer {
     }
 
     /// This rank's requests for data batch `batch`: (kept example indices, requests), seeded as
-    /// in [`Trainer::rollout_groups`].
-    pub(crate) fn train_batch_requests(
+    /// in [`Producer::rollout_groups`].
+    fn train_batch_requests(
         &self,
         batch: usize,
         params: &SamplingParams,
@@ -167,15 +181,17 @@ impl Trainer {
     }
 
     /// The seed of data batch `batch`'s requests and engine.
-    pub(crate) fn train_batch_seed(&self, batch: usize) -> u64 {
-        mix(self.trainer_cfg.seed, batch as u64, TRAIN_SEED_SALT)
+    fn train_batch_seed(&self, batch: usize) -> u64 {
+        mix(self.seed, batch as u64, TRAIN_SEED_SALT)
     }
 
     /// This rank's groups of data batch `batch`: from the batch sent ahead if there is one, else
-    /// generated now.
-    pub(crate) fn train_batch_groups(
+    /// generated now with `learner`'s policy (version `policy_version`).
+    fn train_batch_groups(
         &mut self,
         batch: usize,
+        learner: &Learner,
+        policy_version: u64,
         params: &SamplingParams,
     ) -> Result<Vec<Group>> {
         if let Some(ahead) = self.rollouts.take_ahead(batch) {
@@ -183,9 +199,9 @@ impl Trainer {
             return self.groups_from(self.questions.train(), &a.kept, a.samples, None, a.version);
         }
         let (kept, requests) = self.train_batch_requests(batch, params)?;
-        let version = self.rollouts.sampling_version(self.state.policy_version);
+        let version = self.rollouts.sampling_version(policy_version);
         let seed = self.train_batch_seed(batch);
-        let (samples, texts) = self.one_turn_rollouts(requests, seed, true)?;
+        let (samples, texts) = self.one_turn_rollouts(&learner.model, requests, seed, true)?;
         self.groups_from(self.questions.train(), &kept, samples, Some(texts), version)
     }
 }

@@ -2,7 +2,7 @@
 //! trainer's policy, in process or on the servers, and a debate's frozen judge model), and the
 //! one-turn rollouts of `temper train` as [`OneTurn`] groups run by the same driver as debates.
 use super::sampling::Rollouts;
-use super::Trainer;
+use super::Producer;
 use anyhow::Result;
 use temper_env::single_turn::OneTurn;
 use temper_env::{run_groups, EnvGroup, Responder, Responders};
@@ -53,11 +53,12 @@ impl Responders for TrainerSampler<'_> {
     }
 }
 
-impl Trainer {
-    /// Each request as a one-turn episode group, all sampled in one batched call: the samples
-    /// (with `request_index` the request's position) and their texts.
-    pub(crate) fn one_turn_rollouts(
+impl Producer {
+    /// Each request as a one-turn episode group, all sampled in one batched call (by `policy` in
+    /// process): the samples (with `request_index` the request's position) and their texts.
+    pub(super) fn one_turn_rollouts(
         &self,
+        policy: &CausalLm,
         requests: Vec<Request>,
         seed: u64,
         on_servers: bool,
@@ -73,7 +74,7 @@ impl Trainer {
                 .collect();
             let mut sampler = TrainerSampler {
                 rollouts: &self.rollouts,
-                policy: Some(&self.learner.model),
+                policy: Some(policy),
                 judge: None,
                 eos_ids: &self.eos_ids,
                 tokenizer: &self.tokenizer,

@@ -1,8 +1,9 @@
 //! Rollouts: prompts through the template, requests seeded by global position, sampled in
 //! process or on the servers as one-turn episode groups (`episodes.rs`); the groups they make
 //! are scored in `score.rs`.
-use super::Trainer;
+use super::Producer;
 use crate::config::GroupMetric;
+use crate::trainer::Learner;
 use anyhow::Result;
 use std::collections::BTreeMap;
 use temper_rollout::{Request, Sample, SamplingParams};
@@ -69,35 +70,33 @@ impl Group {
     }
 }
 
-impl Trainer {
-    /// Samples `params.n` responses for each example and scores them. `idx` starts at position
-    /// `first_position` of the step's whole batch: a request's seed depends on its example and
-    /// its position in the whole batch, so rollouts do not depend on how the batch is sharded.
+impl Producer {
+    /// Samples `params.n` responses for each of `dataset`'s examples at positions `range` (of
+    /// the whole set being sampled) with `learner`'s policy (version `policy_version`) and scores
+    /// them. A request's seed depends on its example and its position in the whole set, so the
+    /// rollouts do not depend on how the set is sharded over the ranks.
     pub(crate) fn rollout_groups(
         &self,
+        learner: &Learner,
+        policy_version: u64,
         dataset: &crate::data::Dataset,
-        idx: &[usize],
+        range: std::ops::Range<usize>,
         params: &SamplingParams,
         seed: u64,
-        first_position: usize,
     ) -> Result<Vec<Group>> {
-        let (kept, requests) = self.rollout_requests(dataset, idx, params, seed, first_position)?;
+        let idx: Vec<usize> = range.clone().collect();
+        let (kept, requests) = self.rollout_requests(dataset, &idx, params, seed, range.start)?;
         // The servers only when they hold the trainer's weights (evaluation must score this
         // policy, not one a few versions back or a server's own with `weight_sync = "none"`).
-        let on_servers = self.rollouts.serves_version(self.state.policy_version);
-        let (samples, texts) = self.one_turn_rollouts(requests, seed, on_servers)?;
-        self.groups_from(
-            dataset,
-            &kept,
-            samples,
-            Some(texts),
-            self.state.policy_version,
-        )
+        let on_servers = self.rollouts.serves_version(policy_version);
+        let (samples, texts) =
+            self.one_turn_rollouts(&learner.model, requests, seed, on_servers)?;
+        self.groups_from(dataset, &kept, samples, Some(texts), policy_version)
     }
 
-    /// The requests of [`Trainer::rollout_groups`] and the examples they are for (prompts that
+    /// The requests of [`Producer::rollout_groups`] and the examples they are for (prompts that
     /// `data.filter_overlong_prompts` drops are left out).
-    pub(crate) fn rollout_requests(
+    pub(super) fn rollout_requests(
         &self,
         dataset: &crate::data::Dataset,
         idx: &[usize],
@@ -132,25 +131,25 @@ impl Trainer {
     }
 }
 
-impl Trainer {
+impl Producer {
     /// A sampling phase (a step's draws, an evaluation) begins, on every rank alike: the
     /// in-process sampler's copies are built once for all its calls. With a sharded optimizer
     /// they are built layer by layer from the gathered slices (the whole f32 weights never
     /// exist), on every rank whether or not it has prompts, as the gathers are collectives.
-    pub(super) fn freeze_sampler(&self) {
-        if !self.rollouts.is_remote() || self.learner.optimizer.is_sharded() {
+    pub(crate) fn freeze_sampler(&self, learner: &Learner) {
+        if !self.rollouts.is_remote() || learner.optimizer.is_sharded() {
             self.rollouts
-                .engine_model(&self.learner.model)
+                .engine_model(&learner.model)
                 .freeze_for_sampling();
         }
     }
 
-    /// The sampling phase is over: the copies go (see [`Trainer::freeze_sampler`]; nothing
+    /// The sampling phase is over: the copies go (see [`Producer::freeze_sampler`]; nothing
     /// when none were built).
-    pub(super) fn thaw_sampler(&self) -> Result<()> {
+    pub(crate) fn thaw_sampler(&self, learner: &Learner) -> Result<()> {
         self.rollouts
-            .engine_model(&self.learner.model)
+            .engine_model(&learner.model)
             .thaw_after_sampling();
-        self.learner.optimizer.check()
+        learner.optimizer.check()
     }
 }
