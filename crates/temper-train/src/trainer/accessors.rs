@@ -39,15 +39,15 @@ impl Trainer {
     /// offload) its decoder layers' matrices are empty between steps: each rank holds slices
     /// ([`Trainer::whole_model`] gathers them).
     pub fn model(&self) -> &CausalLm {
-        &self.learner.model
+        self.learner.model()
     }
 
     /// The policy with every weight whole: a sharded run's decoder layers gathered from the
     /// ranks' slices (a collective: every rank calls it), kept until the next step lets them go.
     /// Replicated, the same as [`Trainer::model`].
     pub fn whole_model(&self) -> anyhow::Result<&CausalLm> {
-        self.learner.optimizer.hold_whole()?;
-        Ok(&self.learner.model)
+        self.learner.optimizer().hold_whole()?;
+        Ok(self.learner.model())
     }
 
     /// Replaces the configured reward (tests and benchmarks score with their own).

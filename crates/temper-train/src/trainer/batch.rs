@@ -2,7 +2,7 @@
 //! ([`temper_model::PaddedRows`]): prompts left-padded to the longest prompt `P`, responses
 //! right-padded to the longest response `R` (verl's), so that a response token `j` sits at
 //! column `P + j` and is predicted by the hidden state at `P + j - 1`.
-use super::partition::{MiniBatch, Rows};
+use super::learner::partition::{MiniBatch, Rows};
 use crate::dist::Dist;
 use anyhow::Result;
 use tch::{Device, Kind, Tensor};

@@ -36,18 +36,18 @@ impl Checkpointer {
     /// Every rank calls it: rank 0 writes the folder; with a sharded optimizer every rank first
     /// writes its slices where rank 0 moves them in, and all wait until the folder is whole.
     pub fn save(&self, learner: &Learner, state: &TrainerState, dist: &Dist) -> Result<PathBuf> {
-        let sharded = learner.optimizer.is_sharded();
+        let sharded = learner.optimizer().is_sharded();
         let staging = super::optimizer::staging_dir(&self.dir, state.step);
         let dst = checkpoint::checkpoint_dir(&self.dir, state.step);
-        let model = &learner.model;
+        let model = learner.model();
         // Sharded, rank 0 writes the model a decoder layer at a time while every rank gathers
         // that layer (never the whole f32 model on one rank); a LoRA run's sharded weights are
         // its adapters, gathered whole for the adapter files as well.
         let by_layer = sharded && model.lora_config().is_none();
         if sharded {
-            learner.optimizer.stage(&staging)?;
+            learner.optimizer().stage(&staging)?;
             if !by_layer {
-                learner.optimizer.hold_whole()?;
+                learner.optimizer().hold_whole()?;
             }
             dist.barrier()?;
         }
@@ -60,7 +60,7 @@ impl Checkpointer {
                     // A gather that failed wrote zeros: no checkpoint is made of them.
                     true => model
                         .save_by_layer(d)
-                        .and_then(|()| learner.optimizer.check())?,
+                        .and_then(|()| learner.optimizer().check())?,
                     false => model.save(d)?,
                 }
                 if model.lora_config().is_some() {
@@ -68,15 +68,16 @@ impl Checkpointer {
                 }
                 Ok(())
             };
-            let save_optimizer = |d: &Path| learner.optimizer.write(d, &staging, &learner.params);
+            let save_optimizer =
+                |d: &Path| learner.optimizer().write(d, &staging, learner.params());
             checkpoint::save_checkpoint(&self.dir, state, &save_model, &save_optimizer)?;
             checkpoint::prune(&self.dir, self.max_to_keep)?;
         } else if by_layer {
             model.sweep_layers();
-            learner.optimizer.check()?;
+            learner.optimizer().check()?;
         }
         if sharded {
-            learner.optimizer.let_go();
+            learner.optimizer().let_go();
             dist.barrier()?;
         }
         Ok(dst)

@@ -1,19 +1,16 @@
 //! The GRPO loop: rollout -> reward -> advantages -> old/ref logprobs -> PPO epochs over
 //! mini-batches with gradient accumulation -> AdamW; plus evaluation, checkpoints and resume.
 mod accessors;
-mod advantages;
 mod algo_setup;
 mod batch;
 mod checkpointer;
 mod compute_dtype;
 mod env_logs;
 mod eval;
-mod learn;
 mod learner;
 mod memory_plan;
 mod optimizer;
 pub use optimizer::Optimizer;
-mod partition;
 mod producer;
 mod sharded;
 #[cfg(test)]
@@ -21,23 +18,19 @@ mod sharded_reference;
 mod stats;
 mod step_batch;
 mod train_step;
-mod update;
 
 pub use batch::Batch;
-pub(crate) use learner::{Learner, LearnerSettings, Reference};
+pub(crate) use learner::Learner;
 pub use stats::StepMetrics;
 
 use crate::checkpoint::{self, TrainerState};
 use crate::config::{Config, TrainerDevice};
 use crate::dist::Dist;
-use crate::optim::LrSchedule;
 use crate::rundir::{run_metadata, write_atomic, write_json, RunDir};
-use algo_setup::algo_configs;
 use anyhow::{bail, Context, Result};
 use std::path::{Path, PathBuf};
 use tch::Device;
-use temper_algo::KlController;
-use temper_model::{CausalLm, ComputeKind, Policy};
+use temper_model::{ComputeKind, Policy};
 
 /// A test seam's callback on the trainable parameters ([`Trainer::set_before_update`]).
 /// `Send`: an environment run sampling ahead updates on a thread of its own.
@@ -141,8 +134,8 @@ impl Trainer {
         write_atomic(&t.run.config(), saved.as_bytes())?;
         let mut metadata = run_metadata(t.trainer_cfg.seed, command_line);
         // What `model.dtype = "auto"` became on this machine; a resumed run keeps it.
-        metadata["compute_dtype"] = t.learner.model.compute().to_string().into();
-        metadata["kernels"] = t.learner.model.kernel_report().into();
+        metadata["compute_dtype"] = t.learner.model().compute().to_string().into();
+        metadata["kernels"] = t.learner.model().kernel_report().into();
         if let Some(backend) = t.producer.metadata() {
             metadata["rollout_backend"] = backend;
         }
@@ -207,12 +200,7 @@ impl Trainer {
                 let _ = std::fs::remove_dir_all(s);
             }
         })?;
-        t.learner.optimizer.load(&ckpt, &t.learner.params)?;
-        if let (Some(c), Some(v)) = (&mut t.learner.kl_ctrl, state.kl_coef) {
-            match c {
-                KlController::Fixed { value } | KlController::Adaptive { value, .. } => *value = v,
-            }
-        }
+        t.learner.resume_from(&ckpt, state.kl_coef)?;
         if root {
             t.run.truncate_metrics(state.step + 1)?;
         }
@@ -299,29 +287,6 @@ impl Trainer {
             }
         }
 
-        let algo = algo_configs(&cfg)?;
-        let (loss_cfg, adv_cfg, rollout_corr) = algo;
-        let needs_ref = loss_cfg.use_kl_loss || cfg.algorithm.use_kl_in_reward;
-        let reference = if needs_ref && model.lora_config().is_some() {
-            // The adapters train, the base stays as loaded: the base is the reference.
-            Some(Reference::PolicyBase)
-        } else if needs_ref {
-            let dir = reference_dir.unwrap_or(weights_dir);
-            let r = CausalLm::load(dir, device, compute)
-                .with_context(|| format!("loading reference {}", dir.display()))?;
-            for (_, mut p) in r.named_parameters() {
-                let _ = p.detach_().set_requires_grad(false);
-            }
-            Some(Reference::Model(Box::new(r)))
-        } else {
-            None
-        };
-        let kl_ctrl = if cfg.algorithm.use_kl_in_reward {
-            Some(KlController::new(&cfg.algorithm.kl_ctrl)?)
-        } else {
-            None
-        };
-
         // The producer's samplers start from the policy as loaded (whole, before a sharded
         // optimizer lets its layers go).
         let dist = std::sync::Arc::new(dist);
@@ -338,26 +303,25 @@ impl Trainer {
                 policy: &model,
             },
         )?;
-        let schedule = LrSchedule::from_optim(&cfg.actor.optim, total_steps)?;
-        let params: Vec<(String, tch::Tensor)> = model.trainable_parameters();
         let mut notes = vec![];
-        let optimizer = optimizer::Optimizer::new(&params, &cfg.actor, &dist, &mut notes)?;
-        model.set_layer_residency(optimizer.layer_residency());
-        // Sharded, the layers' weights are gathered when used from now on.
-        optimizer.let_go();
+        let learner = Learner::build(
+            &cfg,
+            learner::LearnerStart {
+                model,
+                reference_dir: reference_dir.unwrap_or(weights_dir),
+                device,
+                compute,
+                total_steps,
+                roof,
+            },
+            &dist,
+            &mut notes,
+        )?;
         if dist.is_root() {
             for n in notes {
                 eprintln!("note: {n}");
             }
         }
-        let settings = LearnerSettings {
-            actor: cfg.actor.clone(),
-            temperature: cfg.rollout.temperature,
-            check_on_policy: cfg.trainer.check_on_policy,
-            kl_penalty: cfg.algorithm.kl_penalty,
-            remove_padding: cfg.model.use_remove_padding,
-            seed: cfg.trainer.seed,
-        };
         // Rank 0's folder on every rank: a sharded optimizer's ranks write their slices there
         // (a filesystem all ranks share, as verl's and torch.distributed.checkpoint's need).
         let checkpoints = dist.from_root(run.checkpoints())?;
@@ -368,19 +332,7 @@ impl Trainer {
             trainer_cfg: cfg.trainer,
             eval_cfg: cfg.eval,
             run,
-            learner: Learner {
-                model,
-                reference,
-                params,
-                optimizer,
-                schedule,
-                loss_cfg,
-                adv_cfg,
-                rollout_corr,
-                kl_ctrl,
-                settings,
-                roof,
-            },
+            learner,
             producer,
             pad_id,
             state: TrainerState::default(),
@@ -432,7 +384,7 @@ impl Trainer {
             let mut m = self.profiled_step(step)?;
             // verl's name and unit (GiB, as verl divides by 1024^3): the CUDA allocator's peak so
             // far on a GPU, the resident peak on CPU.
-            let cuda = match self.learner.model.device() {
+            let cuda = match self.learner.model().device() {
                 Device::Cuda(i) => Some(i),
                 _ => None,
             };
@@ -447,7 +399,7 @@ impl Trainer {
                 m.extend(self.evaluate(step)?);
             }
             self.state.step = step;
-            self.state.kl_coef = self.learner.kl_ctrl.as_ref().map(|c| c.value());
+            self.state.kl_coef = self.learner.kl_coef();
             if self.dist.is_root() {
                 self.record_metrics(step, &m)?;
             }

@@ -9,7 +9,7 @@ use temper_env::Datum;
 
 /// How a step's batch is learned from, as its source says.
 #[derive(Clone, Copy)]
-pub(super) struct Learning {
+pub(crate) struct Learning {
     pub advantages: AdvantageKind,
     /// Responses per optimizer step, all ranks together.
     pub mini: usize,
@@ -20,7 +20,7 @@ pub(super) struct Learning {
 
 /// Where a step's advantages come from.
 #[derive(Clone, Copy)]
-pub(super) enum AdvantageKind {
+pub(crate) enum AdvantageKind {
     /// `algorithm.adv_estimator` over each question's rewards, once the old and reference
     /// log-probs are known (the KL penalty in the reward needs them).
     FromRewards,

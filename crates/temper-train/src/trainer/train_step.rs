@@ -2,11 +2,11 @@
 //! (`producer/`) draws the questions, rolls them out and scores them, as per-question datums (a
 //! prompt + reward run's groups, each answer a one-turn episode; an environment's episodes);
 //! from there the consumer, one path for both: the batch (`step_batch.rs`), the advantages and
-//! the update on the learner (`learn.rs`, `advantages.rs`, `update.rs`), the new weights
+//! the update on the learner (`learner/`: `learn.rs`, `advantages.rs`, `update.rs`), the new weights
 //! published to the producer's samplers; then the step's logs.
 use super::batch::{to_rows, Batch};
 use super::env_logs;
-use super::learn::Learned;
+use super::learner::Learned;
 use super::producer::{Played, PromptGroups, ServersSync, StepEpisodes};
 use super::stats::{put_mmm, StepMetrics};
 use super::step_batch::{AdvantageKind, Learning, StepBatch};
@@ -22,7 +22,7 @@ impl Trainer {
         if self.profile_step != Some(step) {
             return self.train_step(step);
         }
-        let cuda = matches!(self.learner.model.device(), tch::Device::Cuda(_));
+        let cuda = matches!(self.learner.model().device(), tch::Device::Cuda(_));
         let profile = temper_kernels::profiler::Profile::start(cuda)?;
         let m = self.train_step(step)?;
         let rank = match self.dist.rank {
@@ -38,15 +38,16 @@ impl Trainer {
         Ok(m)
     }
 
-    /// One step (1-based `step`); returns its metrics. The phases, in order: draw the step's
-    /// questions, roll them out and score them, as per-question datums (a prompt run's groups of
-    /// one-turn episodes, `draw_groups.rs`; an environment's episodes, `env_step.rs`); their
-    /// batch (`step_batch.rs`); the advantages and the update, on the learner (`learn.rs`); the
-    /// weight sync (`Rollouts::sync`); the step's logs.
+    /// One step (1-based `step`); returns its metrics. The phases, in order: the producer draws
+    /// the step's questions, rolls them out and scores them, as per-question datums (a prompt
+    /// run's groups of one-turn episodes, `producer/draw_groups.rs`; an environment's episodes,
+    /// `producer/env_step.rs`); then the consumer: their batch (`step_batch.rs`); the advantages
+    /// and the update, on the learner (`learner/learn.rs`); the new weights published to the
+    /// producer's samplers (`Producer::publish`); the step's logs.
     pub(crate) fn train_step(&mut self, step: usize) -> Result<StepMetrics> {
         let t_step = Instant::now();
         let mut m = StepMetrics::new();
-        let decode_before = self.producer.decode_counts(&self.learner.model);
+        let decode_before = self.producer.decode_counts(self.learner.model());
         // Decoding done outside the step (evaluation) is not this step's.
         self.producer.forget_decode_work();
         // 1. The producer: draw, roll out, score.
@@ -55,7 +56,7 @@ impl Trainer {
             .episodes(step, &self.learner, &mut self.state, &mut m)?;
         if let (Some(before), Some(after)) = (
             decode_before,
-            self.producer.decode_counts(&self.learner.model),
+            self.producer.decode_counts(self.learner.model()),
         ) {
             let mut put = |k: &str, a: u64, b: u64| m.insert(k.into(), (a - b) as f64);
             put(
@@ -219,7 +220,7 @@ impl Trainer {
         let learning = match &episodes.source {
             Played::Prompts(_) => Learning {
                 advantages: episodes.advantages,
-                mini: self.learner.settings.actor.ppo_mini_batch_size * self.producer.n(),
+                mini: self.learner.settings().actor.ppo_mini_batch_size * self.producer.n(),
                 need_old: true,
             },
             Played::Env { .. } => Learning {
@@ -232,9 +233,9 @@ impl Trainer {
             &episodes.groups,
             learning,
             self.pad_id,
-            self.learner.model.device(),
-            self.learner.settings.actor.shared_prefix,
-            self.learner.settings.remove_padding,
+            self.learner.model().device(),
+            self.learner.settings().actor.shared_prefix,
+            self.learner.settings().remove_padding,
         );
         sb.metrics(m);
         Ok(Some(sb))

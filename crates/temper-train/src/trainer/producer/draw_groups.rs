@@ -201,7 +201,7 @@ impl Producer {
         let (kept, requests) = self.train_batch_requests(batch, params)?;
         let version = self.rollouts.sampling_version(policy_version);
         let seed = self.train_batch_seed(batch);
-        let (samples, texts) = self.one_turn_rollouts(&learner.model, requests, seed, true)?;
+        let (samples, texts) = self.one_turn_rollouts(learner.model(), requests, seed, true)?;
         self.groups_from(self.questions.train(), &kept, samples, Some(texts), version)
     }
 }

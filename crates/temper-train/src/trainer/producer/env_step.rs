@@ -3,7 +3,7 @@
 //! batched engine; the finished episodes become datums with per-token advantages and masks (the
 //! debate training mode's, or for one-turn tasks none yet: the learner's estimator sets them over
 //! each question's answers, as a prompt run's) and the episodes' records. The batch and the
-//! learning are the same as a prompt run's (`step_batch.rs`, `learn.rs`).
+//! learning are the same as a prompt run's (`step_batch.rs`, `learner/learn.rs`).
 //!
 //! With `rollout.async_steps >= 1` the episodes of the next step are played while this step's
 //! learner updates on a thread of its own (`Trainer::learn_while_playing`), by the weights
@@ -138,7 +138,7 @@ impl Producer {
             _ => {
                 let policy = match self.rollouts.samples_on_thread() {
                     true => None,
-                    false => Some(&learner.model),
+                    false => Some(learner.model()),
                 };
                 let p = self
                     .episode_player(policy, state.policy_version)

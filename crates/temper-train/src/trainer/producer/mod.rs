@@ -344,11 +344,11 @@ impl Producer {
     /// start (when the engine samples on the trainer's device, where the roof was measured).
     pub fn decode_metrics(&self, learner: &Learner, m: &mut StepMetrics) {
         let work = self.rollouts.take_decode_work();
-        let model = self.rollouts.engine_model(&learner.model);
-        if work.steps == 0 || model.device() != learner.model.device() {
+        let model = self.rollouts.engine_model(learner.model());
+        if work.steps == 0 || model.device() != learner.model().device() {
             return;
         }
-        for (k, v) in work.metrics(model.config(), model.compute(), &learner.roof) {
+        for (k, v) in work.metrics(model.config(), model.compute(), learner.roof()) {
             m.insert(k.into(), v);
         }
     }

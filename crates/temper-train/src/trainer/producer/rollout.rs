@@ -90,7 +90,7 @@ impl Producer {
         // policy, not one a few versions back or a server's own with `weight_sync = "none"`).
         let on_servers = self.rollouts.serves_version(policy_version);
         let (samples, texts) =
-            self.one_turn_rollouts(&learner.model, requests, seed, on_servers)?;
+            self.one_turn_rollouts(learner.model(), requests, seed, on_servers)?;
         self.groups_from(dataset, &kept, samples, Some(texts), policy_version)
     }
 
@@ -137,9 +137,9 @@ impl Producer {
     /// they are built layer by layer from the gathered slices (the whole f32 weights never
     /// exist), on every rank whether or not it has prompts, as the gathers are collectives.
     pub(crate) fn freeze_sampler(&self, learner: &Learner) {
-        if !self.rollouts.is_remote() || learner.optimizer.is_sharded() {
+        if !self.rollouts.is_remote() || learner.optimizer().is_sharded() {
             self.rollouts
-                .engine_model(&learner.model)
+                .engine_model(learner.model())
                 .freeze_for_sampling();
         }
     }
@@ -148,8 +148,8 @@ impl Producer {
     /// when none were built).
     pub(crate) fn thaw_sampler(&self, learner: &Learner) -> Result<()> {
         self.rollouts
-            .engine_model(&learner.model)
+            .engine_model(learner.model())
             .thaw_after_sampling();
-        learner.optimizer.check()
+        learner.optimizer().check()
     }
 }

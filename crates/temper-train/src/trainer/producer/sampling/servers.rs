@@ -195,13 +195,13 @@ impl Rollouts {
     ) -> Result<Synced> {
         // Sharded, both copies are made a decoder layer at a time as every rank gathers it.
         if let Some(copy) = &self.sampler_model {
-            super::copy_weights(&learner.model, copy)?;
-            learner.optimizer.check()?;
+            super::copy_weights(learner.model(), copy)?;
+            learner.optimizer().check()?;
         }
         let mut push_s = None;
         if let Some(a) = self.ahead.as_mut() {
-            let loaded = a.load(&learner.model, version);
-            learner.optimizer.check()?;
+            let loaded = a.load(learner.model(), version);
+            learner.optimizer().check()?;
             push_s = Some(loaded?);
         }
         let due = match when {
@@ -222,19 +222,19 @@ impl Rollouts {
         // Sharded, a folder is written, or the weights broadcast, a decoder layer at a time
         // while every rank gathers that layer (as checkpoints are); a LoRA run's adapters take
         // every layer gathered whole.
-        let by_layer = learner.optimizer.is_sharded() && learner.model.lora_config().is_none();
+        let by_layer = learner.optimizer().is_sharded() && learner.model().lora_config().is_none();
         if !by_layer {
-            learner.optimizer.hold_whole()?;
+            learner.optimizer().hold_whole()?;
         }
         if dist.is_root() {
             match r.weight_group.as_mut() {
                 Some(group) if by_layer => {
-                    let pushed = group.push_by_part(&r.sampler, &learner.model, version)?;
-                    learner.optimizer.check()?;
+                    let pushed = group.push_by_part(&r.sampler, learner.model(), version)?;
+                    learner.optimizer().check()?;
                     push_s = Some(pushed);
                 }
                 Some(group) => {
-                    let weights = learner.model.merged_parameters();
+                    let weights = learner.model().merged_parameters();
                     push_s = Some(group.push(&r.sampler, &weights, version)?);
                 }
                 None => {
@@ -242,10 +242,10 @@ impl Rollouts {
                     match by_layer {
                         // A gather that failed wrote zeros: the servers do not load them.
                         true => learner
-                            .model
+                            .model()
                             .save_by_layer(&dir)
-                            .and_then(|()| learner.optimizer.check())?,
-                        false => learner.model.save(&dir)?,
+                            .and_then(|()| learner.optimizer().check())?,
+                        false => learner.model().save(&dir)?,
                     }
                     r.sampler
                         .reload(&dir, version)
@@ -253,10 +253,10 @@ impl Rollouts {
                 }
             }
         } else if by_layer {
-            learner.model.sweep_layers();
-            learner.optimizer.check()?;
+            learner.model().sweep_layers();
+            learner.optimizer().check()?;
         }
-        learner.optimizer.let_go();
+        learner.optimizer().let_go();
         dist.barrier()?;
         r.served_version = version;
         Ok(Synced {

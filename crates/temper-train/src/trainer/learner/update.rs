@@ -6,11 +6,11 @@ use std::collections::BTreeMap;
 use anyhow::{bail, Result};
 use tch::{Kind, Tensor};
 
-use super::batch::Batch;
 use super::partition::{MiniBatch, Partition};
-use super::stats::{DeviceMetricAcc, StepMetrics};
 use super::Learner;
 use crate::dist::Dist;
+use crate::trainer::batch::Batch;
+use crate::trainer::stats::{DeviceMetricAcc, StepMetrics};
 
 /// What one policy update trains on: every tensor (N, R) f32 over the batch's rows.
 pub(super) struct UpdateInputs<'a> {
@@ -80,7 +80,7 @@ impl Learner {
             for (mb_i, mb) in parts.iter().enumerate() {
                 // Layers gathered per use: a rank with a micro-batch fewer than another (an
                 // environment's datums split unevenly) sweeps the layers for it all the same.
-                let idle = super::batch::idle_micro_batches(
+                let idle = crate::trainer::batch::idle_micro_batches(
                     dist,
                     mb.mine.len(),
                     per_layer && self.optimizer.is_sharded(),

@@ -3,18 +3,19 @@
 //! advantages, and the update (skipped when every advantage is zero).
 use super::advantages::StepAdvantages;
 use super::partition::Partition;
-use super::stats::StepMetrics;
-use super::step_batch::StepBatch;
 use super::update::UpdateInputs;
-use super::{Learner, ParamsHook};
+use super::Learner;
 use crate::dist::Dist;
+use crate::trainer::stats::StepMetrics;
+use crate::trainer::step_batch::StepBatch;
+use crate::trainer::ParamsHook;
 use anyhow::Result;
 use std::time::Instant;
 use tch::Tensor;
 use temper_base::seed::mix;
 
 /// What a step's learning phase leaves for its logs.
-pub(super) struct Learned {
+pub(crate) struct Learned {
     /// (N, R) log-probs of the policy that sampled, computed before the update or recorded by its
     /// first pass; `None` when neither happened (the update was skipped and `need_old` was not
     /// set).
@@ -30,7 +31,7 @@ impl Learner {
     /// phases' metrics to `m`. With `sb.learning.need_old`, the old log-probs are computed after
     /// a skipped update if nothing computed them before. `before_update` (a test seam) sees the
     /// parameters between the log-probs before the update and the update.
-    pub(super) fn learn(
+    pub(crate) fn learn(
         &mut self,
         dist: &Dist,
         step: usize,

@@ -3,12 +3,12 @@
 //! the reward when `algorithm.use_kl_in_reward`) and the rollout-vs-trainer correction
 //! (`algorithm.rollout_correction`: importance weights, rejection masks, mismatch metrics). The
 //! one home of the estimate: an environment's one-turn answers get theirs here too.
-use super::batch::{to_rows, Batch};
 use super::partition::MiniBatch;
-use super::stats::{put_mmm, StepMetrics};
-use super::step_batch::StepBatch;
 use super::{Learner, Reference};
 use crate::dist::Dist;
+use crate::trainer::batch::{to_rows, Batch};
+use crate::trainer::stats::{put_mmm, StepMetrics};
+use crate::trainer::step_batch::StepBatch;
 use anyhow::Result;
 use std::time::Instant;
 use tch::{Kind, Tensor};
@@ -175,7 +175,7 @@ impl Learner {
     /// token of an answer gets the answer's advantage, [`Learner::estimate`] over the datums'
     /// rewards with one group per question, as a prompt run's answers get theirs (the
     /// environment's datums carry the advantages into its logs and batch).
-    pub(super) fn one_turn_advantages(&self, groups: &mut [Vec<Datum>]) -> Result<()> {
+    pub(crate) fn one_turn_advantages(&self, groups: &mut [Vec<Datum>]) -> Result<()> {
         let datums: Vec<&Datum> = groups.iter().flatten().collect();
         if datums.is_empty() {
             return Ok(());
