@@ -260,8 +260,8 @@ impl Producer {
 
     /// Phase 1 of a step: the step's questions drawn, answered or played, scored, as
     /// per-question datums (a prompt run's groups, sent ahead for the next steps when the run
-    /// overlaps; an environment's episodes). `policy_version` is the consumer's; `last_step`
-    /// the fit's, after which nothing is played ahead.
+    /// overlaps; an environment's episodes), sampled by `learner`'s policy in process. The data
+    /// batches drawn are counted in `state`, whose policy version is the consumer's.
     pub fn episodes(
         &mut self,
         step: usize,
