@@ -20,7 +20,9 @@
 #     bf16 under each attention backend (tools/decode_profile.py);
 #  7. bench train on CUDA vs PyTorch eager (f32 and autocast bf16), the benchmark's 25M shape and
 #     SmolLM2's shape, then against torch.compile;
-#  8. data parallel with NCCL on 2 GPUs vs 1 (needs 2 GPUs; SKIP with one).
+#  8. the main job with the sampler thread working ahead on the same GPU (rollout.async_steps 0, 1,
+#     and 2 with partial rollouts), and bench train at Qwen2.5-1.5B's shape (8 x 1024 tokens);
+#  9. data parallel with NCCL on 2 GPUs vs 1 (needs 2 GPUs; SKIP with one).
 # Output: $GPU_CHECK_OUT (default gpu-check/): one .txt per check, summary.txt, the main job's
 # run folder. GPU_CHECK_BUDGET_S (default 900) stops starting new checks once spent;
 # GPU_CHECK_ONLY="name name ..." runs only those checks (a lease too short for all of them); a
@@ -209,6 +211,42 @@ check bench-train-smollm2-shape 300 "$bin" bench train --device cuda --steps 10 
 check bench-train-compile 420 "$bin" bench train --device cuda --steps 10 --warmup 3 --rounds 2 --torch-bf16 \
   --torch-compile --batch 16 --seq 512 --vocab 49152 --hidden 576 --layers 30 --heads 9 --kv-heads 3 \
   --intermediate 1536 --python "$py"
+
+# Issue 51 on one GPU: the main job in process strictly on-policy, with a bound of 1, and with a
+# bound of 2 and partial rollouts (the sampler thread on its own copy beside the learner): steps
+# per minute of steps 5-12, the lag, and the scores.
+async_one_gpu() {
+  local extra=()
+  [[ "$model" == smollm2 ]] || extra=(reward.name=command 'reward.kwargs.cmd=["'"$py"'","tools/letter_reward.py"]')
+  local common=(examples/arith-smollm2.toml "model.path=\"$model\"" trainer.device=cuda
+                trainer.total_training_steps=12 trainer.test_freq=0 trainer.save_freq=0
+                "trainer.default_local_dir=\"$out\"" "${extra[@]}")
+  "$bin" train "${common[@]}" trainer.experiment_name=async-0 || return 1
+  "$bin" train "${common[@]}" rollout.async_steps=1 trainer.experiment_name=async-1 || return 1
+  "$bin" train "${common[@]}" rollout.async_steps=2 rollout.partial_rollouts=true \
+    trainer.experiment_name=async-2-partial || return 1
+  "$py" - "$out/async-0" "$out/async-1" "$out/async-2-partial" <<'PY'
+import json, sys
+base = None
+for d in sys.argv[1:]:
+    rows = [json.loads(l) for l in open(d + "/metrics.jsonl")]
+    steps = sorted(r["timing_s/step"] for r in rows[4:])
+    med = steps[len(steps) // 2]
+    base = base or med
+    lag = max(r.get("rollout/policy_lag_max", 0) for r in rows)
+    scores = [round(r.get("critic/score/mean", float("nan")), 3) for r in rows[:4]]
+    print(f"{d.rsplit('/', 1)[1]}: median {med:.3f} s/step ({60 / med:.1f} steps/min, {base / med:.2f}x "
+          f"the strict run), lag max {lag:.0f}, scores of steps 1-4 {scores}")
+PY
+}
+export -f async_one_gpu
+check async-main-job-cuda 240 bash -c async_one_gpu
+
+# Issue 50 on one GPU: a full fine-tune step at Qwen2.5-1.5B's shape (its published config: tied
+# head), 8 x 1024 tokens, against PyTorch eager and autocast bf16.
+check bench-train-qwen1.5b-shape 300 "$bin" bench train --device cuda --steps 3 --warmup 1 --rounds 1 \
+  --torch-bf16 --batch 8 --seq 1024 --vocab 151936 --hidden 1536 --layers 28 --heads 12 --kv-heads 2 \
+  --intermediate 8960 --python "$py"
 
 if (( ngpu >= 2 )); then
   two_gpus() {

@@ -9,6 +9,7 @@
 #     bash scripts/gpu-lease.sh 1   # carry .gpu/gpu-bundle-2.11.0.tar.gz .gpu/smol.gguf.xz.part00
 #     bash scripts/gpu-lease.sh 2   # carry .gpu/gpu-bundle-2.11.0.tar.gz .gpu/smol.gguf.xz.part01
 #     bash scripts/gpu-lease.sh 3   # carry the bundle and .gpu/whl (scripts/gpu-wheels.sh): TRL
+#     bash scripts/gpu-lease.sh 4   # carry the bundle: issue 51's overlap and issue 50's 1.5B step
 # Call 1 stashes its half of the real SmolLM2 under /root/stash and runs the checks that random
 # weights of SmolLM2's shape serve (logprobs, graphs vs eager, sampling throughput); call 2 joins
 # the halves (if the first is still there) and runs the main job and the server on the real
@@ -41,6 +42,9 @@ fi
 case "$call" in
   1) only="graphs-vs-eager-f32 bench-sample-qwen-shape bench-sample-f32 bench-sample-bf16-alone bench-sample-bf16-sdpa" ;;
   2) only="check-logprobs-f32 check-logprobs-bf16 main-job-cuda bench-serve-cuda bench-sample-bf16" ;;
+  # Issues 50 and 51 on one GPU (about 6 minutes; random weights of SmolLM2's shape serve).
+  4) only="async-main-job-cuda bench-train-qwen1.5b-shape"
+     export GPU_CHECK_BUDGET_S="${GPU_CHECK_BUDGET_S:-560}" ;;
   # A call of its own (about 6 minutes), with scripts/gpu-wheels.sh's wheels in .gpu/whl carried.
   *) only="bench-grpo-cuda" ;;
 esac

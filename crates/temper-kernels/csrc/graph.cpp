@@ -71,4 +71,24 @@ int temper_graph_replay(void* graph, char** err) {
 
 void temper_graph_free(void* graph) { delete static_cast<Graph*>(graph); }
 
+// From now on the calling thread's work on `device` goes to a stream of its own (a non-blocking
+// stream): the in-process sampler thread's decode steps run beside the learner's work on the
+// default stream instead of queued behind it. From libtorch's high-priority pool: the graph
+// captures (temper_graph_begin) and NCCL take theirs from the low-priority one, so none of them
+// lands on this thread's stream.
+int temper_use_own_stream(int device, char** err) {
+  return guarded(err, [&] {
+    auto index = static_cast<c10::DeviceIndex>(device);
+    c10::cuda::setCurrentCUDAStream(c10::cuda::getStreamFromPool(true, index));
+  });
+}
+
+// Waits until the work queued on the calling thread's current stream on `device` is done (the
+// generic c10::Stream call: no CUDA runtime called from here).
+int temper_sync_current_stream(int device, char** err) {
+  return guarded(err, [&] {
+    c10::cuda::getCurrentCUDAStream(static_cast<c10::DeviceIndex>(device)).unwrap().synchronize();
+  });
+}
+
 }  // extern "C"

@@ -14,4 +14,6 @@ int temper_graph_begin(int, uint64_t, uint64_t, void**, char** err) { return no_
 int temper_graph_end(void*, char** err) { return no_graphs(err); }
 int temper_graph_replay(void*, char** err) { return no_graphs(err); }
 void temper_graph_free(void*) {}
+int temper_use_own_stream(int, char** err) { return no_graphs(err); }
+int temper_sync_current_stream(int, char** err) { return no_graphs(err); }
 }

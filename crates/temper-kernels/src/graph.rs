@@ -25,6 +25,8 @@ extern "C" {
     fn temper_graph_end(graph: *mut c_void, err: *mut *mut c_char) -> c_int;
     fn temper_graph_replay(graph: *mut c_void, err: *mut *mut c_char) -> c_int;
     fn temper_graph_free(graph: *mut c_void);
+    fn temper_use_own_stream(device: c_int, err: *mut *mut c_char) -> c_int;
+    fn temper_sync_current_stream(device: c_int, err: *mut *mut c_char) -> c_int;
 }
 
 /// Whether this build can capture CUDA graphs (a CUDA build; a CPU build has a stub).
@@ -117,6 +119,37 @@ impl CudaGraph {
         }
         Ok(())
     }
+}
+
+/// From now on the calling thread's work on CUDA device `device` goes to a stream of its own
+/// (from libtorch's pool, not synchronised with the default stream): a thread that samples
+/// beside another that trains. Tensors it shares with other threads must be complete before it
+/// reads them (the writer synchronises), and what it frees must be done with
+/// ([`sync_current_stream`]), as the caching allocator hands memory back per stream.
+pub fn use_own_stream(device: usize) -> Result<()> {
+    let mut err = std::ptr::null_mut();
+    // SAFETY: errors come back as a message.
+    if unsafe { temper_use_own_stream(device as c_int, &mut err) } != 0 {
+        bail!(
+            "a CUDA stream of its own: {}",
+            first_line(crate::take_error(err))
+        );
+    }
+    Ok(())
+}
+
+/// Waits until the work queued on the calling thread's current stream on CUDA device `device`
+/// is done.
+pub fn sync_current_stream(device: usize) -> Result<()> {
+    let mut err = std::ptr::null_mut();
+    // SAFETY: errors come back as a message.
+    if unsafe { temper_sync_current_stream(device as c_int, &mut err) } != 0 {
+        bail!(
+            "synchronising the CUDA stream: {}",
+            first_line(crate::take_error(err))
+        );
+    }
+    Ok(())
 }
 
 /// libtorch's messages carry a stack trace after their first line; the notice is one line.

@@ -72,20 +72,24 @@ impl Trainer {
             );
         }
         self.producer.decode_metrics(&self.learner, &mut m);
-        // An environment's episode records (debate_<k>.json, summary_<k>.json /
-        // baseline_<k>.json), written before anything can stop the step.
-        if let (Played::Env { records, .. }, true) = (&episodes.source, self.dist.is_root()) {
-            env_logs::write_records(&self.run.root, step, records)?;
-        }
-        // From here the consumer. A one-turn environment's advantages: the configured estimator
-        // over each question's answers, on the whole batch (an estimator may normalise over it).
         if let Played::Env {
-            estimate_advantages: true,
-            ..
-        } = &episodes.source
+            records,
+            estimate_advantages,
+        } = &mut episodes.source
         {
+            // The episode records (debate_<k>.json, summary_<k>.json / baseline_<k>.json),
+            // written before anything can stop the step, and let go.
+            if self.dist.is_root() {
+                env_logs::write_records(&self.run.root, step, records)?;
+            }
+            *records = Vec::new();
+            // From here the consumer. A one-turn environment's advantages: the configured
+            // estimator over each question's answers, on the whole batch (an estimator may
+            // normalise over it); a debate's were set by the environment.
             let t_adv = Instant::now();
-            self.learner.one_turn_advantages(&mut episodes.groups)?;
+            if *estimate_advantages {
+                self.learner.one_turn_advantages(&mut episodes.groups)?;
+            }
             m.insert("timing_s/adv".into(), t_adv.elapsed().as_secs_f64());
         }
         // 2. The batch (none: nothing to learn from this step).

@@ -7,7 +7,9 @@
 //! servers (`sampling/`), an environment's next episodes played during the update.
 //!
 //! Its state is its own (the data and the reward, the samplers, the environment, the tokenizer);
-//! what it reads of the consumer is the policy it samples with, handed to each call.
+//! what it reads of the consumer (the policy it samples with, and the optimizer that gathers a
+//! sharded policy's layers for it) and the run's counters (`TrainerState`) are handed to each
+//! call.
 mod draw_groups;
 mod env_runtime;
 mod env_step;
@@ -122,19 +124,6 @@ impl Producer {
             compute,
             policy,
         } = parts;
-        let rollouts = sampling::Rollouts::build(
-            &cfg.rollout,
-            sampling::RolloutsSpec {
-                weights_dir,
-                tokenizer_dir,
-                device,
-                compute,
-                eos_ids: &eos_ids,
-                policy,
-                lora: cfg.model.lora_rank > 0,
-                is_root: dist.is_root(),
-            },
-        )?;
         let seed = cfg.data.seed.unwrap_or(cfg.trainer.seed);
         let (env, train, val) = if cfg.env.enabled() {
             let (env, questions) =
@@ -170,6 +159,21 @@ impl Producer {
         }
         let total_steps = cfg.total_steps(train.len());
         let questions = questions::Questions::new((train, val), order, template, reward, cfg);
+        // The samplers last: a config the data refuses stops before any server is contacted or
+        // a sampler's copy loaded.
+        let rollouts = sampling::Rollouts::build(
+            &cfg.rollout,
+            sampling::RolloutsSpec {
+                weights_dir,
+                tokenizer_dir,
+                device,
+                compute,
+                eos_ids: &eos_ids,
+                policy,
+                lora: cfg.model.lora_rank > 0,
+                is_root: dist.is_root(),
+            },
+        )?;
         Ok((
             Producer {
                 questions,

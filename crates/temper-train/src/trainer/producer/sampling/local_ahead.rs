@@ -122,6 +122,24 @@ impl LocalAhead {
                 if let Some(n) = threads {
                     tch::set_num_threads(n as i32);
                 }
+                // On a GPU the sampler's kernels go to a stream of their own, beside the
+                // learner's on the default stream (the trainer hands over weight snapshots
+                // already copied: LocalAhead::load).
+                let own_stream = match model.device() {
+                    Device::Cuda(i) => {
+                        // The copy loaded on the default stream (of rollout.device's GPU) is
+                        // complete before this thread reads it on another.
+                        tch::Cuda::synchronize(i as i64);
+                        match temper_kernels::graph::use_own_stream(i) {
+                            Ok(()) => Some(i),
+                            Err(e) => {
+                                eprintln!("warning: the async sampler shares the learner's CUDA stream: {e:#}");
+                                None
+                            }
+                        }
+                    }
+                    _ => None,
+                };
                 // The version of the weights the copy holds (read by the engine at every token
                 // with partial rollouts).
                 let version = AtomicU64::new(0);
@@ -135,6 +153,7 @@ impl LocalAhead {
                     epoch: &current,
                     version: &version,
                     recompute_kv,
+                    own_stream,
                 };
                 match partial {
                     true => sampler.stream(),
@@ -194,6 +213,13 @@ impl LocalAhead {
             });
             Ok(())
         })?;
+        // The sampler thread reads the snapshot on a CUDA stream of its own: the copies (on
+        // this thread's stream) are done before it is handed over. Not the whole device: that
+        // would wait for the sampler's own work, and break a graph capture it may be in.
+        if let Device::Cuda(i) = policy.device() {
+            temper_kernels::graph::sync_current_stream(i)
+                .context("the weight snapshot for the async sampler")?;
+        }
         self.send(Job::Load { version, weights })?;
         Ok(started.elapsed().as_secs_f64())
     }
@@ -285,6 +311,9 @@ struct ThreadSampler<'a> {
     /// `rollout.recompute_kv_after_update`: the streaming engine recomputes the cache of the
     /// rows in flight when new weights come.
     recompute_kv: bool,
+    /// The CUDA device whose stream of its own this thread runs on (None: the CPU, or the
+    /// default stream).
+    own_stream: Option<usize>,
 }
 
 impl ThreadSampler<'_> {
@@ -298,6 +327,19 @@ impl ThreadSampler<'_> {
             })
     }
 
+    /// New weights copied into the sampler's model. On a stream of its own the copy is waited
+    /// for: the snapshot is freed after, and its memory belongs to the trainer's stream. A
+    /// device that fails that wait has failed for good: the thread stops with the reason (the
+    /// trainer's next call says the sampler thread has stopped).
+    fn take_weights(&self, weights: &[(String, Tensor)]) {
+        copy_into(self.model, weights);
+        if let Some(i) = self.own_stream {
+            if let Err(e) = temper_kernels::graph::sync_current_stream(i) {
+                panic!("the async sampler's weight copy on cuda:{i}: {e:#}");
+            }
+        }
+    }
+
     /// Whether a job of `epoch` is still wanted (the trainer has not dropped it since).
     fn is_current(&self, epoch: u64) -> bool {
         epoch == self.epoch.load(Ordering::SeqCst)
@@ -309,7 +351,7 @@ impl ThreadSampler<'_> {
         while let Ok(job) = self.jobs.recv() {
             match job {
                 Job::Load { version, weights } => {
-                    copy_into(self.model, &weights);
+                    self.take_weights(&weights);
                     self.version.store(version, Ordering::SeqCst);
                 }
                 Job::Generate {
@@ -476,7 +518,7 @@ impl ThreadSampler<'_> {
 
     /// Copies in new weights (the sampling copies rebuilt from them).
     fn load(&self, (version, weights): (u64, Vec<(String, Tensor)>)) {
-        copy_into(self.model, &weights);
+        self.take_weights(&weights);
         self.model.thaw_after_sampling();
         self.model.freeze_for_sampling();
         self.version.store(version, Ordering::SeqCst);
@@ -684,6 +726,7 @@ mod tests {
                 epoch: &epoch,
                 version: &version,
                 recompute_kv: false,
+                own_stream: None,
             };
             sampler.stream();
             // What the sampler sent is all there will be.

@@ -10,7 +10,8 @@ mod weight_push;
 
 use local_ahead::{AheadSpec, LocalAhead};
 use servers::RolloutServers;
-pub(crate) use servers::{SentAhead, ServersSync, Synced};
+use servers::SentAhead;
+pub(crate) use servers::{ServersSync, Synced};
 
 use crate::config::RolloutConfig;
 use crate::trainer::stats::StepMetrics;
@@ -305,7 +306,7 @@ impl Rollouts {
 /// Copies every parameter of `from` into `to` (any devices; the same architecture), a part of
 /// the model at a time ([`CausalLm::for_each_part`]): with a sharded run's layers one decoder
 /// layer is whole at a time, gathered by every rank alike.
-pub(crate) fn copy_weights(from: &CausalLm, to: &CausalLm) -> Result<()> {
+fn copy_weights(from: &CausalLm, to: &CausalLm) -> Result<()> {
     let mut dst: std::collections::HashMap<String, tch::Tensor> =
         to.named_parameters().into_iter().collect();
     let expected = dst.len();
