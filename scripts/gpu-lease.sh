@@ -43,7 +43,7 @@ case "$call" in
   1) only="graphs-vs-eager-f32 bench-sample-qwen-shape bench-sample-f32 bench-sample-bf16-alone bench-sample-bf16-sdpa" ;;
   2) only="check-logprobs-f32 check-logprobs-bf16 main-job-cuda bench-serve-cuda bench-sample-bf16" ;;
   # Issues 50 and 51 on one GPU (about 6 minutes; random weights of SmolLM2's shape serve).
-  4) only="async-main-job-cuda bench-train-qwen1.5b-shape"
+  4) only="async-main-job-bound-0 async-main-job-bound-1 async-main-job-bound-2 bench-train-qwen1.5b-shape"
      export GPU_CHECK_BUDGET_S="${GPU_CHECK_BUDGET_S:-560}" ;;
   # A call of its own (about 6 minutes), with scripts/gpu-wheels.sh's wheels in .gpu/whl carried.
   *) only="bench-grpo-cuda" ;;

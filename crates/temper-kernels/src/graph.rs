@@ -112,12 +112,10 @@ impl CudaGraph {
 
     /// Launches the captured kernels on the current stream.
     pub fn replay(&self) -> Result<()> {
-        let mut err = std::ptr::null_mut();
         // SAFETY: `ptr` is a captured graph.
-        if unsafe { temper_graph_replay(self.ptr, &mut err) } != 0 {
-            bail!("CUDA graph replay: {}", first_line(crate::take_error(err)));
-        }
-        Ok(())
+        shim_call("CUDA graph replay", |err| unsafe {
+            temper_graph_replay(self.ptr, err)
+        })
     }
 }
 
@@ -127,27 +125,27 @@ impl CudaGraph {
 /// reads them (the writer synchronises), and what it frees must be done with
 /// ([`sync_current_stream`]), as the caching allocator hands memory back per stream.
 pub fn use_own_stream(device: usize) -> Result<()> {
-    let mut err = std::ptr::null_mut();
     // SAFETY: errors come back as a message.
-    if unsafe { temper_use_own_stream(device as c_int, &mut err) } != 0 {
-        bail!(
-            "a CUDA stream of its own: {}",
-            first_line(crate::take_error(err))
-        );
-    }
-    Ok(())
+    shim_call("a CUDA stream of its own", |err| unsafe {
+        temper_use_own_stream(device as c_int, err)
+    })
 }
 
 /// Waits until the work queued on the calling thread's current stream on CUDA device `device`
 /// is done.
 pub fn sync_current_stream(device: usize) -> Result<()> {
-    let mut err = std::ptr::null_mut();
     // SAFETY: errors come back as a message.
-    if unsafe { temper_sync_current_stream(device as c_int, &mut err) } != 0 {
-        bail!(
-            "synchronising the CUDA stream: {}",
-            first_line(crate::take_error(err))
-        );
+    shim_call("synchronising the CUDA stream", |err| unsafe {
+        temper_sync_current_stream(device as c_int, err)
+    })
+}
+
+/// Runs a shim call that returns a status and, on failure, a message in `err`: the message's
+/// first line, after `what`, as the error.
+fn shim_call(what: &str, call: impl FnOnce(*mut *mut c_char) -> c_int) -> Result<()> {
+    let mut err = std::ptr::null_mut();
+    if call(&mut err) != 0 {
+        bail!("{what}: {}", first_line(crate::take_error(err)));
     }
     Ok(())
 }

@@ -82,6 +82,9 @@ pub(crate) struct LocalAhead {
     /// (of one already running) are ignored.
     epoch: Arc<AtomicU64>,
     thread: Option<JoinHandle<()>>,
+    /// The thread samples on a CUDA stream of its own (a GPU, in a build with the CUDA shim):
+    /// the weight snapshots handed to it must be complete first.
+    own_stream: bool,
 }
 
 /// What the sampler thread is built from.
@@ -116,30 +119,29 @@ impl LocalAhead {
         let (partial, recompute_kv) = (spec.partial_rollouts, spec.recompute_kv);
         let epoch = Arc::new(AtomicU64::new(0));
         let current = Arc::clone(&epoch);
+        // On a GPU the sampler's kernels go to a stream of their own, beside the learner's on
+        // the default stream (a build without the CUDA shim has one stream for both).
+        let own_stream = match model.device() {
+            Device::Cuda(i) if temper_kernels::graph::graphs_available() => Some(i),
+            _ => None,
+        };
         let thread = std::thread::Builder::new()
             .name("async-sampler".into())
             .spawn(move || {
                 if let Some(n) = threads {
                     tch::set_num_threads(n as i32);
                 }
-                // On a GPU the sampler's kernels go to a stream of their own, beside the
-                // learner's on the default stream (the trainer hands over weight snapshots
-                // already copied: LocalAhead::load).
-                let own_stream = match model.device() {
-                    Device::Cuda(i) => {
-                        // The copy loaded on the default stream (of rollout.device's GPU) is
-                        // complete before this thread reads it on another.
-                        tch::Cuda::synchronize(i as i64);
-                        match temper_kernels::graph::use_own_stream(i) {
-                            Ok(()) => Some(i),
-                            Err(e) => {
-                                eprintln!("warning: the async sampler shares the learner's CUDA stream: {e:#}");
-                                None
-                            }
-                        }
+                if let Some(i) = own_stream {
+                    // The copy loaded on the default stream (of rollout.device's GPU) is
+                    // complete before this thread reads it on another. Should the stream not
+                    // be had, the waits below are on the shared one: slower, still right.
+                    tch::Cuda::synchronize(i as i64);
+                    if let Err(e) = temper_kernels::graph::use_own_stream(i) {
+                        eprintln!(
+                            "warning: the async sampler shares the learner's CUDA stream: {e:#}"
+                        );
                     }
-                    _ => None,
-                };
+                }
                 // The version of the weights the copy holds (read by the engine at every token
                 // with partial rollouts).
                 let version = AtomicU64::new(0);
@@ -168,6 +170,7 @@ impl LocalAhead {
             stats: AheadStats::default(),
             epoch,
             thread: Some(thread),
+            own_stream: own_stream.is_some(),
         })
     }
 
@@ -216,7 +219,7 @@ impl LocalAhead {
         // The sampler thread reads the snapshot on a CUDA stream of its own: the copies (on
         // this thread's stream) are done before it is handed over. Not the whole device: that
         // would wait for the sampler's own work, and break a graph capture it may be in.
-        if let Device::Cuda(i) = policy.device() {
+        if let (true, Device::Cuda(i)) = (self.own_stream, policy.device()) {
             temper_kernels::graph::sync_current_stream(i)
                 .context("the weight snapshot for the async sampler")?;
         }

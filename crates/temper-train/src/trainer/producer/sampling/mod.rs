@@ -61,15 +61,16 @@ impl Rollouts {
         if in_process_async && spec.lora {
             anyhow::bail!("rollout.async_steps > 0 with the in-process engine and LoRA (model.lora_rank > 0) is not supported yet");
         }
+        // `rollout.device`: where the sampler thread's or the in-process engine's copy lives.
+        let own_device = match cfg.device.is_empty() {
+            true => None,
+            false => Some(crate::config::parse_device(&cfg.device)?),
+        };
         let ahead = if in_process_async {
-            let device = match cfg.device.is_empty() {
-                true => spec.device,
-                false => crate::config::parse_device(&cfg.device)?,
-            };
             Some(LocalAhead::start(AheadSpec {
                 weights_dir: spec.weights_dir,
                 tokenizer_dir: spec.tokenizer_dir,
-                device,
+                device: own_device.unwrap_or(spec.device),
                 compute: spec.compute,
                 eos_ids: spec.eos_ids.to_vec(),
                 max_num_seqs: cfg.max_num_seqs,
@@ -80,23 +81,25 @@ impl Rollouts {
         } else {
             None
         };
-        let sampler_model = if cfg.device.is_empty() || in_process_async {
-            None
-        } else {
-            if spec.lora {
-                anyhow::bail!(
-                    "rollout.device with LoRA (model.lora_rank > 0) is not supported yet"
-                );
+        let sampler_model = match own_device {
+            Some(_) if in_process_async => None,
+            None => None,
+            Some(d) => {
+                if spec.lora {
+                    anyhow::bail!(
+                        "rollout.device with LoRA (model.lora_rank > 0) is not supported yet"
+                    );
+                }
+                let copy =
+                    CausalLm::load(spec.weights_dir, d, spec.compute).with_context(|| {
+                        format!(
+                            "loading the sampling copy on rollout.device = {:?}",
+                            cfg.device
+                        )
+                    })?;
+                copy_weights(spec.policy, &copy)?;
+                Some(copy)
             }
-            let d = crate::config::parse_device(&cfg.device)?;
-            let copy = CausalLm::load(spec.weights_dir, d, spec.compute).with_context(|| {
-                format!(
-                    "loading the sampling copy on rollout.device = {:?}",
-                    cfg.device
-                )
-            })?;
-            copy_weights(spec.policy, &copy)?;
-            Some(copy)
         };
         let servers = match cfg.is_remote() {
             true => Some(RolloutServers::connect(
